@@ -1,0 +1,710 @@
+"""The Journal: open and recover, append with group commit and three outcomes, read, follow.
+
+Life of an append (the writer and recovery are mirror images; see docs/GUARANTEES.md):
+
+1. The caller's thread encodes the event (JSON, zstd, key) outside any lock.
+2. Under the journal mutex it gets the next seq and joins the queue. A buffered append returns
+   Committed(buffered) here: its bytes sit in memory until a later write carries them.
+3. If no thread is writing, this one becomes the leader: it takes a bounded batch from the
+   front of the queue, frames it with the live segment's salt (one buffer), writes it with one
+   pwrite, and, if any member asked for "sync", fdatasyncs once, marking the last frame with
+   the commit flag. Followers wait on a condition and wake with their outcome. No timer delays
+   a batch: whatever queued while the previous leader was in the kernel forms the next batch.
+4. A failed write is truncated back to the last good length and that truncation is synced;
+   only then do the batch's members get NotCommitted. A failed fdatasync (or a failed rollback)
+   fail-stops the journal: members get AckLost, later appends raise JournalFailStoppedError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+import zstandard
+
+from . import format as fmt
+from .errors import (
+    CorruptionError,
+    EventNotSerializableError,
+    JournalClosedError,
+    JournalError,
+    JournalFailStoppedError,
+    JournalLockedError,
+    JournalNotFoundError,
+    NotAJournalError,
+    ReadOnlyError,
+    RecordTooLargeError,
+)
+from .fs import File, FileSystem, Lock, OsFileSystem, take_lock, write_all
+from .outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from .reader import Cursor, Record
+from .recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
+from .segment import create_segment, list_segments, list_temp_files, new_header, read_header, read_seal
+
+LOCK_FILE = "LOCK"
+COMPRESS_MIN_BYTES = 64  # below this zstd's own frame overhead eats any gain
+ZSTD_LEVEL = 3
+BATCH_BYTES_MAX = 4 * 1024 * 1024  # one group-commit write never carries more than this
+BATCH_RECORDS_MAX = 4096
+BUFFER_BYTES_MAX = 1024 * 1024  # buffered appends are written once this much is waiting
+FOLLOW_POLL_INTERVAL_S = 0.02
+KEYS_REMEMBERED_MAX = 1_000_000  # idempotency keys kept in memory (live segment and recent)
+
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    c: zstandard.ZstdCompressor | None = getattr(_local, "cctx", None)
+    if c is None:
+        # No content size, checksum or dict id in the zstd frame: the journal frame has them.
+        c = _local.cctx = zstandard.ZstdCompressor(
+            level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
+        )
+    return c
+
+
+@dataclass(frozen=True)
+class Options:
+    segment_size_bytes: int = fmt.SEGMENT_SIZE_BYTES_DEFAULT
+    record_size_bytes_max: int = fmt.RECORD_SIZE_BYTES_MAX_DEFAULT
+    index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT
+    compress: bool = True
+
+    def check(self) -> None:
+        if not 4096 <= self.segment_size_bytes <= 1 << 40:
+            raise ValueError("segment_size_bytes must be between 4 KiB and 1 TiB")
+        if not 1 <= self.record_size_bytes_max <= fmt.FRAME_STORED_BYTES_LIMIT - 512:
+            raise ValueError(f"record_size_bytes_max must be between 1 and {fmt.FRAME_STORED_BYTES_LIMIT - 512}")
+        if self.index_interval_bytes < 512:
+            raise ValueError("index_interval_bytes must be at least 512")
+
+
+class _Encoded:
+    """An event ready to frame: everything but its seq (assigned in order under the mutex)."""
+
+    __slots__ = ("digest", "key", "spec")
+
+    def __init__(self, spec: fmt.FrameSpec, digest: int, key: str | None) -> None:
+        self.spec = spec
+        self.digest = digest
+        self.key = key
+
+
+class _Request:
+    __slots__ = ("acked", "durability", "first_seq", "items", "outcomes")
+
+    def __init__(self, items: list[_Encoded], first_seq: int, durability: Durability) -> None:
+        self.items = items
+        self.first_seq = first_seq
+        self.durability = durability
+        self.outcomes: list[Outcome] | None = None
+        self.acked = durability == "buffered"  # the caller already holds Committed(buffered)
+
+
+def _check_durability(durability: str) -> Durability:
+    if durability not in DURABILITY_LEVELS:
+        raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
+    return durability
+
+
+def encode_event(event: Any, key: str | None, synthetic: bool, options: Options) -> _Encoded:
+    """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written."""
+    if isinstance(event, (bytes, bytearray, memoryview)):
+        raw = bytes(event)
+        flags = fmt.FLAG_BYTES
+    elif isinstance(event, dict):
+        try:
+            raw = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+            raise EventNotSerializableError(str(exc)) from None
+        flags = 0
+    else:
+        raise EventNotSerializableError(f"events are dicts or bytes, not {type(event).__name__}")
+    if len(raw) > options.record_size_bytes_max:
+        raise RecordTooLargeError(len(raw), options.record_size_bytes_max)
+    body = raw
+    if options.compress and len(raw) >= COMPRESS_MIN_BYTES:
+        packed = _compressor().compress(raw)
+        if len(packed) < len(raw):
+            body = packed
+            flags |= fmt.CODEC_ZSTD
+    if synthetic:
+        flags |= fmt.FLAG_SYNTHETIC
+    if key is not None:
+        key_bytes = key.encode("utf-8", "surrogateescape")
+        if not 1 <= len(key_bytes) <= fmt.IDEMPOTENCY_KEY_BYTES_MAX:
+            raise ValueError(f"idempotency key must be 1..{fmt.IDEMPOTENCY_KEY_BYTES_MAX} bytes of UTF-8")
+        body = bytes([len(key_bytes)]) + key_bytes + body
+        flags |= fmt.FLAG_KEYED
+    return _Encoded(fmt.FrameSpec(flags, len(raw), body), xxhash.xxh64_intdigest(raw), key)
+
+
+class Journal:
+    """A segmented, checksummed, append-only journal in one directory. See journal.open()."""
+
+    def __init__(self, path: str, fs: FileSystem, options: Options, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.options = options
+        self.recovery = RecoveryReport()
+        self._fs = fs
+        self._mu = threading.Lock()
+        self._cv = threading.Condition(self._mu)
+        self._queue: deque[_Request] = deque()
+        self._leader = False
+        self._failed: str | None = None
+        self._closed = False
+        self._lock: Lock | None = None
+        self._journal_id = b""
+        self._segment_number = 0
+        self._active: File | None = None
+        self._active_header: fmt.SegmentHeader | None = None
+        self._active_size = 0
+        self._active_count = 0
+        self._index: list[tuple[int, int]] = []
+        self._next_index_at = 0
+        self._last_seq = 0  # highest seq written to the OS (or, read-only, found at open)
+        self._next_seq = 1  # next seq to hand out (counts buffered and queued records)
+        self._buffered_bytes = 0
+        self._keys: dict[str, int] = {}
+
+    # --- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        create: bool = False,
+        readonly: bool = False,
+        lock_timeout_s: float = 0.0,
+        fs: FileSystem | None = None,
+        segment_size_bytes: int = fmt.SEGMENT_SIZE_BYTES_DEFAULT,
+        record_size_bytes_max: int = fmt.RECORD_SIZE_BYTES_MAX_DEFAULT,
+        index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
+        compress: bool = True,
+    ) -> Journal:
+        """Open (and, for writing, lock and recover) the journal in directory ``path``."""
+        if create and readonly:
+            raise ValueError("create=True needs a writable journal; drop readonly=True")
+        options = Options(segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress)
+        options.check()
+        j = cls(os.fspath(path), fs or OsFileSystem(), options, readonly)
+        try:
+            if readonly:
+                j._open_readonly()
+            else:
+                j._open_writer(create, lock_timeout_s)
+        except BaseException:
+            j._release()
+            raise
+        return j
+
+    def _check_dir(self, create: bool) -> list[Any]:
+        fs, path = self._fs, self.path
+        if fs.exists(path) and not fs.is_dir(path):
+            raise NotAJournalError(path, "it is a file, not a directory")
+        if not fs.exists(path):
+            if not create:
+                raise JournalNotFoundError(path)
+            parent = os.path.dirname(os.path.abspath(path))
+            fs.mkdir(path)
+            fs.fsync_dir(parent)
+        segments = list_segments(fs, path)
+        if not segments:
+            foreign = [n for n in fs.listdir(path) if n not in (LOCK_FILE, QUARANTINE_DIR) and not n.endswith(".tmp")]
+            if foreign:
+                raise NotAJournalError(path, f"it holds other files ({', '.join(foreign[:3])}) and no segment")
+            if not create:
+                raise NotAJournalError(path, "it holds no segment")
+        return segments
+
+    def _open_readonly(self) -> None:
+        segments = self._check_dir(create=False)
+        last = segments[-1]
+        f = self._fs.open_read(os.path.join(self.path, last.name))
+        try:
+            header = read_header(f, last.name)
+            size = f.size()
+            data = f.pread(size, 0)
+        finally:
+            f.close()
+        res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+        data_frames = [fr for fr in res.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
+        self._next_seq = self._last_seq + 1
+        self.recovery = RecoveryReport(
+            segments=len(segments),
+            last_seq=self._last_seq,
+            live_segment=last.name,
+            live_records=len(data_frames),
+            tail="sealed" if res.stop == fmt.Stop.SEALED else ("clean" if res.stop == fmt.Stop.END else "torn"),
+        )
+
+    def _open_writer(self, create: bool, lock_timeout_s: float) -> None:
+        fs = self._fs
+        segments = self._check_dir(create)
+        lock_path = os.path.join(self.path, LOCK_FILE)
+        self._lock = take_lock(fs, lock_path, lock_timeout_s)
+        if self._lock is None:
+            raise JournalLockedError(self.path, fs.read_lock_owner(lock_path))
+        report = RecoveryReport()
+        self.recovery = report
+        for tmp in list_temp_files(fs, self.path):
+            # A segment that never got its name holds a header and no record.
+            tmp_path = os.path.join(self.path, tmp)
+            f = fs.open_read(tmp_path)
+            try:
+                size = f.size()
+                data = f.pread(size, 0)
+            finally:
+                f.close()
+            if size > fmt.SEGMENT_HEADER_SIZE_BYTES:
+                report.quarantined.append(quarantine(fs, self.path, tmp, 0, data))
+            fs.unlink(tmp_path)
+            fs.fsync_dir(self.path)
+            report.actions.append(f"removed unfinished segment {tmp} ({size} bytes)")
+        segments = list_segments(fs, self.path)
+        if not segments:
+            self._journal_id = secrets.token_bytes(16)
+            self._active = create_segment(fs, self.path, new_header(self._journal_id, 0, 1))
+            self._active_header = read_header(self._active, fmt.segment_name(1))
+            self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES
+            self._next_index_at = self._active_size
+            report.actions.append("created journal")
+            report.segments = 1
+            report.live_segment = fmt.segment_name(1)
+            report.tail = "empty"
+            report.last_seq = 0
+            return
+        last = segments[-1]
+        f = fs.open_write(os.path.join(self.path, last.name), create=False)
+        self._active = f
+        header = read_header(f, last.name)
+        self._active_header = header
+        self._journal_id = header.journal_id
+        self._segment_number = header.segment_number
+        if len(segments) > 1:
+            self._check_previous(segments[-2], header)
+        size = f.size()
+        data = f.pread(size, 0)
+        decision = decide(data, header, last.name, f.path)
+        data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
+        self._next_seq = self._last_seq + 1
+        report.segments = len(segments)
+        report.live_segment = last.name
+        report.live_records = len(data_frames)
+        report.tail = decision.tail
+        if decision.cut:
+            cut = data[decision.valid_end :]
+            report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
+            f.truncate(decision.valid_end)
+            f.fdatasync()
+            report.truncated_at = decision.valid_end
+            report.truncated_bytes = len(cut)
+            report.actions.append(
+                f"cut {decision.tail} tail of {len(cut)} bytes at {last.name} offset {decision.valid_end}"
+            )
+        self._active_size = decision.valid_end
+        self._active_count = len(data_frames)
+        for fr in data_frames:
+            self._note_frame(fr.seq, fr.offset)
+            if fr.flags & fmt.FLAG_KEYED:
+                key_len = data[fr.payload_offset]
+                raw_key = data[fr.payload_offset + 1 : fr.payload_offset + 1 + key_len]
+                self._keys[raw_key.decode("utf-8", "surrogateescape")] = fr.seq
+        if decision.sealed:
+            f.close()
+            self._active = None
+            self._active_header = None
+        report.last_seq = self._last_seq
+
+    def _check_previous(self, prev: Any, header: fmt.SegmentHeader) -> None:
+        f = self._fs.open_read(os.path.join(self.path, prev.name))
+        try:
+            prev_header = read_header(f, prev.name)
+            seal = read_seal(f, prev_header, prev.name, f.size())
+        finally:
+            f.close()
+        if prev_header.journal_id != header.journal_id:
+            raise CorruptionError(prev.name, 0, None, "segment belongs to a different journal (journal id differs)")
+        if seal is None:
+            raise CorruptionError(prev.name, 0, None, "segment before the live one has no valid seal footer")
+        if seal.last_seq + 1 != header.base_seq:
+            raise CorruptionError(
+                prev.name,
+                seal.seal_offset,
+                seal.last_seq,
+                f"sequence gap: next segment starts at seq {header.base_seq}",
+            )
+
+    def _note_frame(self, seq: int, offset: int) -> None:
+        if offset >= self._next_index_at:
+            self._index.append((seq, offset))
+            self._next_index_at = offset + self.options.index_interval_bytes
+
+    # --- public API ---------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq handed out (0 for an empty journal); includes buffered records."""
+        return self._next_seq - 1
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(
+        self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
+    ) -> Outcome:
+        """Append one event (a JSON-serializable dict, or bytes); returns its outcome."""
+        level = _check_durability(durability)
+        return self._submit([encode_event(event, idempotency_key, synthetic, self.options)], level)[0]
+
+    def append_many(
+        self,
+        events: Iterable[Any],
+        durability: str = "sync",
+        idempotency_keys: Iterable[str | None] | None = None,
+        synthetic: bool = False,
+    ) -> list[Outcome]:
+        """Append events in order with one write and (at "sync") one fdatasync per batch."""
+        level = _check_durability(durability)
+        events = list(events)
+        keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
+        if len(keys) != len(events):
+            raise ValueError("idempotency_keys must have one entry per event")
+        encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=False)]
+        outcomes: list[Outcome] = []
+        for start in range(0, len(encoded), BATCH_RECORDS_MAX):
+            outcomes.extend(self._submit(encoded[start : start + BATCH_RECORDS_MAX], level))
+        return outcomes
+
+    def flush(self) -> None:
+        """Write buffered records to the OS."""
+        self._submit([], "flush")
+
+    def sync(self) -> None:
+        """Write buffered records and fdatasync: everything appended so far is durable."""
+        self._submit([], "sync")
+
+    def read(self, after_seq: int = 0) -> Iterator[Record]:
+        """Records with seq > after_seq, in seq order, as they are on disk now."""
+        self._check_open()
+        if not self.readonly and self._queue:
+            self.flush()
+        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max)
+        try:
+            yield from cursor.read()
+        finally:
+            cursor.close()
+
+    def follow(
+        self,
+        after_seq: int = 0,
+        poll_interval_s: float = FOLLOW_POLL_INTERVAL_S,
+        idle_timeout_s: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Record]:
+        """Yield records as they are committed, forever (or until ``stop`` is set or idle)."""
+        self._check_open()
+        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max)
+        idle_since = time.monotonic()
+        try:
+            while not (stop is not None and stop.is_set()):
+                got = False
+                for rec in cursor.read():
+                    got = True
+                    yield rec
+                now = time.monotonic()
+                if got:
+                    idle_since = now
+                elif idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
+                    return
+                if not got:
+                    if stop is not None:
+                        stop.wait(poll_interval_s)
+                    else:
+                        time.sleep(poll_interval_s)
+        finally:
+            cursor.close()
+
+    def get(self, seq: int) -> Record | None:
+        """The record at ``seq``, or None if the journal does not hold it."""
+        if seq < 1:
+            return None
+        for rec in self.read(after_seq=seq - 1):
+            return rec if rec.seq == seq else None
+        return None
+
+    def resolve(self, outcome: Outcome) -> Outcome:
+        """Turn an AckLost into Committed or NotCommitted by reading the journal.
+
+        Only meaningful on a journal opened after the failure (recovery has run, so a record
+        that is not there now never will be).
+        """
+        if not isinstance(outcome, AckLost):
+            return outcome
+        self._check_open()
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        if outcome.key is not None and outcome.key in self._keys:
+            return Committed(self._keys[outcome.key], "sync", duplicate=True, reason="resolved by idempotency key")
+        rec = self.get(outcome.seq)
+        if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
+            return Committed(outcome.seq, "sync", reason="resolved: the record is in the journal")
+        if rec is None:
+            return NotCommitted("resolved: the journal ends before this record's seq")
+        return NotCommitted("resolved: another record holds this record's seq")
+
+    def close(self) -> None:
+        """Write buffered records (flush level) and release the lock. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if not self.readonly and self._failed is None and self._queue:
+                self._submit([], "flush")
+        finally:
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError()
+
+    # --- group commit -------------------------------------------------------------------
+
+    def _submit(self, items: list[_Encoded], durability: Durability) -> list[Outcome]:
+        if self.readonly:
+            raise ReadOnlyError("append")
+        with self._mu:
+            self._check_open()
+            if self._failed is not None:
+                raise JournalFailStoppedError(self._failed)
+            outcomes: list[Outcome | None] = [None] * len(items)
+            fresh: list[_Encoded] = []
+            fresh_at: list[int] = []
+            for i, item in enumerate(items):
+                if item.key is not None and item.key in self._keys:
+                    outcomes[i] = Committed(
+                        self._keys[item.key], durability, duplicate=True, reason="idempotency key matched"
+                    )
+                else:
+                    if item.key is not None:
+                        # Claim the key now so that a concurrent retry dedupes against it.
+                        self._keys[item.key] = self._next_seq + len(fresh)
+                    fresh.append(item)
+                    fresh_at.append(i)
+            req = _Request(fresh, self._next_seq, durability)
+            self._next_seq += len(fresh)
+            if fresh or durability != "buffered":
+                self._queue.append(req)
+            if durability == "buffered":
+                self._buffered_bytes += sum(len(it.spec.stored) for it in fresh)
+                req.outcomes = [Committed(req.first_seq + k, "buffered") for k in range(len(fresh))]
+                if self._buffered_bytes >= BUFFER_BYTES_MAX:
+                    # Too much waiting in memory: carry it to the OS now, as a flush.
+                    self._queue.append(_Request([], self._next_seq, "flush"))
+                    self._lead_until_done(self._queue[-1])
+            else:
+                self._lead_until_done(req)
+            assert req.outcomes is not None and len(req.outcomes) == len(fresh)
+            for k, i in enumerate(fresh_at):
+                outcomes[i] = req.outcomes[k]
+            done: list[Outcome] = [o for o in outcomes if o is not None]
+            assert len(done) == len(items)
+            return done
+
+    def _lead_until_done(self, req: _Request) -> None:
+        """Wait for ``req``'s outcome, writing batches as leader whenever nobody else is."""
+        while req.outcomes is None or (req.acked and req in self._queue):
+            if self._failed is not None and req in self._queue:
+                self._queue.remove(req)
+                req.outcomes = [
+                    NotCommitted(f"journal fail-stopped before this record was written: {self._failed}")
+                ] * len(req.items)
+                return
+            if self._leader:
+                self._cv.wait()
+                continue
+            batch = self._take_batch()
+            self._leader = True
+            self._mu.release()
+            try:
+                results = self._write_batch(batch)
+            finally:
+                self._mu.acquire()
+                self._leader = False
+                self._cv.notify_all()
+            self._settle(batch, results)
+
+    def _take_batch(self) -> list[_Request]:
+        batch: list[_Request] = []
+        size = records = 0
+        while self._queue:
+            nxt = self._queue[0]
+            nbytes = sum(len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES for it in nxt.items)
+            if batch and (size + nbytes > BATCH_BYTES_MAX or records + len(nxt.items) > BATCH_RECORDS_MAX):
+                break
+            batch.append(self._queue.popleft())
+            size += nbytes
+            records += len(nxt.items)
+        return batch
+
+    def _settle(self, batch: list[_Request], results: tuple[str, str, int | None]) -> None:
+        """Hand out outcomes for a written (or failed) batch; called under the mutex."""
+        status, reason, errno_ = results
+        level: Durability = "sync" if any(r.durability == "sync" for r in batch) else "flush"
+        if status == "ok":
+            for r in batch:
+                if not r.acked:
+                    r.outcomes = [Committed(r.first_seq + k, level) for k in range(len(r.items))]
+            self._buffered_bytes -= sum(
+                len(it.spec.stored) for r in batch if r.durability == "buffered" for it in r.items
+            )
+            return
+        lost_buffered = any(r.acked and r.items for r in batch)
+        for r in batch:
+            for k, it in enumerate(r.items):
+                if it.key is not None and self._keys.get(it.key) == r.first_seq + k and status != "failed":
+                    del self._keys[it.key]
+            if r.acked:
+                continue
+            if status in ("rolled_back", "not_written"):
+                r.outcomes = [NotCommitted(f"write failed and was rolled back: {reason}", errno_)] * len(r.items)
+            else:
+                r.outcomes = [
+                    AckLost(r.first_seq + k, reason, it.digest, it.key, errno_) for k, it in enumerate(r.items)
+                ]
+        if status == "rolled_back" and not lost_buffered:
+            # Nothing acknowledged was lost: renumber what is still queued and carry on.
+            first = batch[0].first_seq
+            self._next_seq = first
+            for q in self._queue:
+                old = q.first_seq
+                q.first_seq = self._next_seq
+                for k, it in enumerate(q.items):
+                    if it.key is not None and self._keys.get(it.key) == old + k:
+                        self._keys[it.key] = q.first_seq + k
+                self._next_seq += len(q.items)
+            assert self._next_seq == self._last_seq + 1 + sum(len(q.items) for q in self._queue)
+            return
+        if self._failed is None:
+            self._failed = (
+                reason
+                if status != "rolled_back"
+                else (f"a write failed after buffered records were acknowledged ({reason}); they are lost")
+            )
+
+    def _write_batch(self, batch: list[_Request]) -> tuple[str, str, int | None]:
+        """The leader's I/O, outside the mutex. Returns (status, reason, errno)."""
+        specs = [it.spec for r in batch for it in r.items]
+        want_sync = any(r.durability == "sync" for r in batch)
+        if not specs:
+            if want_sync and self._active is not None:
+                try:
+                    self._active.fdatasync()
+                except OSError as exc:
+                    return ("failed", f"fdatasync failed: {exc}", exc.errno)
+            return ("ok", "", None)
+        first_seq = next(r.first_seq for r in batch if r.items)
+        assert first_seq == self._last_seq + 1, (first_seq, self._last_seq)
+        nbytes = sum(len(s.stored) + fmt.FRAME_HEADER_SIZE_BYTES for s in specs)
+        try:
+            if (
+                self._active is not None
+                and self._active_count > 0
+                and (self._active_size + nbytes > self.options.segment_size_bytes)
+            ):
+                self._seal_active()
+            if self._active is None:
+                self._start_segment(first_seq)
+        except OSError as exc:
+            # Nothing of this batch was written, but a seal or a new segment may be half done:
+            # stop until recovery has looked at the files.
+            return ("not_written", f"segment roll-over failed: {exc}", exc.errno)
+        assert self._active is not None and self._active_header is not None
+        data = fmt.encode_batch(first_seq, specs, self._active_header.salt, commit_last=want_sync)
+        start = self._active_size
+        try:
+            write_all(self._active, data, start)
+        except OSError as exc:
+            return self._roll_back(start, f"write failed: {exc}", exc.errno)
+        if want_sync:
+            try:
+                self._active.fdatasync()
+            except OSError as exc:
+                return ("failed", f"fdatasync failed: {exc}", exc.errno)
+        offset = start
+        for i, spec in enumerate(specs):
+            self._note_frame(first_seq + i, offset)
+            offset += fmt.FRAME_HEADER_SIZE_BYTES + len(spec.stored)
+        self._active_size = offset
+        self._active_count += len(specs)
+        self._last_seq = first_seq + len(specs) - 1
+        return ("ok", "", None)
+
+    def _roll_back(self, start: int, reason: str, errno_: int | None) -> tuple[str, str, int | None]:
+        assert self._active is not None
+        try:
+            self._active.truncate(start)
+            self._active.fdatasync()
+        except OSError as exc:
+            return ("failed", f"{reason}; rollback failed too: {exc}", errno_)
+        return ("rolled_back", reason, errno_)
+
+    def _seal_active(self) -> None:
+        assert self._active is not None and self._active_header is not None and self._active_count > 0
+        base = self._active_header.base_seq
+        payload = fmt.encode_seal_payload(
+            self._active_count,
+            base,
+            self._last_seq,
+            self.options.index_interval_bytes,
+            self._index,
+            self._active_size,
+        )
+        frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
+        write_all(self._active, frame, self._active_size)
+        self._active.fdatasync()
+        self._active.close()
+        self._active = None
+        self._active_header = None
+
+    def _start_segment(self, base_seq: int) -> None:
+        self._segment_number += 1
+        header = new_header(self._journal_id, self._segment_number, base_seq)
+        self._active = create_segment(self._fs, self.path, header)
+        self._active_header = header
+        self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES
+        self._active_count = 0
+        self._index = []
+        self._next_index_at = self._active_size
+
+
+def open(  # noqa: A001 - the public contract is journal.open
+    path: str | os.PathLike[str], create: bool = False, readonly: bool = False, **kwargs: Any
+) -> Journal:
+    """Open the journal in directory ``path``; see Journal.open for the options."""
+    return Journal.open(path, create=create, readonly=readonly, **kwargs)
+
+
+__all__ = ["Journal", "JournalError", "Options", "open"]

@@ -1,0 +1,180 @@
+"""The one file layer. Every open, write, sync, truncate, rename, unlink and lock goes through it.
+
+The engine never calls ``os`` for file work directly. Tests wrap a FileSystem to inject faults
+at any call (journal.faults), and the crash simulator replaces it with one that records every
+byte (journal.crashsim), so what they see is exactly what reaches a disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import time
+from typing import Protocol
+
+FILE_MODE = 0o600  # agent logs carry prompts, secrets and tool output: owner-only by default
+DIR_MODE = 0o700
+LOCK_POLL_INTERVAL_S = 0.01
+
+
+class File(Protocol):
+    """An open file. Offsets are explicit: the engine never relies on a shared file position."""
+
+    path: str
+
+    def pread(self, size: int, offset: int) -> bytes: ...
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int: ...
+    def truncate(self, size: int) -> None: ...
+    def fsync(self) -> None: ...
+    def fdatasync(self) -> None: ...
+    def size(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class Lock(Protocol):
+    def release(self) -> None: ...
+
+
+class FileSystem(Protocol):
+    def open_read(self, path: str) -> File: ...
+    def open_write(self, path: str, create: bool) -> File:
+        """Open read-write; ``create`` makes it exclusively (it must not exist yet)."""
+        ...
+
+    def rename(self, src: str, dst: str) -> None: ...
+    def unlink(self, path: str) -> None: ...
+    def mkdir(self, path: str) -> None: ...
+    def fsync_dir(self, path: str) -> None: ...
+    def listdir(self, path: str) -> list[str]: ...
+    def exists(self, path: str) -> bool: ...
+    def is_dir(self, path: str) -> bool: ...
+    def try_lock(self, path: str) -> Lock | None:
+        """Take the exclusive writer lock, or None if another holder has it."""
+        ...
+
+    def read_lock_owner(self, path: str) -> int | None: ...
+
+
+class OsFile:
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self._fd, size, offset)
+
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int:
+        return os.pwrite(self._fd, data, offset)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def fdatasync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class OsLock:
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            # Closing the descriptor drops the flock; the kernel also drops it if we die.
+            os.close(self._fd)
+            self._fd = -1
+
+
+class OsFileSystem:
+    """The real thing: POSIX calls, owner-only modes, flock for the writer lock."""
+
+    def open_read(self, path: str) -> File:
+        return OsFile(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+    def open_write(self, path: str, create: bool) -> File:
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
+        return OsFile(path, os.open(path, flags, FILE_MODE))
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path, DIR_MODE)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def is_dir(self, path: str) -> bool:
+        try:
+            return stat.S_ISDIR(os.stat(path).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def try_lock(self, path: str) -> Lock | None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            raise
+        # The pid is advisory, for the error message of a second writer; the flock is the lock.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return OsLock(fd)
+
+    def read_lock_owner(self, path: str) -> int | None:
+        try:
+            with open(path, "rb") as f:
+                text = f.read(32).strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+
+def take_lock(fs: FileSystem, path: str, timeout_s: float) -> Lock | None:
+    """Try the lock until ``timeout_s`` has passed (0: try once)."""
+    assert timeout_s >= 0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lock = fs.try_lock(path)
+        if lock is not None or time.monotonic() >= deadline:
+            return lock
+        time.sleep(LOCK_POLL_INTERVAL_S)
+
+
+def write_all(f: File, data: bytes | memoryview, offset: int) -> None:
+    """pwrite until done; a short write that makes no progress is an error (ENOSPC)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        n = f.pwrite(view[done:], offset + done)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "short write made no progress", f.path)
+        done += n

@@ -1,0 +1,261 @@
+"""Reading records: a cursor over segments that seeks with sealed footers and verifies every frame.
+
+Readers take no lock. In the live (last, unsealed) segment an incomplete or damaged frame with
+nothing durable after it is "not yet written": the cursor stops there and a later call picks up
+from the same place. Damage with a commit-marked frame after it, anything wrong inside a sealed
+segment, and any gap or duplicate in seqs are errors that name the segment, offset and seq.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import zstandard
+
+from . import format as fmt
+from .errors import CorruptionError, NewerFormatError, RecordTooLargeError, SequenceError
+from .fs import File, FileSystem
+from .segment import SegmentName, list_segments, read_header, read_seal
+
+READ_CHUNK_BYTES = 1024 * 1024
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d: zstandard.ZstdDecompressor | None = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+class Record:
+    """One record read back: its seq and the event exactly as it was appended."""
+
+    __slots__ = ("_event", "is_bytes", "key", "payload", "seq", "synthetic")
+
+    def __init__(self, seq: int, payload: bytes, is_bytes: bool, key: str | None, synthetic: bool) -> None:
+        self.seq = seq
+        self.payload = payload  # the uncompressed stored bytes (UTF-8 JSON, or the raw bytes)
+        self.is_bytes = is_bytes
+        self.key = key
+        self.synthetic = synthetic
+        self._event: Any = None
+
+    @property
+    def event(self) -> Any:
+        """The appended dict (decoded from JSON) or the appended bytes."""
+        if self.is_bytes:
+            return self.payload
+        if self._event is None:
+            self._event = json.loads(self.payload)
+        return self._event
+
+    def __repr__(self) -> str:
+        return f"Record(seq={self.seq}, {len(self.payload)} bytes{', synthetic' if self.synthetic else ''})"
+
+
+def decode_payload(
+    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+) -> Record:
+    """Turn a verified data frame into a Record (decompress, split the key)."""
+    start = frame.payload_offset - buf_offset
+    stored = memoryview(buf)[start : start + frame.stored_len]
+    key: str | None = None
+    if frame.flags & fmt.FLAG_KEYED:
+        raw_key, stored = fmt.split_keyed(stored)
+        key = raw_key.decode("utf-8", "surrogateescape")
+    if frame.raw_len > record_size_bytes_max:
+        raise RecordTooLargeError(frame.raw_len, record_size_bytes_max)
+    if frame.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD:
+        try:
+            payload = _decompressor().decompress(stored, max_output_size=frame.raw_len)
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(segment, frame.offset, frame.seq, f"zstd payload does not decode: {exc}") from None
+    else:
+        payload = bytes(stored)
+    if len(payload) != frame.raw_len:
+        raise CorruptionError(segment, frame.offset, frame.seq, "payload length differs from its header")
+    return Record(frame.seq, payload, bool(frame.flags & fmt.FLAG_BYTES), key, bool(frame.flags & fmt.FLAG_SYNTHETIC))
+
+
+def raise_for_stop(res: fmt.ScanResult, segment: str, path: str, last_seq: int) -> None:
+    """Errors that no position in a file can excuse: seq gaps/duplicates and newer formats."""
+    if res.stop == fmt.Stop.SEQ:
+        kind = "duplicate" if res.stop_seq <= last_seq else "gap"
+        raise SequenceError(
+            segment,
+            res.stop_offset,
+            res.stop_seq,
+            f"sequence {kind}: found seq {res.stop_seq} where seq {last_seq + 1} was expected",
+        )
+    if res.stop == fmt.Stop.FLAGS:
+        raise NewerFormatError(path, f"frame at offset {res.stop_offset} uses unknown flags", fmt.FORMAT_VERSION)
+
+
+class _OpenSegment:
+    def __init__(self, fs: FileSystem, dirpath: str, seg: SegmentName) -> None:
+        self.seg = seg
+        self.file: File = fs.open_read(os.path.join(dirpath, seg.name))
+        try:
+            self.header = read_header(self.file, seg.name)
+        except BaseException:
+            self.file.close()
+            raise
+        self.seal: fmt.SealInfo | None = None
+
+    def refresh_seal(self) -> int:
+        size = self.file.size()
+        if self.seal is None:
+            self.seal = read_seal(self.file, self.header, self.seg.name, size)
+        return size
+
+
+class Cursor:
+    """A resumable position in a journal: the next record to read is ``next_seq``."""
+
+    def __init__(self, fs: FileSystem, dirpath: str, after_seq: int, record_size_bytes_max: int) -> None:
+        assert after_seq >= 0
+        self._fs = fs
+        self._dir = dirpath
+        self._max = record_size_bytes_max
+        self.next_seq = after_seq + 1
+        self._cur: _OpenSegment | None = None
+        self._offset = 0  # of the next frame in the current segment
+        self._expected = 0  # seq the next data frame must carry
+        self._journal_id: bytes | None = None
+
+    def close(self) -> None:
+        if self._cur is not None:
+            self._cur.file.close()
+            self._cur = None
+
+    def _open(self, seg: SegmentName) -> _OpenSegment:
+        opened = _OpenSegment(self._fs, self._dir, seg)
+        if self._journal_id is None:
+            self._journal_id = opened.header.journal_id
+        elif opened.header.journal_id != self._journal_id:
+            opened.file.close()
+            raise CorruptionError(seg.name, 0, None, "segment belongs to a different journal (journal id differs)")
+        return opened
+
+    def _seek(self, segments: list[SegmentName]) -> bool:
+        """Position on the segment holding ``next_seq``; False if no segment does yet."""
+        bases = [s.base_seq for s in segments]
+        i = bisect.bisect_right(bases, self.next_seq) - 1
+        if i < 0:
+            if not segments:
+                return False
+            i = 0
+        self.close()
+        self._cur = self._open(segments[i])
+        self._cur.refresh_seal()
+        self._offset = fmt.SEGMENT_HEADER_SIZE_BYTES
+        self._expected = self._cur.header.base_seq
+        seal = self._cur.seal
+        if seal is not None and seal.entries:
+            keys = [seq for seq, _ in seal.entries]
+            j = bisect.bisect_right(keys, self.next_seq) - 1
+            if j >= 0:
+                self._expected, self._offset = seal.entries[j]
+        return True
+
+    def read(self, limit: int = 1 << 62) -> Iterator[Record]:
+        """Yield records from ``next_seq`` on, up to what is written now; resumable."""
+        while limit > 0:
+            if self._cur is None:
+                if not self._seek(list_segments(self._fs, self._dir)):
+                    return
+            cur = self._cur
+            assert cur is not None
+            size = cur.refresh_seal()
+            sealed = cur.seal
+            end = sealed.seal_offset if sealed is not None else size
+            for rec in self._read_span(cur, end, sealed is not None):
+                if rec.seq >= self.next_seq:
+                    self.next_seq = rec.seq + 1
+                    yield rec
+                    limit -= 1
+                    if limit == 0:
+                        return
+            if self._offset < end:
+                return  # live segment: the rest is not yet written
+            if sealed is None:
+                # The live segment ends here for now; move on only once it has been sealed.
+                size = cur.refresh_seal()
+                if cur.seal is None:
+                    return
+                continue
+            segments = list_segments(self._fs, self._dir)
+            later = [s for s in segments if s.base_seq > cur.seg.base_seq]
+            if not later:
+                return
+            nxt = later[0]
+            if nxt.base_seq != sealed.last_seq + 1:
+                raise SequenceError(
+                    nxt.name,
+                    0,
+                    nxt.base_seq,
+                    f"sequence gap between segments: {cur.seg.name} ends at seq {sealed.last_seq}",
+                )
+            self.close()
+            self._cur = self._open(nxt)
+            self._offset = fmt.SEGMENT_HEADER_SIZE_BYTES
+            self._expected = nxt.base_seq
+
+    def _read_span(self, cur: _OpenSegment, end: int, sealed: bool) -> Iterator[Record]:
+        name = cur.seg.name
+        want = READ_CHUNK_BYTES
+        while self._offset < end:
+            offset = self._offset
+            buf = cur.file.pread(min(end - offset, want), offset)
+            chunk_end = offset + len(buf)
+            res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset)
+            for frame in res.frames:
+                if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA and frame.seq >= self.next_seq:
+                    yield decode_payload(frame, buf, offset, name, self._max)
+            if res.frames:
+                self._expected = res.frames[-1].seq + 1
+            self._offset = res.stop_offset
+            if res.stop == fmt.Stop.END:
+                want = READ_CHUNK_BYTES
+                continue
+            if res.stop in (fmt.Stop.TRUNCATED, fmt.Stop.ZEROS) and chunk_end < end:
+                # The chunk, not the file, ended inside a frame: read on, or read a frame
+                # larger than a chunk whole (scan has already capped its length).
+                if res.frames:
+                    want = READ_CHUNK_BYTES
+                    continue
+                need = fmt.FRAME_HEADER_SIZE_BYTES
+                if len(buf) >= fmt.FRAME_HEADER_SIZE_BYTES:
+                    need += fmt.read_frame_header(buf, 0)[1]
+                if need > want:
+                    want = need
+                    continue
+            raise_for_stop(res, name, cur.file.path, self._expected - 1)
+            if sealed:
+                raise CorruptionError(
+                    name,
+                    res.stop_offset,
+                    self._expected,
+                    f"invalid frame inside a sealed segment ({res.stop.name.lower()})",
+                )
+            self._check_live_tail(cur, res.stop_offset)
+            return
+
+    def _check_live_tail(self, cur: _OpenSegment, stop_offset: int) -> None:
+        """Damage in the live segment is only "not yet written" if nothing durable follows it."""
+        size = cur.file.size()
+        rest = cur.file.pread(size - stop_offset, stop_offset)
+        later = fmt.find_later_commit(rest, 0, cur.header.salt, self._expected - 1)
+        if later is not None:
+            raise CorruptionError(
+                cur.seg.name,
+                stop_offset,
+                self._expected,
+                f"invalid frame before a durable (commit-marked) frame at offset {stop_offset + later}",
+            )
