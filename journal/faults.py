@@ -106,17 +106,22 @@ class _FaultyFile:
         self._fs = fs
         self._inner = inner
         self.path = inner.path
+        self._full = False  # after a short write the disk is full: the next pwrite fails
 
     def pread(self, size: int, offset: int) -> bytes:
         return self._inner.pread(size, offset)
 
     def pwrite(self, data: bytes | memoryview, offset: int) -> int:
+        if self._full:
+            self._full = False
+            raise OSError(errno_mod.ENOSPC, "injected ENOSPC after a short write", self.path)
         try:
             self._fs.check("short_write", self.path)
         except OSError:
             half = len(data) // 2
             if half == 0:
                 raise
+            self._full = True
             return self._inner.pwrite(memoryview(data)[:half], offset)
         self._fs.check("pwrite", self.path)
         return self._inner.pwrite(data, offset)
