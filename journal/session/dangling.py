@@ -1,0 +1,102 @@
+"""Find every structure the log opened and never closed: a pure function of the events.
+
+Structures are found by role (registry.Role), never by type name, so a runtime's own types take
+part as soon as they are registered with a role. Each open structure remembers the event that
+opened it; repair derives its closer from that event alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .envelope import Event
+from .registry import EventType, Role
+
+
+@dataclass
+class OpenTool:
+    request: Event  # the intent (or the start, for a runtime that records no intent)
+    started: Event | None = None
+
+
+@dataclass
+class Dangling:
+    """Open structures in the order they were opened, plus what a closer needs to know."""
+
+    turns: dict[str, Event] = field(default_factory=dict)
+    steps: dict[str, Event] = field(default_factory=dict)
+    tools: dict[str, OpenTool] = field(default_factory=dict)
+    approvals: dict[str, Event] = field(default_factory=dict)
+    attempts: dict[str, Event] = field(default_factory=dict)  # first delta of an attempt with no close
+    attempt_deltas: dict[str, int] = field(default_factory=dict)
+    compactions: dict[str, Event] = field(default_factory=dict)
+    jobs: dict[str, Event] = field(default_factory=dict)
+    header: Event | None = None
+    last_fact: Event | None = None  # the last event a runtime wrote (not a closer)
+    events: int = 0
+
+    def empty(self) -> bool:
+        return not (self.turns or self.steps or self.tools or self.approvals or self.attempts
+                    or self.compactions or self.jobs)
+
+
+def data_id(event: Event, key: str) -> str | None:
+    value: Any = event.data.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def find_dangling(events: Iterable[tuple[Event, EventType]]) -> Dangling:
+    d = Dangling()
+    for event, spec in events:
+        d.events += 1
+        if not event.synthetic:
+            d.last_fact = event
+        role = spec.role
+        if role is Role.HEADER:
+            if d.header is None:
+                d.header = event
+        elif role is Role.TURN_OPEN and event.turn_id:
+            d.turns.setdefault(event.turn_id, event)
+        elif role is Role.TURN_CLOSE and event.turn_id:
+            d.turns.pop(event.turn_id, None)
+        elif role is Role.STEP_OPEN and event.step_id:
+            d.steps.setdefault(event.step_id, event)
+        elif role is Role.STEP_CLOSE and event.step_id:
+            d.steps.pop(event.step_id, None)
+        elif role is Role.TOOL_REQUEST and event.tool_call_id:
+            d.tools.setdefault(event.tool_call_id, OpenTool(event))
+        elif role is Role.TOOL_START and event.tool_call_id:
+            tool = d.tools.setdefault(event.tool_call_id, OpenTool(event))
+            if tool.started is None:
+                tool.started = event
+        elif role is Role.TOOL_RESULT and event.tool_call_id:
+            d.tools.pop(event.tool_call_id, None)
+        elif role is Role.APPROVAL_OPEN and event.approval_id:
+            d.approvals.setdefault(event.approval_id, event)
+        elif role is Role.APPROVAL_CLOSE and event.approval_id:
+            d.approvals.pop(event.approval_id, None)
+        elif role is Role.ATTEMPT_DELTA and event.attempt_id:
+            d.attempts.setdefault(event.attempt_id, event)
+            d.attempt_deltas[event.attempt_id] = d.attempt_deltas.get(event.attempt_id, 0) + 1
+        elif role is Role.ATTEMPT_CLOSE and event.attempt_id:
+            d.attempts.pop(event.attempt_id, None)
+            d.attempt_deltas.pop(event.attempt_id, None)
+        elif role is Role.COMPACTION_OPEN:
+            cid = data_id(event, "compactionId")
+            if cid:
+                d.compactions.setdefault(cid, event)
+        elif role in (Role.COMPACTION_CLOSE, Role.COMPACTION_ROLLBACK):
+            cid = data_id(event, "compactionId")
+            if cid:
+                d.compactions.pop(cid, None)
+        elif role is Role.JOB_OPEN:
+            jid = data_id(event, "jobId")
+            if jid:
+                d.jobs.setdefault(jid, event)
+        elif role is Role.JOB_CLOSE:
+            jid = data_id(event, "jobId")
+            if jid:
+                d.jobs.pop(jid, None)
+    return d
