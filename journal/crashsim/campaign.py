@@ -1,0 +1,246 @@
+"""The power-loss campaign: run workloads on the recording file system, crash them everywhere.
+
+For each (workload, model) pair, runs are repeated with seeds ``seed, seed+1, ...`` until the
+state budget is spent. One run: record the workload's trace, walk every crash point, and check
+the states the model allows there -- all of them when the trace is short, a seeded random sample
+of structured and random states when it is long. Identical images are checked once.
+
+A failure is saved as JSON with everything needed to check it again without the engine run that
+produced it (the image, the expectation, the model) and with the seed that reproduces the run.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import random
+import secrets as _secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .checker import Expect, check_image
+from .memfs import Image, MemFileSystem
+from .model import CrashState, Replay, crash_points, exhaustive, sample
+from .workloads import WORKLOADS, Ctx, Ledger, Workload
+
+STATES_PER_RUN_MAX = 300  # beyond this a run's states are sampled, so seeds vary the traces
+DEEP_EVERY = 25  # every Nth checked state also checks appends after recovery
+SECOND_CRASH_EVERY = 40  # every Nth checked state also crashes recovery itself
+SECOND_CRASH_STATES = 4
+
+
+class _SeededSecrets:
+    """Stands in for ``secrets`` in the engine during a run, so that salts and ids repeat."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def randbits(self, k: int) -> int:
+        return self._rng.getrandbits(k)
+
+    def token_bytes(self, n: int) -> bytes:
+        return self._rng.randbytes(n)
+
+
+@contextlib.contextmanager
+def deterministic(seed: int) -> Iterator[None]:
+    """Make the engine's random salts and journal ids a function of ``seed`` (they are not part
+    of any crash behaviour, but they are part of every byte, so a seed must fix them)."""
+    from .. import core, segment
+
+    shim = _SeededSecrets(random.Random(seed ^ 0x5EED))
+    saved = core.secrets, segment.secrets
+    core.secrets = shim  # type: ignore[assignment]
+    segment.secrets = shim  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        core.secrets, segment.secrets = saved
+
+
+@dataclass
+class Failure:
+    workload: str
+    model: str
+    seed: int
+    point: int
+    state: list[str]
+    violations: list[str]
+    image: Image
+    expect: Expect
+    damaged_synced: bool
+    saved_to: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        files, dirs = self.image
+        return {
+            "workload": self.workload,
+            "model": self.model,
+            "seed": self.seed,
+            "point": self.point,
+            "state": self.state,
+            "violations": self.violations,
+            "damaged_synced": self.damaged_synced,
+            "image": {
+                "files": {p: base64.b64encode(b).decode() for p, b in files.items()},
+                "dirs": sorted(dirs),
+            },
+            "expect": self.expect.to_json(),
+            "replay": f"journal crash-test --replay <this file>   (or: --workload {self.workload} "
+            f"--model {self.model} --seed {self.seed} --runs 1)",
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Failure:
+        files = {p: base64.b64decode(b) for p, b in d["image"]["files"].items()}
+        return cls(
+            d["workload"],
+            d["model"],
+            d["seed"],
+            d["point"],
+            d["state"],
+            d["violations"],
+            (files, frozenset(d["image"]["dirs"])),
+            Expect.from_json(d["expect"]),
+            d["damaged_synced"],
+        )
+
+
+@dataclass
+class Tally:
+    workload: str
+    model: str
+    runs: int = 0
+    states: int = 0
+    detected_damage: int = 0  # CorruptionError after damage to synced bytes (npsow only)
+    deep: int = 0
+    second_crash: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def record_run(wl: Workload, seed: int) -> tuple[MemFileSystem, Ledger]:
+    """Run ``wl`` once with ``seed`` on a fresh recording file system."""
+    with deterministic(seed):
+        if wl.prepare is not None:
+            image, ledger = wl.prepare(seed, wl.options)
+            fs = MemFileSystem.from_image(image)
+        else:
+            fs, ledger = MemFileSystem(), Ledger()
+        ctx = Ctx(fs, wl.options, seed, fs.op_count)
+        ctx.ledger.attempts.extend(ledger.attempts)
+        if ledger.created_at >= 0:
+            ctx.ledger.created_at = ledger.created_at
+        wl.run(ctx)
+    return fs, ctx.ledger
+
+
+def states_of_run(fs: MemFileSystem, model: str, rng: random.Random, budget: int) -> Iterator[tuple[Replay, CrashState]]:
+    """The crash states of one recorded run: exhaustive if they fit ``budget``, else sampled."""
+    points = set(crash_points(fs.log))
+    replay = Replay(fs.log, fs.base, fs.base_inodes)
+    total = 0
+    while True:
+        if replay.point in points:
+            total += sum(1 for _ in exhaustive(replay, model, random.Random(0)))
+        if replay.point >= len(fs.log):
+            break
+        replay.advance()
+    keep = min(1.0, budget / max(1, total))
+    extra = 0 if keep >= 1.0 else max(1, budget // (4 * max(1, len(points))))
+    replay = Replay(fs.log, fs.base, fs.base_inodes)
+    while True:
+        if replay.point in points:
+            for state in exhaustive(replay, model, rng):
+                if keep >= 1.0 or rng.random() < keep * 0.75:
+                    yield replay, state
+            for _ in range(extra):
+                yield replay, sample(replay, model, rng)
+        if replay.point >= len(fs.log):
+            break
+        replay.advance()
+
+
+def run_campaign(
+    workloads: list[str],
+    models: list[str],
+    states: int,
+    seed: int,
+    save_dir: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    stop_on_failure: bool = False,
+    runs_max: int | None = None,
+) -> list[Tally]:
+    """Check about ``states`` crash states per (workload, model); returns one Tally per pair."""
+    tallies: list[Tally] = []
+    total = states * len(workloads) * len(models)
+    done = 0
+    for name in workloads:
+        wl = WORKLOADS[name]
+        for model in models:
+            tally = Tally(name, model)
+            tallies.append(tally)
+            t0 = time.monotonic()
+            run = 0
+            while tally.states < states and (runs_max is None or run < runs_max):
+                run_seed = seed + run
+                run += 1
+                tally.runs += 1
+                fs, ledger = record_run(wl, run_seed)
+                rng = random.Random(f"{run_seed}/{model}/{name}")
+                seen: set[str] = set()
+                budget = min(STATES_PER_RUN_MAX, states - tally.states)
+                for replay, state in states_of_run(fs, model, rng, budget):
+                    if tally.states >= states:
+                        break
+                    built = replay.build(state)
+                    if built.digest in seen:
+                        continue
+                    seen.add(built.digest)
+                    exp = Expect.at(ledger, state.point)
+                    tally.states += 1
+                    deep = tally.states % DEEP_EVERY == 0
+                    second = SECOND_CRASH_STATES if tally.states % SECOND_CRASH_EVERY == 0 else 0
+                    verdict = check_image(wl, built.image, exp, built.damaged_synced, rng, deep, second)
+                    tally.deep += deep
+                    tally.second_crash += bool(second)
+                    tally.detected_damage += verdict.detected_damage
+                    if verdict.violations:
+                        f = Failure(
+                            name, model, run_seed, state.point, state.describe(fs.log),
+                            verdict.violations, built.image, exp, built.damaged_synced,
+                        )
+                        if save_dir is not None:
+                            f.saved_to = save_failure(f, save_dir, len(tally.failures))
+                        tally.failures.append(f)
+                        if stop_on_failure:
+                            tally.seconds += time.monotonic() - t0
+                            return tallies
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+                if not seen and run > 3:
+                    break  # the workload leaves nothing to crash
+            tally.seconds = time.monotonic() - t0
+    return tallies
+
+
+def save_failure(f: Failure, save_dir: str, n: int) -> str:
+    os.makedirs(save_dir, exist_ok=True)
+    path = os.path.join(save_dir, f"{f.workload}-{f.model}-seed{f.seed}-op{f.point}-{n}-{_secrets.token_hex(3)}.json")
+    with open(path, "w") as fh:
+        json.dump(f.to_json(), fh, indent=1)
+    return path
+
+
+def replay_failure(path: str) -> tuple[Failure, list[str]]:
+    """Check a saved failure again; returns it and the violations found now (empty: fixed)."""
+    with open(path) as fh:
+        f = Failure.from_json(json.load(fh))
+    wl = WORKLOADS[f.workload]
+    verdict = check_image(wl, f.image, f.expect, f.damaged_synced, random.Random(f.seed), deep=True)
+    return f, verdict.violations

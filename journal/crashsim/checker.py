@@ -1,0 +1,232 @@
+"""The invariants: recover a crash image and say what, if anything, the engine got wrong.
+
+What a crash at point k must leave (docs/CRASH-TESTING.md has the reasons):
+
+1. durable -- every record acknowledged Committed at "sync" before k is read back, byte-exact,
+   at the seq it was given;
+2. genuine -- every record read back was appended (its payload names an append that started
+   before k) at exactly the seq its outcome names, and was never NotCommitted;
+3. contiguous -- seqs read back are 1, 2, ..., n;
+4. no refusal -- recovery does not raise, unless the crash damaged synced bytes (possible only
+   without power-safe overwrite), and then only CorruptionError: damage is reported, never
+   silently dropped;
+5. stable -- recovering the recovered image again gives the same records and the same files;
+6. writable -- appends after recovery continue at n+1 and survive the next power loss;
+7. recovery is crash-safe -- a second power loss anywhere inside recovery still satisfies 1-4.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import Journal
+from ..errors import CorruptionError
+from ..outcomes import Committed, NotCommitted
+from .memfs import Image, MemFileSystem
+from .model import Replay, crash_points, exhaustive, sample
+from .workloads import JOURNAL_PATH, Ledger, Workload
+
+
+@dataclass
+class Expect:
+    """What the ledger says about a crash at one point, in the form the checker needs."""
+
+    required: dict[int, bytes]  # seq -> payload of records acknowledged at "sync" before the crash
+    allowed: dict[bytes, int | None]  # payload -> seq of every record that may be read back
+    forbidden: set[bytes]  # payloads whose outcome was NotCommitted: never readable
+    created: bool  # journal creation had returned before the crash
+
+    @classmethod
+    def at(cls, ledger: Ledger, point: int) -> Expect:
+        required: dict[int, bytes] = {}
+        allowed: dict[bytes, int | None] = {}
+        forbidden: set[bytes] = set()
+        for a in ledger.attempts:
+            if isinstance(a.outcome, NotCommitted):
+                forbidden.add(a.payload)
+                continue
+            if a.start < point or a.start == 0:
+                allowed[a.payload] = a.seq
+            o = a.outcome
+            if isinstance(o, Committed) and o.durability == "sync" and 0 <= a.end <= point and not o.duplicate:
+                required[o.seq] = a.payload
+        return cls(required, allowed, forbidden, 0 <= ledger.created_at <= point)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "required": {str(s): p.hex() for s, p in self.required.items()},
+            "allowed": [[p.hex(), s] for p, s in self.allowed.items()],
+            "forbidden": [p.hex() for p in self.forbidden],
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Expect:
+        return cls(
+            {int(s): bytes.fromhex(p) for s, p in d["required"].items()},
+            {bytes.fromhex(p): s for p, s in d["allowed"]},
+            {bytes.fromhex(p) for p in d["forbidden"]},
+            bool(d["created"]),
+        )
+
+
+@dataclass
+class Verdict:
+    violations: list[str] = field(default_factory=list)
+    records: list[tuple[int, bytes]] = field(default_factory=list)
+    detected_damage: bool = False  # recovery refused with CorruptionError and the model allowed it
+    image_after: Image | None = None
+
+
+def _recover(wl: Workload, image: Image, create: bool) -> tuple[list[tuple[int, bytes]], MemFileSystem]:
+    fs = MemFileSystem.from_image(image)
+    fs.record_reads = False
+    recs = wl.recover(fs, JOURNAL_PATH, wl.options, create)
+    return [(r.seq, r.payload) for r in recs], fs
+
+
+def check_records(recs: list[tuple[int, bytes]], exp: Expect) -> list[str]:
+    out: list[str] = []
+    seqs = [s for s, _ in recs]
+    if seqs != list(range(1, len(seqs) + 1)):
+        out.append(f"seqs not contiguous from 1: {seqs[:20]}")
+    got = dict(recs)
+    for seq, payload in sorted(exp.required.items()):
+        if seq not in got:
+            out.append(f"record seq {seq} acknowledged Committed(sync) before the crash is missing")
+        elif got[seq] != payload:
+            out.append(f"record seq {seq} acknowledged Committed(sync) reads back different bytes")
+    for seq, payload in recs:
+        if payload in exp.forbidden:
+            out.append(f"record seq {seq} was reported NotCommitted but is in the journal")
+        elif payload not in exp.allowed:
+            out.append(f"record seq {seq} was never appended before the crash ({payload[:40]!r})")
+        elif exp.allowed[payload] is not None and exp.allowed[payload] != seq:
+            out.append(f"record seq {seq} was acknowledged with seq {exp.allowed[payload]}")
+    return out
+
+
+def check_image(
+    wl: Workload,
+    image: Image,
+    exp: Expect,
+    damaged_synced: bool,
+    rng: random.Random,
+    deep: bool = False,
+    second_crash_states: int = 0,
+) -> Verdict:
+    """Recover ``image`` and check invariants 1-5 (and 6-7 when ``deep`` / asked)."""
+    v = Verdict()
+    try:
+        recs, fs1 = _recover(wl, image, create=not exp.created)
+    except CorruptionError as exc:
+        if damaged_synced:
+            v.detected_damage = True
+        else:
+            v.violations.append(f"recovery refused an image a power loss can leave: {exc}")
+        return v
+    except Exception as exc:
+        v.violations.append(f"recovery raised {type(exc).__name__}: {exc}")
+        return v
+    v.records = recs
+    v.violations.extend(check_records(recs, exp))
+    if damaged_synced and v.violations:
+        v.violations.insert(0, "synced bytes were damaged (no power-safe overwrite) and the loss went unreported")
+    after = fs1.snapshot()
+    v.image_after = after
+    try:
+        recs2, fs2 = _recover(wl, after, create=False)
+    except Exception as exc:
+        v.violations.append(f"second recovery of the recovered image raised {type(exc).__name__}: {exc}")
+        return v
+    if recs2 != recs:
+        v.violations.append(f"recovering twice gives different records ({len(recs)} then {len(recs2)})")
+    if fs2.snapshot()[0] != after[0]:
+        v.violations.append("recovering twice gives different files")
+    if v.violations:
+        return v
+    if deep:
+        v.violations.extend(_check_appends_after(wl, after, recs, exp, rng))
+    if second_crash_states:
+        v.violations.extend(_check_crash_in_recovery(wl, image, exp, rng, second_crash_states))
+    return v
+
+
+def _check_appends_after(
+    wl: Workload, image: Image, recs: list[tuple[int, bytes]], exp: Expect, rng: random.Random
+) -> list[str]:
+    """Invariant 6: appends continue at the next seq and survive the next power loss."""
+    fs = MemFileSystem.from_image(image)
+    fs.record_reads = False
+    n = len(recs)
+    events = [b"after-recovery-%d-%d" % (n, i) for i in range(3)]
+    j = Journal.open(JOURNAL_PATH, fs=fs, **wl.options)
+    try:
+        if j.last_seq != n:
+            return [f"after recovery last_seq is {j.last_seq}, {n} records were read"]
+        outs = [j.append(events[0], durability="sync"), *j.append_many(events[1:], durability="sync")]
+    finally:
+        j.close()
+    out: list[str] = []
+    for i, o in enumerate(outs):
+        if not (isinstance(o, Committed) and o.seq == n + 1 + i):
+            out.append(f"append after recovery gave {o}, expected Committed(seq={n + 1 + i})")
+    if out:
+        return out
+    replay = Replay(fs.log, fs.base, fs.base_inodes)
+    while replay.point < len(fs.log):
+        replay.advance()
+    exp2 = Expect(
+        {**dict(recs), **{n + 1 + i: e for i, e in enumerate(events)}},
+        {**{p: s for s, p in recs}, **{e: n + 1 + i for i, e in enumerate(events)}},
+        set(),
+        True,
+    )
+    for state in (sample(replay, "psow", rng), sample(replay, "psow", rng)):
+        built = replay.build(state)
+        try:
+            recs3, _ = _recover(wl, built.image, create=False)
+        except Exception as exc:
+            return [f"recovery after post-recovery appends raised {type(exc).__name__}: {exc}"]
+        out.extend(f"after post-recovery appends and a crash: {m}" for m in check_records(recs3, exp2))
+    return out
+
+
+def _check_crash_in_recovery(
+    wl: Workload, image: Image, exp: Expect, rng: random.Random, states: int
+) -> list[str]:
+    """Invariant 7: record recovery's own trace and crash it."""
+    fs = MemFileSystem.from_image(image)
+    fs.record_reads = False
+    try:
+        wl.recover(fs, JOURNAL_PATH, wl.options, not exp.created)
+    except Exception:
+        return []  # the first recovery already reported this
+    replay = Replay(fs.log, fs.base, fs.base_inodes)
+    points = set(crash_points(fs.log))
+    candidates = []
+    while True:
+        if replay.point in points:
+            candidates.extend(list(exhaustive(replay, "psow", rng))[:: max(1, len(fs.log) // 8)])
+        if replay.point >= len(fs.log):
+            break
+        replay.advance()
+    # Rebuild the chosen states in order (a Replay only moves forward).
+    chosen = sorted(rng.sample(candidates, min(states, len(candidates))), key=lambda s: s.point)
+    replay = Replay(fs.log, fs.base, fs.base_inodes)
+    out: list[str] = []
+    for state in chosen:
+        while replay.point < state.point:
+            replay.advance()
+        built = replay.build(state)
+        try:
+            recs, _ = _recover(wl, built.image, create=not exp.created)
+        except Exception as exc:
+            out.append(f"crash inside recovery ({state.label} at op {state.point}): reopen raised {exc}")
+            break
+        out.extend(f"crash inside recovery at op {state.point}: {m}" for m in check_records(recs, exp))
+        if out:
+            break
+    return out
