@@ -24,6 +24,7 @@ from .errors import (
     RecordTooLargeError,
     SequenceError,
 )
+from .native import native_available
 from .outcomes import AckLost, Committed, NotCommitted, Outcome
 from .reader import Record
 from .recovery import RecoveryReport
@@ -51,5 +52,6 @@ __all__ = [
     "RecordTooLargeError",
     "RecoveryReport",
     "SequenceError",
+    "native_available",
     "open",
 ]

@@ -323,7 +323,7 @@ def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq:
         pos += 1
         if frame_at < start:
             continue
-        single = scan(mv, frame_at, salt, 0, frames_max=1)
+        single = py_scan(mv, frame_at, salt, 0, frames_max=1)
         # A genuine frame stops as SEQ (expected 0 never matches) or as SEALED/FLAGS.
         if single.stop in (Stop.SEQ, Stop.SEALED, Stop.FLAGS) and single.stop_seq > after_seq:
             (flags,) = struct.unpack_from("<H", mv, frame_at + 24)
@@ -393,3 +393,19 @@ def split_keyed(stored: bytes | memoryview) -> tuple[bytes, memoryview]:
         raise ValueError("keyed payload shorter than its key")
     key_len = mv[0]
     return bytes(mv[1 : 1 + key_len]), mv[1 + key_len :]
+
+
+# --- the C helper ---------------------------------------------------------------------------
+# The pure functions above stay reachable as py_*; when the C helper is built (and
+# JOURNAL_PURE is not set) the hot three are rebound to it. Callers use fmt.scan etc., so
+# the rebinding is all the selection there is. See journal/native.py and docs/NATIVE.md.
+py_scan = scan
+py_encode_batch = encode_batch
+py_find_later_commit = find_later_commit
+
+from . import native as _native  # noqa: E402 - the helper's wrappers use the names above
+
+if _native.native_available():
+    scan = _native.scan
+    encode_batch = _native.encode_batch
+    find_later_commit = _native.find_later_commit

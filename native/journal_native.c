@@ -1,0 +1,262 @@
+/* The C helper of journal: see journal_native.h for the contract and journal/format.py for
+ * the byte layout it mirrors. Integers are read and written byte by byte in little-endian
+ * order, so the code needs no alignment and means the same on any host. */
+#include "journal_native.h"
+
+#include <string.h>
+
+/* --- XXH64, from the xxHash specification ------------------------------------------------- */
+
+#define P64_1 0x9E3779B185EBCA87ull
+#define P64_2 0xC2B2AE3D27D4EB4Full
+#define P64_3 0x165667B19E3779F9ull
+#define P64_4 0x85EBCA77C2B2AE63ull
+#define P64_5 0x27D4EB2F165667C5ull
+
+static uint64_t rd64(const uint8_t *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t rd16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+
+static void wr64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void wr32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void wr16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static uint64_t xxh_round(uint64_t acc, uint64_t lane) {
+    acc += lane * P64_2;
+    return rotl64(acc, 31) * P64_1;
+}
+
+static uint64_t xxh_merge(uint64_t acc, uint64_t v) {
+    acc ^= xxh_round(0, v);
+    return acc * P64_1 + P64_4;
+}
+
+uint64_t jn_xxh64(const uint8_t *p, size_t n, uint64_t seed) {
+    size_t i = 0; /* indices, not end pointers: p may be NULL when n is 0 */
+    uint64_t acc;
+    if (n >= 32) {
+        uint64_t v1 = seed + P64_1 + P64_2, v2 = seed + P64_2, v3 = seed, v4 = seed - P64_1;
+        for (; n - i >= 32; i += 32) {
+            v1 = xxh_round(v1, rd64(p + i));
+            v2 = xxh_round(v2, rd64(p + i + 8));
+            v3 = xxh_round(v3, rd64(p + i + 16));
+            v4 = xxh_round(v4, rd64(p + i + 24));
+        }
+        acc = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        acc = xxh_merge(acc, v1);
+        acc = xxh_merge(acc, v2);
+        acc = xxh_merge(acc, v3);
+        acc = xxh_merge(acc, v4);
+    } else {
+        acc = seed + P64_5;
+    }
+    acc += (uint64_t)n;
+    for (; n - i >= 8; i += 8) {
+        acc ^= xxh_round(0, rd64(p + i));
+        acc = rotl64(acc, 27) * P64_1 + P64_4;
+    }
+    if (n - i >= 4) {
+        acc ^= (uint64_t)rd32(p + i) * P64_1;
+        acc = rotl64(acc, 23) * P64_2 + P64_3;
+        i += 4;
+    }
+    for (; i < n; i++) {
+        acc ^= (uint64_t)p[i] * P64_5;
+        acc = rotl64(acc, 11) * P64_1;
+    }
+    acc ^= acc >> 33;
+    acc *= P64_2;
+    acc ^= acc >> 29;
+    acc *= P64_3;
+    acc ^= acc >> 32;
+    return acc;
+}
+
+/* --- encoding ----------------------------------------------------------------------------- */
+
+size_t jn_encode_batch(uint8_t *out, size_t out_cap, const uint8_t *payloads, size_t payloads_len,
+                       const uint32_t *flags, const uint32_t *raw_lens, const uint32_t *stored_lens,
+                       size_t n, uint64_t first_seq, uint64_t salt, int commit_last) {
+    /* Check every argument before writing a byte, so a refusal leaves nothing half done. */
+    size_t in_total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((flags[i] & ~JN_FLAGS_KNOWN) != 0 || stored_lens[i] > JN_FRAME_STORED_BYTES_LIMIT) return 0;
+        if (stored_lens[i] > payloads_len - in_total) return 0;
+        in_total += stored_lens[i];
+    }
+    if (in_total != payloads_len || n == 0) return 0;
+    if (n - 1 > UINT64_MAX - first_seq) return 0; /* the last seq must fit in 64 bits */
+    if (n > (SIZE_MAX - in_total) / JN_FRAME_HEADER_BYTES) return 0;
+    size_t out_total = in_total + n * JN_FRAME_HEADER_BYTES;
+    if (out_total > out_cap) return 0;
+
+    uint8_t *w = out;
+    size_t r = 0; /* an index, not a pointer: payloads may be NULL when every payload is empty */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t frame_flags = flags[i] | ((commit_last && i == n - 1) ? JN_FLAG_COMMIT : 0u);
+        wr32(w + 8, stored_lens[i]);
+        wr32(w + 12, raw_lens[i]);
+        wr64(w + 16, first_seq + i);
+        wr16(w + 24, frame_flags);
+        wr16(w + 26, 0); /* dictionary id: reserved */
+        wr32(w + 28, JN_FRAME_MARKER);
+        if (stored_lens[i] > 0) memcpy(w + JN_FRAME_HEADER_BYTES, payloads + r, stored_lens[i]);
+        wr64(w, jn_xxh64(w + JN_FRAME_CHECKSUMMED_FROM,
+                         JN_FRAME_HEADER_BYTES - JN_FRAME_CHECKSUMMED_FROM + (size_t)stored_lens[i], salt));
+        w += JN_FRAME_HEADER_BYTES + stored_lens[i];
+        r += stored_lens[i];
+    }
+    return out_total;
+}
+
+/* --- scanning ----------------------------------------------------------------------------- */
+
+static int all_zero(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0) return 0;
+    return 1;
+}
+
+static int flags_supported(uint32_t flags, uint32_t dict_id) {
+    uint32_t kind = flags & JN_FLAG_KIND_MASK;
+    return (flags & ~JN_FLAGS_KNOWN) == 0 && (flags & JN_FLAG_CODEC_MASK) <= 1u &&
+           (kind == JN_KIND_DATA || kind == JN_KIND_SEAL || kind == JN_KIND_PADDING) && dict_id == 0;
+}
+
+int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt, jn_scan_state *state,
+            jn_frame *frames, size_t frames_cap, int count_only) {
+    size_t pos = (size_t)state->pos;
+    uint64_t expected = state->expected_seq;
+    int exhausted = state->seq_exhausted != 0;
+    size_t count = 0;
+    int stop;
+    uint64_t stop_seq = 0, last_seq = 0;
+    for (;;) {
+        if (count == frames_cap) {
+            stop = JN_STOP_FULL;
+            break;
+        }
+        if (pos == size) {
+            stop = JN_STOP_END;
+            break;
+        }
+        /* Bounds before lengths: nothing past size is ever read. */
+        if (pos > size || size - pos < JN_FRAME_HEADER_BYTES) {
+            stop = (pos > size || all_zero(buf + pos, size - pos)) ? JN_STOP_ZEROS : JN_STOP_TRUNCATED;
+            break;
+        }
+        const uint8_t *h = buf + pos;
+        if (rd32(h + JN_FRAME_MARKER_OFFSET) != JN_FRAME_MARKER) {
+            stop = all_zero(h, JN_FRAME_HEADER_BYTES) ? JN_STOP_ZEROS : JN_STOP_CHECKSUM;
+            break;
+        }
+        uint32_t stored_len = rd32(h + 8);
+        if (stored_len > JN_FRAME_STORED_BYTES_LIMIT) {
+            stop = JN_STOP_CHECKSUM;
+            break;
+        }
+        if (stored_len > size - pos - JN_FRAME_HEADER_BYTES) {
+            stop = JN_STOP_TRUNCATED;
+            break;
+        }
+        size_t span = JN_FRAME_HEADER_BYTES - JN_FRAME_CHECKSUMMED_FROM + (size_t)stored_len;
+        if (jn_xxh64(h + JN_FRAME_CHECKSUMMED_FROM, span, salt) != rd64(h)) {
+            stop = JN_STOP_CHECKSUM;
+            break;
+        }
+        /* The frame is genuine from here on: its fields can be trusted. */
+        uint64_t seq = rd64(h + 16);
+        uint32_t flags = rd16(h + 24);
+        uint32_t kind = flags & JN_FLAG_KIND_MASK;
+        if (!flags_supported(flags, rd16(h + 26))) {
+            stop = JN_STOP_FLAGS;
+            stop_seq = seq;
+            break;
+        }
+        if (kind == JN_KIND_DATA) {
+            if (exhausted || seq != expected) {
+                stop = JN_STOP_SEQ;
+                stop_seq = seq;
+                break;
+            }
+            if (expected == UINT64_MAX)
+                exhausted = 1;
+            else
+                expected++;
+        } else if (exhausted ? seq != UINT64_MAX : (expected == 0 || seq != expected - 1)) {
+            /* Padding and seal frames carry the seq of the record before them. */
+            stop = JN_STOP_SEQ;
+            stop_seq = seq;
+            break;
+        }
+        if (!count_only) {
+            jn_frame *f = &frames[count];
+            f->offset = (uint64_t)pos + base_offset;
+            f->seq = seq;
+            f->flags = flags;
+            f->raw_len = rd32(h + 12);
+            f->stored_len = stored_len;
+            f->reserved = 0;
+        }
+        count++;
+        last_seq = seq;
+        pos += JN_FRAME_HEADER_BYTES + (size_t)stored_len;
+        if (kind == JN_KIND_SEAL) {
+            stop = JN_STOP_SEALED;
+            stop_seq = seq;
+            break;
+        }
+    }
+    state->pos = (uint64_t)pos;
+    state->expected_seq = expected;
+    state->seq_exhausted = (uint32_t)exhausted;
+    state->stop = (uint32_t)stop;
+    state->stop_seq = stop_seq;
+    state->count = (uint64_t)count;
+    state->last_seq = last_seq;
+    return stop;
+}
+
+int64_t jn_find_later_commit(const uint8_t *buf, size_t size, size_t start, uint64_t salt, uint64_t after_seq) {
+    if (start > size || size - start < JN_FRAME_HEADER_BYTES) return -1;
+    /* The marker narrows the candidates; a one-frame scan with expected seq 0 proves a
+     * candidate genuine (it then stops as SEQ or FLAGS, carrying the frame's seq). */
+    size_t p = start + JN_FRAME_MARKER_OFFSET;
+    while (size - p >= 4) {
+        const uint8_t *hit = memchr(buf + p, (int)(JN_FRAME_MARKER & 0xFFu), size - p - 3);
+        if (hit == NULL) return -1;
+        p = (size_t)(hit - buf);
+        if (rd32(hit) == JN_FRAME_MARKER) {
+            size_t frame_at = p - JN_FRAME_MARKER_OFFSET;
+            jn_scan_state st;
+            memset(&st, 0, sizeof st);
+            st.pos = frame_at;
+            int stop = jn_scan(buf, size, 0, salt, &st, NULL, 1, 1);
+            if ((stop == JN_STOP_SEQ || stop == JN_STOP_SEALED || stop == JN_STOP_FLAGS) && st.stop_seq > after_seq) {
+                uint32_t flags = rd16(buf + frame_at + 24);
+                if ((flags & JN_FLAG_COMMIT) != 0 || (flags & JN_FLAG_KIND_MASK) == JN_KIND_SEAL)
+                    return (int64_t)frame_at;
+            }
+        }
+        p++;
+    }
+    return -1;
+}

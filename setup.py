@@ -1,0 +1,57 @@
+"""Build the optional C helper with cffi; metadata lives in pyproject.toml.
+
+The helper is an accelerator, not a requirement: if the C compiler is missing or fails,
+installation still succeeds, the pure-Python twin in journal/format.py is used, and one
+warning line says so (journal.native_available() tells which path is in use).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+WARNING = "journal: the C helper was not built ({}); the pure-Python path will be used"
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that turns a failed compile into a warning and leaves the module out."""
+
+    failed: list[str]
+
+    def run(self) -> None:
+        self.failed = []
+        try:
+            super().run()
+        except Exception as exc:  # a missing compiler can fail before any extension is tried
+            self._warn(exc)
+            self.extensions = []
+
+    def build_extension(self, ext: Any) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._warn(exc)
+            self.failed.append(ext.name)
+
+    def copy_extensions_to_source(self) -> None:
+        # Editable installs copy built modules into the tree; skip the ones that failed.
+        self.extensions = [e for e in self.extensions if e.name not in getattr(self, "failed", [])]
+        super().copy_extensions_to_source()
+
+    def get_outputs(self) -> list[str]:
+        self.extensions = [e for e in self.extensions if e.name not in getattr(self, "failed", [])]
+        outputs: list[str] = super().get_outputs()
+        return outputs
+
+    def _warn(self, exc: BaseException) -> None:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        print(WARNING.format(reason[:200]), file=sys.stderr)
+
+
+setup(
+    cffi_modules=["journal/_native_build.py:ffibuilder"],
+    cmdclass={"build_ext": OptionalBuildExt},
+)
