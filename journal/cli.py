@@ -19,7 +19,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _optional(name: str, module: str, help_text: str) -> None:
-    if importlib.util.find_spec(module) is not None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is absent
+        found = False
+    if found:
         SUBCOMMANDS[name] = (module, help_text)
 
 

@@ -59,6 +59,8 @@ FOLLOW_POLL_INTERVAL_S = 0.02
 KEYS_REMEMBERED_MAX = 1_000_000  # idempotency keys kept in memory (live segment and recent)
 
 _local = threading.local()
+# One encoder for every event: json.dumps with options builds a new encoder on each call.
+_JSON_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -90,23 +92,34 @@ class Options:
 class _Encoded:
     """An event ready to frame: everything but its seq (assigned in order under the mutex)."""
 
-    __slots__ = ("digest", "key", "spec")
+    __slots__ = ("key", "raw", "spec")
 
-    def __init__(self, spec: fmt.FrameSpec, digest: int, key: str | None) -> None:
+    def __init__(self, spec: fmt.FrameSpec, raw: bytes, key: str | None) -> None:
         self.spec = spec
-        self.digest = digest
+        self.raw = raw  # kept (not copied) so that an AckLost can carry the payload's digest
         self.key = key
+
+    @property
+    def digest(self) -> int:
+        return xxhash.xxh64_intdigest(self.raw)
 
 
 class _Request:
-    __slots__ = ("acked", "durability", "first_seq", "items", "outcomes")
+    """One caller's records in the queue; ``wake`` parks the caller until it is done or leads."""
+
+    __slots__ = ("acked", "durability", "first_seq", "items", "nbytes", "outcomes", "wake")
 
     def __init__(self, items: list[_Encoded], first_seq: int, durability: Durability) -> None:
         self.items = items
         self.first_seq = first_seq
         self.durability = durability
+        if len(items) == 1:
+            self.nbytes = len(items[0].spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+        else:
+            self.nbytes = sum(len(it.spec.stored) for it in items) + fmt.FRAME_HEADER_SIZE_BYTES * len(items)
         self.outcomes: list[Outcome] | None = None
         self.acked = durability == "buffered"  # the caller already holds Committed(buffered)
+        self.wake: threading.Lock | None = None
 
 
 def _check_durability(durability: str) -> Durability:
@@ -117,15 +130,15 @@ def _check_durability(durability: str) -> Durability:
 
 def encode_event(event: Any, key: str | None, synthetic: bool, options: Options) -> _Encoded:
     """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written."""
-    if isinstance(event, (bytes, bytearray, memoryview)):
-        raw = bytes(event)
-        flags = fmt.FLAG_BYTES
-    elif isinstance(event, dict):
+    if type(event) is dict or isinstance(event, dict):
         try:
-            raw = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+            raw = _JSON_ENCODE(event).encode("utf-8")
         except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
             raise EventNotSerializableError(str(exc)) from None
         flags = 0
+    elif isinstance(event, (bytes, bytearray, memoryview)):
+        raw = bytes(event)
+        flags = fmt.FLAG_BYTES
     else:
         raise EventNotSerializableError(f"events are dicts or bytes, not {type(event).__name__}")
     if len(raw) > options.record_size_bytes_max:
@@ -144,7 +157,7 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
             raise ValueError(f"idempotency key must be 1..{fmt.IDEMPOTENCY_KEY_BYTES_MAX} bytes of UTF-8")
         body = bytes([len(key_bytes)]) + key_bytes + body
         flags |= fmt.FLAG_KEYED
-    return _Encoded(fmt.FrameSpec(flags, len(raw), body), xxhash.xxh64_intdigest(raw), key)
+    return _Encoded(fmt.FrameSpec(flags, len(raw), body), raw, key)
 
 
 class Journal:
@@ -174,6 +187,7 @@ class Journal:
         self._last_seq = 0  # highest seq written to the OS (or, read-only, found at open)
         self._next_seq = 1  # next seq to hand out (counts buffered and queued records)
         self._buffered_bytes = 0
+        self._unsynced = False  # bytes written since the last fdatasync
         self._keys: dict[str, int] = {}
 
     # --- opening ------------------------------------------------------------------------
@@ -369,7 +383,29 @@ class Journal:
     ) -> Outcome:
         """Append one event (a JSON-serializable dict, or bytes); returns its outcome."""
         level = _check_durability(durability)
-        return self._submit([encode_event(event, idempotency_key, synthetic, self.options)], level)[0]
+        enc = encode_event(event, idempotency_key, synthetic, self.options)
+        if level != "buffered" and idempotency_key is None:
+            # The uncontended case: no leader, nothing queued. Lead at once with a one-record
+            # batch, through the same write and settle steps as group commit, minus the queue.
+            with self._mu:
+                fast = not (self._leader or self._queue or self._failed or self._closed or self.readonly)
+                if fast:
+                    self._leader = True
+                    req = _Request([enc], self._next_seq, level)
+                    self._next_seq += 1
+            if fast:
+                results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
+                try:
+                    results = self._write_batch([req])
+                finally:
+                    with self._mu:
+                        self._settle([req], results)
+                        if self._failed is not None:
+                            self._fail_queue()
+                        self._hand_off()
+                assert req.outcomes is not None
+                return req.outcomes[0]
+        return self._submit([enc], level)[0]
 
     def append_many(
         self,
@@ -499,87 +535,135 @@ class Journal:
             self._check_open()
             if self._failed is not None:
                 raise JournalFailStoppedError(self._failed)
-            outcomes: list[Outcome | None] = [None] * len(items)
-            fresh: list[_Encoded] = []
-            fresh_at: list[int] = []
-            for i, item in enumerate(items):
-                if item.key is not None and item.key in self._keys:
-                    outcomes[i] = Committed(
-                        self._keys[item.key], durability, duplicate=True, reason="idempotency key matched"
-                    )
-                else:
+            dupes: dict[int, Outcome] = {}
+            fresh = items
+            if any(it.key is not None for it in items):
+                fresh = []
+                for i, item in enumerate(items):
+                    if item.key is not None and item.key in self._keys:
+                        dupes[i] = Committed(self._keys[item.key], durability, True, "idempotency key matched")
+                        continue
                     if item.key is not None:
                         # Claim the key now so that a concurrent retry dedupes against it.
                         self._keys[item.key] = self._next_seq + len(fresh)
                     fresh.append(item)
-                    fresh_at.append(i)
             req = _Request(fresh, self._next_seq, durability)
             self._next_seq += len(fresh)
-            if fresh or durability != "buffered":
-                self._queue.append(req)
             if durability == "buffered":
-                self._buffered_bytes += sum(len(it.spec.stored) for it in fresh)
+                if fresh:
+                    self._queue.append(req)
+                    self._buffered_bytes += req.nbytes
                 req.outcomes = [Committed(req.first_seq + k, "buffered") for k in range(len(fresh))]
-                if self._buffered_bytes >= BUFFER_BYTES_MAX:
-                    # Too much waiting in memory: carry it to the OS now, as a flush.
-                    self._queue.append(_Request([], self._next_seq, "flush"))
-                    self._lead_until_done(self._queue[-1])
+                if self._buffered_bytes < BUFFER_BYTES_MAX:
+                    return self._merge(items, req.outcomes, dupes)
+                # Too much waiting in memory: carry it to the OS now, as a flush.
+                carried = req.outcomes
+                req = _Request([], self._next_seq, "flush")
+            elif not fresh and not self._queue and (durability == "flush" or not self._unsynced):
+                return self._merge(items, [], dupes)  # nothing to write or sync
             else:
-                self._lead_until_done(req)
-            assert req.outcomes is not None and len(req.outcomes) == len(fresh)
-            for k, i in enumerate(fresh_at):
-                outcomes[i] = req.outcomes[k]
-            done: list[Outcome] = [o for o in outcomes if o is not None]
-            assert len(done) == len(items)
-            return done
+                carried = None
+            self._queue.append(req)
+            leading = not self._leader
+            if leading:
+                self._leader = True
+            else:
+                req.wake = threading.Lock()
+                req.wake.acquire()
+        if not leading:
+            assert req.wake is not None
+            req.wake.acquire()  # released when our outcome is set, or when we are made leader
+        if req.outcomes is None:
+            self._lead(req)
+        assert req.outcomes is not None
+        return self._merge(items, carried if carried is not None else req.outcomes, dupes)
 
-    def _lead_until_done(self, req: _Request) -> None:
-        """Wait for ``req``'s outcome, writing batches as leader whenever nobody else is."""
-        while req.outcomes is None or (req.acked and req in self._queue):
-            if self._failed is not None and req in self._queue:
-                self._queue.remove(req)
-                req.outcomes = [
-                    NotCommitted(f"journal fail-stopped before this record was written: {self._failed}")
-                ] * len(req.items)
-                return
-            if self._leader:
-                self._cv.wait()
-                continue
-            batch = self._take_batch()
-            self._leader = True
-            self._mu.release()
+    @staticmethod
+    def _merge(items: list[_Encoded], fresh_outcomes: list[Outcome], dupes: dict[int, Outcome]) -> list[Outcome]:
+        if not dupes:
+            assert len(fresh_outcomes) == len(items)
+            return fresh_outcomes
+        it = iter(fresh_outcomes)
+        merged = [dupes[i] if i in dupes else next(it) for i in range(len(items))]
+        assert len(merged) == len(items)
+        return merged
+
+    def _lead(self, req: _Request) -> None:
+        """Write batches until ``req`` is done, then hand leadership to a waiting caller.
+
+        Only one thread leads at a time; it does the I/O without holding the mutex, so callers
+        keep queueing meanwhile and the next batch carries all of them (RocksDB's group commit:
+        no timer, the previous write's duration is the batching window).
+        """
+        while True:
+            with self._mu:
+                if self._failed is not None:
+                    self._fail_queue()
+                    self._leader = False
+                    return
+                batch = self._take_batch()
+            results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
             try:
                 results = self._write_batch(batch)
             finally:
-                self._mu.acquire()
-                self._leader = False
-                self._cv.notify_all()
-            self._settle(batch, results)
+                with self._mu:
+                    self._settle(batch, results)
+                    for r in batch:
+                        if r is not req and r.wake is not None:
+                            r.wake.release()
+                    if self._failed is not None:
+                        self._fail_queue()
+                    done = req.outcomes is not None
+                    if done:
+                        self._hand_off()
+            if done:
+                return
+
+    def _hand_off(self) -> None:
+        """Give up leadership: wake the first queued caller that waits, as the next leader."""
+        nxt = next((q for q in self._queue if q.wake is not None), None)
+        if nxt is None:
+            self._leader = False
+        else:
+            assert nxt.wake is not None
+            nxt.wake.release()
+
+    def _fail_queue(self) -> None:
+        """After a fail-stop: callers still queued were never written; tell them so."""
+        reason = f"journal fail-stopped before this record was written: {self._failed}"
+        while self._queue:
+            q = self._queue.popleft()
+            if q.acked:
+                continue  # buffered records already acknowledged: lost, as documented
+            q.outcomes = [NotCommitted(reason)] * len(q.items)
+            if q.wake is not None:
+                q.wake.release()
 
     def _take_batch(self) -> list[_Request]:
         batch: list[_Request] = []
         size = records = 0
         while self._queue:
             nxt = self._queue[0]
-            nbytes = sum(len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES for it in nxt.items)
-            if batch and (size + nbytes > BATCH_BYTES_MAX or records + len(nxt.items) > BATCH_RECORDS_MAX):
+            if batch and (size + nxt.nbytes > BATCH_BYTES_MAX or records + len(nxt.items) > BATCH_RECORDS_MAX):
                 break
             batch.append(self._queue.popleft())
-            size += nbytes
+            size += nxt.nbytes
             records += len(nxt.items)
         return batch
 
     def _settle(self, batch: list[_Request], results: tuple[str, str, int | None]) -> None:
         """Hand out outcomes for a written (or failed) batch; called under the mutex."""
         status, reason, errno_ = results
-        level: Durability = "sync" if any(r.durability == "sync" for r in batch) else "flush"
         if status == "ok":
+            if len(batch) == 1:
+                level: Durability = "sync" if batch[0].durability == "sync" else "flush"
+            else:
+                level = "sync" if any(r.durability == "sync" for r in batch) else "flush"
             for r in batch:
-                if not r.acked:
+                if r.acked:
+                    self._buffered_bytes -= r.nbytes
+                else:
                     r.outcomes = [Committed(r.first_seq + k, level) for k in range(len(r.items))]
-            self._buffered_bytes -= sum(
-                len(it.spec.stored) for r in batch if r.durability == "buffered" for it in r.items
-            )
             return
         lost_buffered = any(r.acked and r.items for r in batch)
         for r in batch:
@@ -596,8 +680,7 @@ class Journal:
                 ]
         if status == "rolled_back" and not lost_buffered:
             # Nothing acknowledged was lost: renumber what is still queued and carry on.
-            first = batch[0].first_seq
-            self._next_seq = first
+            self._next_seq = self._last_seq + 1
             for q in self._queue:
                 old = q.first_seq
                 q.first_seq = self._next_seq
@@ -605,29 +688,31 @@ class Journal:
                     if it.key is not None and self._keys.get(it.key) == old + k:
                         self._keys[it.key] = q.first_seq + k
                 self._next_seq += len(q.items)
-            assert self._next_seq == self._last_seq + 1 + sum(len(q.items) for q in self._queue)
             return
         if self._failed is None:
-            self._failed = (
-                reason
-                if status != "rolled_back"
-                else (f"a write failed after buffered records were acknowledged ({reason}); they are lost")
-            )
+            if status == "rolled_back":
+                reason = f"a write failed after buffered records were acknowledged ({reason}); they are lost"
+            self._failed = reason
 
     def _write_batch(self, batch: list[_Request]) -> tuple[str, str, int | None]:
         """The leader's I/O, outside the mutex. Returns (status, reason, errno)."""
-        specs = [it.spec for r in batch for it in r.items]
-        want_sync = any(r.durability == "sync" for r in batch)
+        if len(batch) == 1:
+            specs = [it.spec for it in batch[0].items]
+            want_sync = batch[0].durability == "sync"
+        else:
+            specs = [it.spec for r in batch for it in r.items]
+            want_sync = any(r.durability == "sync" for r in batch)
         if not specs:
-            if want_sync and self._active is not None:
+            if want_sync and self._active is not None and self._unsynced:
                 try:
                     self._active.fdatasync()
                 except OSError as exc:
                     return ("failed", f"fdatasync failed: {exc}", exc.errno)
+                self._unsynced = False
             return ("ok", "", None)
-        first_seq = next(r.first_seq for r in batch if r.items)
+        first_seq = batch[0].first_seq if batch[0].items else next(r.first_seq for r in batch if r.items)
         assert first_seq == self._last_seq + 1, (first_seq, self._last_seq)
-        nbytes = sum(len(s.stored) + fmt.FRAME_HEADER_SIZE_BYTES for s in specs)
+        nbytes = sum(r.nbytes for r in batch)
         try:
             if (
                 self._active is not None
@@ -648,16 +733,20 @@ class Journal:
             write_all(self._active, data, start)
         except OSError as exc:
             return self._roll_back(start, f"write failed: {exc}", exc.errno)
+        self._unsynced = True
         if want_sync:
             try:
                 self._active.fdatasync()
             except OSError as exc:
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
-        offset = start
-        for i, spec in enumerate(specs):
-            self._note_frame(first_seq + i, offset)
-            offset += fmt.FRAME_HEADER_SIZE_BYTES + len(spec.stored)
-        self._active_size = offset
+            self._unsynced = False
+        end = start + len(data)
+        if end >= self._next_index_at:
+            offset = start
+            for i, spec in enumerate(specs):
+                self._note_frame(first_seq + i, offset)
+                offset += fmt.FRAME_HEADER_SIZE_BYTES + len(spec.stored)
+        self._active_size = end
         self._active_count += len(specs)
         self._last_seq = first_seq + len(specs) - 1
         return ("ok", "", None)
@@ -685,6 +774,7 @@ class Journal:
         frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
         write_all(self._active, frame, self._active_size)
         self._active.fdatasync()
+        self._unsynced = False
         self._active.close()
         self._active = None
         self._active_header = None

@@ -20,8 +20,18 @@ from dataclasses import dataclass
 from .fs import File, FileSystem, Lock
 
 OPERATIONS = (
-    "open_read", "open_write", "pwrite", "short_write", "truncate", "fsync", "fdatasync",
-    "rename", "unlink", "mkdir", "fsync_dir", "listdir",
+    "open_read",
+    "open_write",
+    "pwrite",
+    "short_write",
+    "truncate",
+    "fsync",
+    "fdatasync",
+    "rename",
+    "unlink",
+    "mkdir",
+    "fsync_dir",
+    "listdir",
 )
 
 

@@ -43,6 +43,7 @@ assert SEGMENT_HEADER_SIZE_BYTES == 64
 
 # checksum, stored length, raw length, seq, flags, dictionary id, marker
 _FRAME_HEADER = struct.Struct("<QIIQHHI")
+_FRAME_TAIL = struct.Struct("<IIQHHI")  # the header after its checksum
 FRAME_HEADER_SIZE_BYTES = _FRAME_HEADER.size
 assert FRAME_HEADER_SIZE_BYTES == 32
 FRAME_CHECKSUMMED_FROM = 8  # the checksum covers header bytes [8, 32) and the stored payload
@@ -182,9 +183,8 @@ def encode_frame(seq: int, flags: int, raw_len: int, stored: bytes, salt: int, d
     assert flags & ~FLAGS_KNOWN == 0, "unknown flag bits"
     assert len(stored) <= FRAME_STORED_BYTES_LIMIT
     assert seq >= 0 and 0 <= raw_len <= 0xFFFFFFFF and 0 <= dict_id <= 0xFFFF
-    tail = _FRAME_HEADER.pack(0, len(stored), raw_len, seq, flags, dict_id, FRAME_MARKER)[8:]
-    checksum = frame_checksum(tail, stored, salt)
-    return _U64.pack(checksum) + tail + stored
+    tail = _FRAME_TAIL.pack(len(stored), raw_len, seq, flags, dict_id, FRAME_MARKER) + stored
+    return _U64.pack(xxhash.xxh64_intdigest(tail, seed=salt)) + tail
 
 
 class FrameSpec(NamedTuple):

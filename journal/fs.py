@@ -171,8 +171,12 @@ def take_lock(fs: FileSystem, path: str, timeout_s: float) -> Lock | None:
 
 def write_all(f: File, data: bytes | memoryview, offset: int) -> None:
     """pwrite until done; a short write that makes no progress is an error (ENOSPC)."""
+    done = f.pwrite(data, offset)
+    if done == len(data):
+        return
+    if done <= 0:
+        raise OSError(errno.ENOSPC, "short write made no progress", f.path)
     view = memoryview(data)
-    done = 0
     while done < len(view):
         n = f.pwrite(view[done:], offset + done)
         if n <= 0:

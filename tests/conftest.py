@@ -28,9 +28,7 @@ def snapshot_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
     """Every file under ``path`` (but the lock file) with its bytes."""
     root = pathlib.Path(path)
     return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "LOCK"
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "LOCK"
     }
 
 

@@ -163,8 +163,12 @@ def test_every_fault_site_of_a_workload_keeps_the_contract(tmp_path: pathlib.Pat
 
     counting = faulty()
     workload(counting, str(tmp_path / "count"))
-    sites = [(op, n) for op, count in counting.calls.items() for n in range(count) if op in
-             ("pwrite", "fdatasync", "fsync", "truncate", "rename", "fsync_dir", "open_write")]
+    sites = [
+        (op, n)
+        for op, count in counting.calls.items()
+        for n in range(count)
+        if op in ("pwrite", "fdatasync", "fsync", "truncate", "rename", "fsync_dir", "open_write")
+    ]
     assert len(sites) > 20
     for op, n in sites:
         path = str(tmp_path / f"{op}{n}")

@@ -23,8 +23,9 @@ def build() -> dict[str, object]:
     # zstd output may differ between library versions, so the vector pins the stored bytes and
     # checks only that they decompress to the raw payload.
     zstd_raw = b'{"type":"tool_result","output":"' + b"line\\n" * 40 + b'"}'
-    zstd_stored = zstandard.ZstdCompressor(level=3, write_content_size=False, write_checksum=False,
-                                           write_dict_id=False).compress(zstd_raw)
+    zstd_stored = zstandard.ZstdCompressor(
+        level=3, write_content_size=False, write_checksum=False, write_dict_id=False
+    ).compress(zstd_raw)
     key = b"evt-42"
     keyed_stored = bytes([len(key)]) + key + b'{"k":1}'
     specs = [
@@ -43,9 +44,7 @@ def build() -> dict[str, object]:
         "segment_header": {"segment_number": 3, "base_seq": 1001, "hex": fmt.encode_segment_header(header).hex()},
         "batch": {
             "first_seq": 1001,
-            "frames": [
-                {"flags": s.flags, "raw_len": s.raw_len, "stored_hex": s.stored.hex()} for s in specs
-            ],
+            "frames": [{"flags": s.flags, "raw_len": s.raw_len, "stored_hex": s.stored.hex()} for s in specs],
             "zstd_raw_hex": zstd_raw.hex(),
             "hex": batch.hex(),
         },
