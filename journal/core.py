@@ -546,6 +546,8 @@ class Journal:
                     if item.key is not None:
                         # Claim the key now so that a concurrent retry dedupes against it.
                         self._keys[item.key] = self._next_seq + len(fresh)
+                        if len(self._keys) > KEYS_REMEMBERED_MAX:
+                            del self._keys[next(iter(self._keys))]  # forget the oldest
                     fresh.append(item)
             req = _Request(fresh, self._next_seq, durability)
             self._next_seq += len(fresh)
