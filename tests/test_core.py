@@ -273,3 +273,42 @@ def test_leftover_temp_segment_is_removed(jpath: str) -> None:
     with journal.open(jpath) as j:
         assert not tmp.exists() and any("unfinished segment" in a for a in j.recovery.actions)
         assert j.last_seq == 1
+
+
+def test_opening_for_writing_reads_only_the_live_segment_and_the_footer_before_it(jpath: str) -> None:
+    with journal.open(jpath, create=True, segment_size_bytes=8192) as j:
+        for start in range(0, 1500, 50):
+            j.append_many(events(50, start))
+    segs = segments(jpath)
+    assert len(segs) > 5
+    touched: list[tuple[str, int]] = []
+
+    class CountingFS(OsFileSystem):
+        def open_read(self, path: str) -> journal.fs.File:  # type: ignore[name-defined]
+            f = super().open_read(path)
+            outer = self
+
+            class Tracked:
+                def __init__(self) -> None:
+                    self.path = f.path
+
+                def pread(self, size: int, offset: int) -> bytes:
+                    touched.append((os.path.basename(path), size))
+                    return f.pread(size, offset)
+
+                def __getattr__(self, name: str) -> object:
+                    return getattr(f, name)
+
+            del outer
+            return Tracked()  # type: ignore[return-value]
+
+        def open_write(self, path: str, create: bool) -> journal.fs.File:  # type: ignore[name-defined]
+            touched.append((os.path.basename(path), -1))
+            return super().open_write(path, create)
+
+    with journal.open(jpath, fs=CountingFS()) as j:
+        assert j.last_seq == 1500
+    names = {name for name, _ in touched}
+    assert names == {segs[-1].name, segs[-2].name}
+    # Of the sealed segment before the live one, only the header and the footer were read.
+    assert sum(size for name, size in touched if name == segs[-2].name) < segs[-2].stat().st_size // 4
