@@ -47,7 +47,7 @@ def test_unknown_required_type_is_refused_and_ignorable_is_skipped(tmp_path: Pat
         assert out.skipped == 1 and out.replayed == 1
     with S.open(tmp_path, registry=reg) as s:
         s.append("myrt.sandbox_policy", {"mode": "workspace-write"})
-    with pytest.raises(S.UnknownEventTypeError, match="myrt.sandbox_policy") as err:
+    with pytest.raises(S.UnknownEventTypeError, match=r"myrt\.sandbox_policy") as err:
         S.open(tmp_path)
     assert isinstance(err.value, journal.JournalError)
 

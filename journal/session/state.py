@@ -162,11 +162,11 @@ class SessionState:
 
     def messages(self) -> list[dict[str, Any]]:
         """What a model would be sent, rebuilt from the log; never the source of truth."""
-        replaced: list[tuple[int, int, Compaction]] = sorted(
-            (c.replaced_from_seq, c.replaced_to_seq, c)
-            for c in self.applied_compactions()
-            if c.replaced_from_seq is not None and c.replaced_to_seq is not None
-        )
+        replaced: list[tuple[int, int, Compaction]] = []
+        for c in self.applied_compactions():
+            if c.replaced_from_seq is not None and c.replaced_to_seq is not None:
+                replaced.append((c.replaced_from_seq, c.replaced_to_seq, c))
+        replaced.sort(key=lambda r: (r[0], r[1], r[2].started_seq))
         out: list[dict[str, Any]] = []
         emitted: set[str] = set()
         for entry in self.entries:
