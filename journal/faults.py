@@ -7,7 +7,8 @@
 Operations: open_read, open_write, pwrite, short_write, truncate, fsync, fdatasync, rename,
 unlink, mkdir, fsync_dir, listdir. ``short_write`` makes a pwrite write only half its bytes
 and then fail with ENOSPC on the next attempt, the way a full disk behaves. Every call is
-counted in ``calls`` so a test can first count a workload's call sites, then fail each one.
+counted in ``calls`` (and listed in order in ``trace``) so a test can first count a workload's
+call sites, then fail each one.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class FaultyFileSystem:
         self.inner = inner
         self.calls: Counter[str] = Counter()
         self.injected: list[tuple[str, int]] = []  # (op, call number) of every fault raised
+        self.trace: list[tuple[str, int]] = []  # (op, call number) of every call, in order
         self._rules: list[_Rule] = []
 
     def fail(self, op: str, err: int = errno_mod.EIO, after: int = 0, times: int = 1) -> None:
@@ -62,6 +64,7 @@ class FaultyFileSystem:
     def check(self, op: str, path: str) -> None:
         n = self.calls[op]
         self.calls[op] += 1
+        self.trace.append((op, n))
         for rule in self._rules:
             if rule.op == op and n >= rule.after and (rule.times < 0 or n < rule.after + rule.times):
                 self.injected.append((op, n))

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..core import Journal
 from ..fs import FileSystem
-from ..outcomes import AckLost, Committed, NotCommitted, Outcome
+from ..outcomes import AckLost, Committed, Outcome
 from ..reader import Record
 
 JOURNAL_PATH = "/j"
@@ -51,6 +51,8 @@ class Attempt:
     end: int = -1  # ... and when it returned (-1: it raised or never returned)
     outcome: Outcome | None = None
     error: str | None = None  # the exception the call raised, if it did
+    t0: int = 0  # ledger ticks at call and return: the order calls happened in, across threads
+    t1: int = -1
 
     @property
     def seq(self) -> int | None:
@@ -65,10 +67,17 @@ class Ledger:
     attempts: list[Attempt] = field(default_factory=list)
     created_at: int = -1  # op count when the creating open() returned (-1: it has not)
     mu: threading.Lock = field(default_factory=threading.Lock)
+    ticks: int = 0
+    errors: list[str] = field(default_factory=list)  # exceptions that ended the workload early
 
     def add(self, a: Attempt) -> None:
         with self.mu:
             self.attempts.append(a)
+
+    def tick(self) -> int:
+        with self.mu:
+            self.ticks += 1
+            return self.ticks
 
 
 class RecordingJournal:
@@ -94,7 +103,8 @@ class RecordingJournal:
     def append_many(self, events: Iterable[Any], durability: str = "sync", **kw: Any) -> list[Outcome]:
         events = list(events)
         start = self._ctx.clock()
-        attempts = [Attempt(stored_payload(e), durability, start) for e in events]
+        t0 = self._ctx.ledger.tick()
+        attempts = [Attempt(stored_payload(e), durability, start, t0=t0) for e in events]
         for a in attempts:
             self._ctx.ledger.add(a)
         try:
@@ -103,13 +113,17 @@ class RecordingJournal:
             else:
                 outs = self._inner.append_many(events, durability, **kw)
         except Exception as exc:
+            t1 = self._ctx.ledger.tick()
             for a in attempts:
                 a.error = f"{type(exc).__name__}: {exc}"
+                a.t1 = t1
             raise
         end = self._ctx.clock()
+        t1 = self._ctx.ledger.tick()
         for a, o in zip(attempts, outs, strict=True):
             a.outcome = o
             a.end = end
+            a.t1 = t1
         return outs
 
 
@@ -237,16 +251,23 @@ def group_commit(ctx: Ctx) -> None:
     levels = [[ctx.durability(0.7) for _ in range(4)] for _ in range(3)]
     barrier = threading.Barrier(3)
 
+    errors: list[BaseException] = []
+
     def writer(t: int) -> None:
         barrier.wait()
-        for e, d in zip(events[t], levels[t], strict=True):
-            j.append(e, durability=d)
+        try:
+            for e, d in zip(events[t], levels[t], strict=True):
+                j.append(e, durability=d)
+        except Exception as exc:  # the ledger has it; an injected fault may fail-stop the journal
+            errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
     j.append(ctx.payload(), durability="sync")
     j.close()
 
@@ -286,7 +307,7 @@ def _torn_start(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
     built = replay.build(CrashState(replay.point, fates))
     # Everything acknowledged in the first life happened before any crash point of the second.
     for a in ctx.ledger.attempts:
-        a.start = a.end = 0
+        a.start = a.end = a.t0 = a.t1 = 0
     ctx.ledger.created_at = 0
     return built.image, ctx.ledger
 

@@ -1,0 +1,172 @@
+"""`journal crash-test`: power-loss states, kill -9 rounds and injected I/O errors, with a summary.
+
+Exit status 0 when no invariant broke, 1 otherwise. Failures are saved (``--save-dir``) as JSON
+that ``--replay FILE`` checks again; ``--seed`` makes a run repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import TextIO
+
+MODEL_CHOICES = ("psow", "npsow", "both")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--states", type=int, default=2000, help="crash states per workload and model (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed; run i of a pair uses seed+i (default 0)")
+    parser.add_argument(
+        "--model",
+        choices=MODEL_CHOICES,
+        default="both",
+        help="psow: sectors not written survive; npsow: no powersafe overwrite (default both)",
+    )
+    parser.add_argument("--workload", action="append", help="only this workload (repeatable; default all)")
+    parser.add_argument("--kill-rounds", type=int, default=50, help="kill -9 rounds of a real writer (default 50)")
+    parser.add_argument("--no-faults", action="store_true", help="skip the injected I/O error sweep")
+    parser.add_argument("--runs", type=int, help="at most this many workload runs per pair (with --seed: repeat one)")
+    parser.add_argument("--save-dir", default="crash-failures", help="where failing states are saved as JSON")
+    parser.add_argument("--replay", metavar="FILE", help="check one saved failure again and exit")
+    parser.add_argument(
+        "--allow-known",
+        action="store_true",
+        help="do not fail on engine bugs already reported (campaign.KNOWN_BUGS); they are still counted",
+    )
+    parser.add_argument("--list", action="store_true", help="list the registered workloads and exit")
+
+
+class Progress:
+    """A one-line bar on a terminal; silent when the output is a pipe or a file."""
+
+    def __init__(self, out: TextIO, label: str) -> None:
+        self.out = out
+        self.label = label
+        self.live = out.isatty()
+        self.shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.live or total <= 0:
+            return
+        pct = min(100, done * 100 // total)
+        if pct == self.shown:
+            return
+        self.shown = pct
+        width = 30
+        fill = width * pct // 100
+        self.out.write(f"\r{self.label:<12} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% {done}/{total}")
+        self.out.flush()
+
+    def end(self) -> None:
+        if self.live and self.shown >= 0:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import campaign, faultsweep, killtest
+    from .workloads import WORKLOADS
+
+    out = sys.stdout
+    if args.list:
+        for name, wl in WORKLOADS.items():
+            doc = (wl.run.__doc__ or "").strip().splitlines()
+            out.write(f"{name:<12} {doc[0] if doc else ''}\n")
+        return 0
+    if args.replay:
+        failure, violations = campaign.replay_failure(args.replay)
+        out.write(f"{failure.workload} / {failure.model} / seed {failure.seed} / op {failure.point}\n")
+        out.write("\n".join(failure.state) + "\n")
+        if violations:
+            out.write("still failing:\n" + "".join(f"  - {v}\n" for v in violations))
+            return 1
+        out.write("passes now\n")
+        return 0
+    names = args.workload or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        out.write(f"unknown workload(s): {', '.join(unknown)}; --list shows them\n")
+        return 2
+    models = ["psow", "npsow"] if args.model == "both" else [args.model]
+    bar = Progress(sys.stderr, "power loss")
+    tallies = campaign.run_campaign(
+        names, models, args.states, args.seed, save_dir=args.save_dir, progress=bar, runs_max=args.runs,
+        allow_known=args.allow_known,
+    )
+    bar.end()
+    sites: list[faultsweep.SiteResult] = []
+    if not args.no_faults:
+        sites = faultsweep.sweep(names, args.seed) + faultsweep.random_faults(
+            [n for n in names if n == "group"] or names, 20, args.seed
+        )
+    kills = None
+    if args.kill_rounds > 0:
+        bar = Progress(sys.stderr, "kill -9")
+        with tempfile.TemporaryDirectory(prefix="journal-kill-") as d:
+            kills = killtest.run_kill_rounds(args.kill_rounds, args.seed, d, progress=bar)
+        bar.end()
+    return report(out, tallies, sites, kills, campaign.sector_option(), args.allow_known)
+
+
+def report(
+    out: TextIO,
+    tallies: Sequence[object],
+    sites: Sequence[object],
+    kills: object | None,
+    sector_option: str | None,
+    allow_known: bool = False,
+) -> int:
+    from .campaign import KNOWN_BUGS, Tally
+    from .faultsweep import SiteResult
+    from .killtest import KillStats
+
+    bad = 0
+    out.write(f"\n{'workload':<12} {'model':<6} {'runs':>5} {'states':>7} {'detected':>8} {'known':>6} "
+              f"{'violations':>10}  seeds of failures\n")
+    known_total: dict[str, int] = {}
+    states = 0
+    for t in tallies:
+        assert isinstance(t, Tally)
+        states += t.states
+        for k, v in t.known.items():
+            known_total[k] = known_total.get(k, 0) + v
+        seeds = sorted({f.seed for f in t.failures})
+        bad += t.violations
+        out.write(
+            f"{t.workload:<12} {t.model:<6} {t.runs:>5} {t.states:>7} {t.detected_damage:>8} "
+            f"{sum(t.known.values()):>6} {t.violations:>10}  {', '.join(map(str, seeds[:8]))}\n"
+        )
+    out.write(f"{'total':<12} {'':<6} {'':>5} {states:>7}\n")
+    if any(t.model == "npsow" for t in tallies if isinstance(t, Tally)):
+        how = f"with {sector_option}=4096" if sector_option else "the engine offers no sector padding option"
+        out.write(f"npsow ran {how}\n")
+    for k, v in known_total.items():
+        out.write(f"known engine bug {k}: {v} states -- {KNOWN_BUGS[k]}\n")
+    if not allow_known:
+        bad += sum(known_total.values())
+    site_bad = [s for s in sites if isinstance(s, SiteResult) and s.violations]
+    if sites:
+        out.write(f"injected I/O errors: {len(sites)} sites, {len(site_bad)} with violations\n")
+        for s in site_bad[:10]:
+            out.write(f"  {s.name()}: {s.violations[0]}\n")
+        bad += len(site_bad)
+    if isinstance(kills, KillStats):
+        out.write(
+            f"kill -9: {kills.rounds} rounds ({kills.killed_before_ready} during open), "
+            f"{kills.records_checked} records read back, {len(kills.violations)} violations\n"
+        )
+        for msg in kills.violations[:10]:
+            out.write(f"  {msg}\n")
+        bad += len(kills.violations)
+    for t in tallies:
+        if isinstance(t, Tally):
+            for f in t.failures[:3]:
+                out.write(f"\nFAIL {f.workload}/{f.model} seed {f.seed}: {f.violations[0]}\n")
+                out.write("".join(f"  {line}\n" for line in f.state[:12]))
+                if f.saved_to:
+                    out.write(f"  saved: {f.saved_to}  (journal crash-test --replay {f.saved_to})\n")
+    verdict = "OK" if bad == 0 else "FAILED"
+    out.write(f"\n{verdict}: {bad} violation(s)\n")
+    return 0 if bad == 0 else 1
