@@ -107,13 +107,35 @@ class Session:
         **journal_options: Any,
     ) -> Session:
         j = core.open(path, create=create, readonly=readonly, **journal_options)
-        s = cls(j, registry or Registry(), clock, durability_floor)
         try:
-            s._load(os.fspath(path), create and not readonly, session_id, workspace, lineage,
-                    repair_on_open and not readonly, policy)
+            return cls.attach(j, create=create and not readonly, session_id=session_id, workspace=workspace,
+                              lineage=lineage, registry=registry, repair_on_open=repair_on_open, policy=policy,
+                              clock=clock, durability_floor=durability_floor)
         except BaseException:
             j.close()
             raise
+
+    @classmethod
+    def attach(
+        cls,
+        j: core.Journal,
+        create: bool = False,
+        session_id: str | None = None,
+        workspace: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
+        registry: Registry | None = None,
+        repair_on_open: bool = True,
+        policy: RepairPolicy | None = None,
+        clock: Clock = utc_now,
+        durability_floor: Durability = "buffered",
+    ) -> Session:
+        """A session over a journal the caller opened (a test harness's file system, a wrapper).
+
+        The session takes ownership: closing the session closes ``j``.
+        """
+        s = cls(j, registry or Registry(), clock, durability_floor)
+        s._load(j.path, create and not j.readonly, session_id, workspace, lineage,
+                repair_on_open and not j.readonly, policy)
         return s
 
     def _load(self, path: str, create: bool, session_id: str | None, workspace: Mapping[str, Any] | None,
