@@ -79,8 +79,14 @@ class Options:
     record_size_bytes_max: int = fmt.RECORD_SIZE_BYTES_MAX_DEFAULT
     index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT
     compress: bool = True
+    # 0 assumes powersafe overwrite (an unsynced write never damages synced bytes of the same
+    # sector). On storage without it, set the sector size: every synced batch is then padded to
+    # a sector boundary, so no later write shares a sector with synced data (SQLite's answer).
+    sector_bytes: int = 0
 
     def check(self) -> None:
+        if self.sector_bytes and (self.sector_bytes < 512 or self.sector_bytes & (self.sector_bytes - 1)):
+            raise ValueError("sector_bytes must be 0 or a power of two of at least 512")
         if not 4096 <= self.segment_size_bytes <= 1 << 40:
             raise ValueError("segment_size_bytes must be between 4 KiB and 1 TiB")
         if not 1 <= self.record_size_bytes_max <= fmt.FRAME_STORED_BYTES_LIMIT - 512:
@@ -204,11 +210,12 @@ class Journal:
         record_size_bytes_max: int = fmt.RECORD_SIZE_BYTES_MAX_DEFAULT,
         index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
         compress: bool = True,
+        sector_bytes: int = 0,
     ) -> Journal:
         """Open (and, for writing, lock and recover) the journal in directory ``path``."""
         if create and readonly:
             raise ValueError("create=True needs a writable journal; drop readonly=True")
-        options = Options(segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress)
+        options = Options(segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress, sector_bytes)
         options.check()
         j = cls(os.fspath(path), fs or OsFileSystem(), options, readonly)
         try:
@@ -406,6 +413,7 @@ class Journal:
                 or self._queue
                 or self._failed is not None
                 or self._closed
+                or self.options.sector_bytes
                 or active is None
                 or (
                     self._active_count
@@ -484,12 +492,19 @@ class Journal:
         return outcomes
 
     def flush(self) -> None:
-        """Write buffered records to the OS."""
+        """Write buffered records to the OS. Raises JournalFailStoppedError if that failed."""
         self._submit([], "flush")
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
 
     def sync(self) -> None:
-        """Write buffered records and fdatasync: everything appended so far is durable."""
+        """Write buffered records and fdatasync: everything appended so far is durable.
+
+        Raises JournalFailStoppedError if the write or the fdatasync failed.
+        """
         self._submit([], "sync")
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
 
     def read(self, after_seq: int = 0) -> Iterator[Record]:
         """Records with seq > after_seq, in seq order, as they are on disk now."""
@@ -763,10 +778,15 @@ class Journal:
             want_sync = any(r.durability == "sync" for r in batch)
         if not specs:
             if want_sync and self._active is not None and self._unsynced:
+                assert self._active_header is not None
+                pad = self._padding(self._active_size)
                 try:
+                    if pad:
+                        write_all(self._active, pad, self._active_size)
                     self._active.fdatasync()
                 except OSError as exc:
-                    return ("failed", f"fdatasync failed: {exc}", exc.errno)
+                    return ("failed", f"sync failed: {exc}", exc.errno)
+                self._active_size += len(pad)
                 self._unsynced = False
             return ("ok", "", None)
         first_seq = batch[0].first_seq if batch[0].items else next(r.first_seq for r in batch if r.items)
@@ -794,6 +814,9 @@ class Journal:
         else:
             data = fmt.encode_batch(first_seq, specs, self._active_header.salt, commit_last=want_sync)
         start = self._active_size
+        data_end = start + len(data)
+        if want_sync and self.options.sector_bytes:
+            data += self._padding(data_end, first_seq + len(specs) - 1)
         try:
             write_all(self._active, data, start)
         except OSError as exc:
@@ -806,7 +829,7 @@ class Journal:
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
             self._unsynced = False
         end = start + len(data)
-        if end >= self._next_index_at:
+        if data_end >= self._next_index_at:
             offset = start
             for i, spec in enumerate(specs):
                 self._note_frame(first_seq + i, offset)
@@ -815,6 +838,26 @@ class Journal:
         self._active_count += len(specs)
         self._last_seq = first_seq + len(specs) - 1
         return ("ok", "", None)
+
+    def _padding(self, end: int, seq: int | None = None) -> bytes:
+        """A padding frame that makes ``end`` a multiple of sector_bytes (b"" if it is one)."""
+        sector = self.options.sector_bytes
+        if not sector or end % sector == 0:
+            return b""
+        assert self._active_header is not None
+        gap = -end % sector
+        if gap < fmt.FRAME_HEADER_SIZE_BYTES:
+            gap += sector
+        pad_len = gap - fmt.FRAME_HEADER_SIZE_BYTES
+        frame = fmt.encode_frame(
+            self._last_seq if seq is None else seq,
+            fmt.KIND_PADDING,
+            pad_len,
+            bytes(pad_len),
+            self._active_header.salt,
+        )
+        assert (end + len(frame)) % sector == 0
+        return frame
 
     def _roll_back(self, start: int, reason: str, errno_: int | None) -> tuple[str, str, int | None]:
         assert self._active is not None

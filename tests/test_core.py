@@ -312,3 +312,22 @@ def test_opening_for_writing_reads_only_the_live_segment_and_the_footer_before_i
     assert names == {segs[-1].name, segs[-2].name}
     # Of the sealed segment before the live one, only the header and the footer were read.
     assert sum(size for name, size in touched if name == segs[-2].name) < segs[-2].stat().st_size // 4
+
+
+@pytest.mark.parametrize("sector", [512, 4096])
+def test_sector_padding_keeps_synced_bytes_out_of_later_writes(jpath: str, sector: int) -> None:
+    with journal.open(jpath, create=True, sector_bytes=sector, segment_size_bytes=64 * 1024) as j:
+        for i, e in enumerate(events(60, size=90)):
+            if i % 3 == 2:
+                assert j.append(e, durability="flush") == journal.Committed(i + 1, "flush")
+                j.sync()
+            else:
+                assert j.append(e, durability="sync") == journal.Committed(i + 1, "sync")
+            # After every sync the live segment ends on a sector boundary.
+            assert live_segment(jpath).stat().st_size % sector == 0
+        j.append_many(events(5, 60, size=90), durability="sync")
+    with journal.open(jpath) as j:
+        assert j.recovery.truncated_at is None
+        assert [r.event for r in j.read()] == events(65, size=90)
+    with pytest.raises(ValueError, match="sector_bytes"):
+        journal.open(jpath, sector_bytes=1000)
