@@ -16,7 +16,6 @@ from .closers import (
 )
 from .envelope import SCHEMA_VERSION, Event
 from .errors import (
-    AppendNotCommittedError,
     DuplicateSeqError,
     EnvelopeError,
     NewerSchemaError,
@@ -44,7 +43,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "TOOL_NOT_STARTED",
     "TOOL_OUTCOME_UNKNOWN",
-    "AppendNotCommittedError",
     "Appended",
     "ApprovalPolicy",
     "DuplicateSeqError",

@@ -89,11 +89,3 @@ class RepairIncompleteError(SessionError):
         )
         self.done = done
         self.planned = planned
-
-
-class AppendNotCommittedError(SessionError):
-    def __init__(self, event_type: str, reason: str) -> None:
-        super().__init__(
-            f"{event_type!r} was not committed ({reason}); nothing is on disk and it is safe to retry"
-        )
-        self.reason = reason
