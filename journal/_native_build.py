@@ -67,4 +67,3 @@ def make_builder(source_dir: str = "native") -> FFI:
 
 
 ffibuilder = make_builder()
-

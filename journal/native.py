@@ -17,9 +17,9 @@ a scan or an encode on one thread does not stall the others.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import struct
-import warnings
 from array import array
 from functools import partial
 from operator import itemgetter
@@ -88,8 +88,12 @@ def native_status() -> str:
 
 
 if not _selected and not forced_pure():
-    warnings.warn(
-        f"journal: C helper not available ({_load_error}); using the pure-Python path", RuntimeWarning, stacklevel=2
+    # One line on stderr (logging's last-resort handler) unless the application configured
+    # logging; JOURNAL_PURE=1 says the pure path is wanted and silences it.
+    logging.getLogger("journal").warning(
+        "journal: C helper not available (%s); using the pure-Python path (set %s=1 to silence)",
+        _load_error,
+        PURE_ENV,
     )
 
 

@@ -1,6 +1,6 @@
 /* The C helper of journal: see journal_native.h for the contract and journal/format.py for
- * the byte layout it mirrors. Integers are read and written byte by byte in little-endian
- * order, so the code needs no alignment and means the same on any host. */
+ * the byte layout it mirrors. Integers are little-endian on disk; loads go through memcpy
+ * and stores byte by byte, so nothing needs alignment and the bytes are the same on any host. */
 #include "journal_native.h"
 
 #include <string.h>
@@ -13,13 +13,25 @@
 #define P64_4 0x85EBCA77C2B2AE63ull
 #define P64_5 0x27D4EB2F165667C5ull
 
+/* Little-endian loads. memcpy compiles to one unaligned load; the swap is for big-endian hosts. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define JN_LE64(v) __builtin_bswap64(v)
+#define JN_LE32(v) __builtin_bswap32(v)
+#else
+#define JN_LE64(v) (v)
+#define JN_LE32(v) (v)
+#endif
+
 static uint64_t rd64(const uint8_t *p) {
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return JN_LE64(v);
 }
 
 static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return JN_LE32(v);
 }
 
 static uint32_t rd16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }

@@ -99,9 +99,7 @@ def test_encode_batch_same_bytes(specs: list[fmt.FrameSpec], first_seq: int, sal
         (1, [fmt.FrameSpec(0, 1, b"x")], 1 << 64),  # salt past u64
     ],
 )
-def test_encode_batch_out_of_range_behaves_like_the_twin(
-    first_seq: int, specs: list[fmt.FrameSpec], salt: int
-) -> None:
+def test_encode_batch_out_of_range_behaves_like_the_twin(first_seq: int, specs: list[fmt.FrameSpec], salt: int) -> None:
     def outcome(fn: Any) -> object:
         try:
             return fn(first_seq, specs, salt, True)
@@ -167,7 +165,9 @@ def frame_buffers(draw: st.DrawFn) -> tuple[bytes, int, int, int]:
         buf = bytearray(draw(st.binary(max_size=400)))
     elif damage == "big_len" and len(buf) >= len(prefix) + 32:
         # A header whose length field lies: past the limit, or past the end of the buffer.
-        struct.pack_into("<I", buf, len(prefix) + 8, draw(st.sampled_from([fmt.FRAME_STORED_BYTES_LIMIT + 1, U64_MAX >> 32])))
+        struct.pack_into(
+            "<I", buf, len(prefix) + 8, draw(st.sampled_from([fmt.FRAME_STORED_BYTES_LIMIT + 1, U64_MAX >> 32]))
+        )
     start = len(prefix) if draw(st.booleans()) else draw(st.integers(0, len(buf)))
     start = min(start, len(buf))
     return bytes(buf), start, salt, base

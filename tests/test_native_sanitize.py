@@ -1,0 +1,143 @@
+"""Memory safety of the C helper: a warning-free compile, and fuzzing under ASan + UBSan.
+
+The fuzz target (fuzz/fuzz_scan.c) runs through fuzz/driver.c, which any C compiler builds,
+so CI (gcc) runs it under -fsanitize=address,undefined. A short campaign runs in the normal
+suite; JOURNAL_CAMPAIGN=1 runs a long one (JOURNAL_FUZZ_SECONDS, default 300). When clang
+with libFuzzer is installed, the same target also runs under libFuzzer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NATIVE = ROOT / "native"
+FUZZ = ROOT / "fuzz"
+C_SOURCE = NATIVE / "journal_native.c"
+CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
+CAMPAIGN_SECONDS = float(os.environ.get("JOURNAL_FUZZ_SECONDS", "300"))
+SHORT_INPUTS = 60_000  # about five seconds under the sanitizers on one core
+OPTIONAL_ENV = "JOURNAL_NATIVE_OPTIONAL"
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+SANITIZER_ENV = {
+    "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1",
+    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+}
+
+
+def _compiler() -> str:
+    for cc in (os.environ.get("CC"), "gcc", "cc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    if os.environ.get(OPTIONAL_ENV) == "1":
+        pytest.skip(f"no C compiler on PATH and {OPTIONAL_ENV}=1")
+    pytest.fail(f"no C compiler on PATH (gcc, cc or clang); set {OPTIONAL_ENV}=1 if that is expected")
+
+
+def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload,no-any-return]
+
+
+@pytest.mark.parametrize("std", ["c99", "c11"])
+def test_c_sources_compile_without_warnings(tmp_path: Path, std: str) -> None:
+    cc = _compiler()
+    for src in (C_SOURCE, FUZZ / "fuzz_scan.c", FUZZ / "driver.c"):
+        cmd = [cc, f"-std={std}", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{NATIVE}"]
+        res = _run([*cmd, "-c", str(src), "-o", str(tmp_path / (src.stem + ".o"))])
+        assert res.returncode == 0, f"{src.name} ({std}):\n{res.stderr}"
+
+
+@pytest.fixture(scope="module")
+def sanitized_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cc = _compiler()
+    out = tmp_path_factory.mktemp("sanitize")
+    # A canary: the sanitizer runtime must be there and must catch a heap overflow, or a
+    # clean campaign below would prove nothing.
+    canary = out / "canary.c"
+    canary.write_text(
+        "#include <stdlib.h>\n"
+        "int main(int argc, char **argv) { (void)argv; char *p = malloc(4);"
+        " int v = p[argc + 3]; free(p); return v == 1234; }\n"
+    )
+    res = _run([cc, *SANITIZE, "-g", str(canary), "-o", str(out / "canary")])
+    if res.returncode != 0:
+        pytest.skip(f"{cc} cannot build with -fsanitize=address,undefined: {res.stderr.strip()[:300]}")
+    res = _run([str(out / "canary")], env={**os.environ, **SANITIZER_ENV})
+    if "AddressSanitizer" not in res.stderr:
+        pytest.skip(f"the sanitizer runtime does not work here (canary exit {res.returncode}): {res.stderr[:300]}")
+    driver = out / "driver"
+    sources = [str(FUZZ / "fuzz_scan.c"), str(FUZZ / "driver.c"), str(C_SOURCE)]
+    res = _run(
+        [
+            cc,
+            "-std=c99",
+            "-g",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            *SANITIZE,
+            f"-I{NATIVE}",
+            *sources,
+            "-o",
+            str(driver),
+        ]
+    )
+    assert res.returncode == 0, res.stderr
+    return driver
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    out = tmp_path_factory.mktemp("corpus")
+    res = _run([sys.executable, str(FUZZ / "make_corpus.py"), str(out)])
+    assert res.returncode == 0, res.stderr
+    files = sorted(str(p) for p in out.iterdir())
+    assert len(files) >= 10
+    return files
+
+
+def _inputs_ran(stdout: str) -> int:
+    m = re.search(r"inputs: (\d+)", stdout)
+    assert m, stdout
+    return int(m.group(1))
+
+
+def test_fuzz_scanner_under_asan_and_ubsan(sanitized_driver: Path, corpus: list[str]) -> None:
+    budget = ["-t", str(CAMPAIGN_SECONDS)] if CAMPAIGN else ["-n", str(SHORT_INPUTS)]
+    res = _run([str(sanitized_driver), *budget, "-s", "20261129", *corpus], env={**os.environ, **SANITIZER_ENV})
+    assert res.returncode == 0, f"sanitizer or contract failure (exit {res.returncode}):\n{res.stderr[-4000:]}"
+    assert "runtime error" not in res.stderr and "Sanitizer" not in res.stderr, res.stderr[-4000:]
+    ran = _inputs_ran(res.stdout)
+    assert ran >= (len(corpus) + SHORT_INPUTS if not CAMPAIGN else 1)
+    print(f"fuzz campaign under ASan+UBSan: {ran} inputs")
+
+
+def test_fuzz_scanner_under_libfuzzer(tmp_path: Path, corpus: list[str]) -> None:
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang not installed (apt-get install clang) - the gcc driver above covers the sanitizers")
+    exe = tmp_path / "fuzz_scan"
+    sources = [str(FUZZ / "fuzz_scan.c"), str(C_SOURCE)]
+    res = _run([clang, "-g", "-O1", "-fsanitize=fuzzer,address,undefined", f"-I{NATIVE}", *sources, "-o", str(exe)])
+    if res.returncode != 0:
+        pytest.skip(f"clang cannot build libFuzzer targets here: {res.stderr.strip()[:300]}")
+    work = tmp_path / "corpus"
+    work.mkdir()
+    for f in corpus:
+        shutil.copy(f, work)
+    seconds = int(CAMPAIGN_SECONDS) if CAMPAIGN else 8
+    res = _run(
+        [str(exe), f"-max_total_time={seconds}", "-seed=20261129", "-print_final_stats=1", str(work)],
+        env={**os.environ, **SANITIZER_ENV},
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    m = re.search(r"stat::number_of_executed_units:\s*(\d+)", res.stderr)
+    print(f"libFuzzer campaign: {m.group(1) if m else '?'} inputs in {seconds} s")
