@@ -366,6 +366,9 @@ class Journal:
                 seal.last_seq,
                 f"sequence gap: next segment starts at seq {header.base_seq}",
             )
+        # Retries after a reopen dedupe against the sealed segment too, without reading it.
+        for seq, key in seal.keys:
+            self._keys[key.decode("utf-8", "surrogateescape")] = seq
 
     def _note_frame(self, seq: int, offset: int) -> None:
         if offset >= self._next_index_at:
@@ -878,6 +881,11 @@ class Journal:
             self.options.index_interval_bytes,
             self._index,
             self._active_size,
+            sorted(
+                (seq, key.encode("utf-8", "surrogateescape"))
+                for key, seq in self._keys.items()
+                if base <= seq <= self._last_seq
+            ),
         )
         frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
         write_all(self._active, frame, self._active_size)

@@ -81,11 +81,15 @@ INDEX_INTERVAL_BYTES_DEFAULT = 64 * 1024  # one sparse index entry per this many
 # --- seal footer ----------------------------------------------------------------------------
 
 # The seal frame's payload: record count, first seq, last seq, index interval in bytes, number
-# of index entries; then entries of (seq, offset); then the seal frame's own offset as the last
-# 8 bytes of the file, so a reader finds the footer from the end without scanning.
-_SEAL_HEAD = struct.Struct("<QQQII")
+# of index entries, number of idempotency keys; then index entries of (seq, offset); then key
+# entries of (seq, key length, key); then the seal frame's own offset as the last 8 bytes of
+# the file, so a reader finds the footer from the end without scanning. The keys let a writer
+# reopening the journal dedupe retries against the sealed segment without reading it.
+_SEAL_HEAD = struct.Struct("<QQQIII")
 _SEAL_ENTRY = struct.Struct("<QQ")
 _U64 = struct.Struct("<Q")
+_SEAL_KEY = struct.Struct("<QB")  # seq, key length; then the key bytes
+_SALT_INPUT = struct.Struct("<QQ")
 SEAL_TAIL_SIZE_BYTES = 8
 
 
@@ -104,6 +108,14 @@ class HeaderError(ValueError):
         super().__init__(reason)
         self.reason = reason
         self.version = version
+
+
+def segment_salt(journal_id: bytes, segment_number: int, base_seq: int) -> int:
+    """The salt of a segment: distinct per journal (random id) and per segment, and derived,
+    not drawn, so that writing the same records again (a repair redone after a crash, a
+    roll-over retried) gives the same bytes. 63 bits keep it a positive C int64 as well."""
+    assert len(journal_id) == 16
+    return xxhash.xxh64_intdigest(journal_id + _SALT_INPUT.pack(segment_number, base_seq), seed=0) & (2**63 - 1)
 
 
 def segment_name(base_seq: int) -> str:
@@ -341,6 +353,7 @@ class SealInfo(NamedTuple):
     index_interval_bytes: int
     entries: list[tuple[int, int]]  # sparse index (seq, offset), ascending
     seal_offset: int
+    keys: list[tuple[int, bytes]]  # (seq, idempotency key) of every keyed record
 
 
 def encode_seal_payload(
@@ -350,10 +363,15 @@ def encode_seal_payload(
     index_interval_bytes: int,
     index: list[tuple[int, int]],
     seal_offset: int,
+    keys: list[tuple[int, bytes]] | None = None,
 ) -> bytes:
     assert record_count >= 1 and last_seq - first_seq + 1 == record_count
-    parts = [_SEAL_HEAD.pack(record_count, first_seq, last_seq, index_interval_bytes, len(index))]
+    keys = keys or []
+    parts = [_SEAL_HEAD.pack(record_count, first_seq, last_seq, index_interval_bytes, len(index), len(keys))]
     parts.extend(_SEAL_ENTRY.pack(seq, off) for seq, off in index)
+    for seq, key in keys:
+        assert first_seq <= seq <= last_seq and 1 <= len(key) <= IDEMPOTENCY_KEY_BYTES_MAX
+        parts.append(_SEAL_KEY.pack(seq, len(key)) + key)
     parts.append(_U64.pack(seal_offset))
     return b"".join(parts)
 
@@ -361,13 +379,23 @@ def encode_seal_payload(
 def decode_seal_payload(payload: bytes | memoryview) -> SealInfo:
     if len(payload) < _SEAL_HEAD.size + SEAL_TAIL_SIZE_BYTES:
         raise ValueError("seal payload too short")
-    count, first, last, interval, n = _SEAL_HEAD.unpack_from(payload, 0)
-    expected = _SEAL_HEAD.size + n * _SEAL_ENTRY.size + SEAL_TAIL_SIZE_BYTES
-    if len(payload) != expected or count < 1 or last - first + 1 != count:
+    count, first, last, interval, n, n_keys = _SEAL_HEAD.unpack_from(payload, 0)
+    pos = _SEAL_HEAD.size + n * _SEAL_ENTRY.size
+    if pos + n_keys * _SEAL_KEY.size + SEAL_TAIL_SIZE_BYTES > len(payload) or count < 1 or last - first + 1 != count:
         raise ValueError("seal payload fields inconsistent")
     index = [_SEAL_ENTRY.unpack_from(payload, _SEAL_HEAD.size + i * _SEAL_ENTRY.size) for i in range(n)]
+    keys: list[tuple[int, bytes]] = []
+    for _ in range(n_keys):
+        if pos + _SEAL_KEY.size > len(payload) - SEAL_TAIL_SIZE_BYTES:
+            raise ValueError("seal key table runs past the footer")
+        seq, key_len = _SEAL_KEY.unpack_from(payload, pos)
+        pos += _SEAL_KEY.size
+        keys.append((int(seq), bytes(payload[pos : pos + key_len])))
+        pos += key_len
+    if pos != len(payload) - SEAL_TAIL_SIZE_BYTES:
+        raise ValueError("seal payload length disagrees with its tables")
     (seal_offset,) = _U64.unpack_from(payload, len(payload) - SEAL_TAIL_SIZE_BYTES)
-    return SealInfo(count, first, last, interval, [(int(s), int(o)) for s, o in index], seal_offset)
+    return SealInfo(count, first, last, interval, [(int(s), int(o)) for s, o in index], seal_offset, keys)
 
 
 def seal_tail_offset(tail: bytes | memoryview) -> int:

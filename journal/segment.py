@@ -9,7 +9,6 @@ record (recovery removes it).
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 
 from . import format as fmt
@@ -40,9 +39,9 @@ def list_temp_files(fs: FileSystem, dirpath: str) -> list[str]:
 
 
 def new_header(journal_id: bytes, segment_number: int, base_seq: int) -> fmt.SegmentHeader:
-    # The salt only has to differ between segments; 63 bits keep it a positive C uint64 too.
-    salt = secrets.randbits(63)
-    return fmt.SegmentHeader(fmt.FORMAT_VERSION, journal_id, segment_number, base_seq, salt)
+    return fmt.SegmentHeader(
+        fmt.FORMAT_VERSION, journal_id, segment_number, base_seq, fmt.segment_salt(journal_id, segment_number, base_seq)
+    )
 
 
 def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader) -> File:

@@ -55,9 +55,18 @@ def test_seal_footer_is_pinned_and_found_from_the_end() -> None:
     payload = bytes.fromhex(v["payload_hex"])
     info = fmt.decode_seal_payload(payload)
     assert (info.record_count, info.first_seq, info.last_seq, info.entries) == (4, 1001, 1004, [(1001, 64)])
+    assert info.keys == [(1004, b"evt-42")]
     frame = bytes.fromhex(v["frame_hex"])
     assert fmt.encode_frame(1004, fmt.KIND_SEAL, len(payload), payload, SALT) == frame
     assert fmt.seal_tail_offset(frame[-8:]) == info.seal_offset
+
+
+def test_segment_salt_is_derived_and_pinned() -> None:
+    v = VECTORS["derived_salt"]
+    jid = bytes.fromhex(VECTORS["journal_id"])
+    assert fmt.segment_salt(jid, v["segment_number"], v["base_seq"]) == v["salt"] < 2**63
+    assert fmt.segment_salt(jid, v["segment_number"] + 1, v["base_seq"]) != v["salt"]
+    assert fmt.segment_salt(bytes(16), v["segment_number"], v["base_seq"]) != v["salt"]
 
 
 def test_scan_accepts_the_vector_segment() -> None:
@@ -73,7 +82,7 @@ def test_scan_accepts_the_vector_segment() -> None:
 def test_scan_reports_truncation_at_every_cut_of_a_frame(cut: int) -> None:
     _, batch = _batch()
     first_len = 32 + VECTORS["batch"]["frames"][0]["raw_len"]
-    res = fmt.scan(bytes(64) + batch[:first_len + cut], 64, SALT, 1001)
+    res = fmt.scan(bytes(64) + batch[: first_len + cut], 64, SALT, 1001)
     assert [f.seq for f in res.frames] == [1001]
     assert res.stop_offset == 64 + first_len
     assert res.stop in (fmt.Stop.TRUNCATED, fmt.Stop.CHECKSUM)

@@ -35,11 +35,12 @@ def build() -> dict[str, object]:
         fmt.FrameSpec(fmt.FLAG_KEYED, 7, keyed_stored),
     ]
     batch = fmt.encode_batch(1001, specs, SALT, commit_last=True)
-    seal_payload = fmt.encode_seal_payload(4, 1001, 1004, 65536, [(1001, 64)], 64 + len(batch))
+    seal_payload = fmt.encode_seal_payload(4, 1001, 1004, 65536, [(1001, 64)], 64 + len(batch), [(1004, key)])
     seal = fmt.encode_frame(1004, fmt.KIND_SEAL, len(seal_payload), seal_payload, SALT)
     return {
         "comment": "format version 1; regenerate only on purpose with make_format_v1.py",
         "salt": SALT,
+        "derived_salt": {"segment_number": 3, "base_seq": 1001, "salt": fmt.segment_salt(JOURNAL_ID, 3, 1001)},
         "journal_id": JOURNAL_ID.hex(),
         "segment_header": {"segment_number": 3, "base_seq": 1001, "hex": fmt.encode_segment_header(header).hex()},
         "batch": {
