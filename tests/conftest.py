@@ -35,3 +35,29 @@ def snapshot_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
 @pytest.fixture
 def jpath(tmp_path: pathlib.Path) -> str:
     return str(tmp_path / "j")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print what the crash harness explored (tests/test_crash_harness.py fills SUMMARY)."""
+    import sys
+
+    mod = next((m for n, m in sys.modules.items() if n.endswith("test_crash_harness")), None)
+    summary = getattr(mod, "SUMMARY", None)
+    if not summary:
+        return
+    states = summary.get("states", {})
+    tr = terminalreporter
+    tr.write_sep("-", "crash harness")
+    tr.write_line(
+        f"power-loss states: {sum(states.values())} ({', '.join(f'{m}: {n}' for m, n in states.items())}), "
+        f"violations: {summary.get('violations', 0)}"
+    )
+    for bug, n in summary.get("known", {}).items():
+        tr.write_line(f"  known engine bug {bug}: {n} states (reproducer: tests/test_crash_engine_bugs.py)")
+    if "npsow" in states:
+        opt = summary.get("sector_option")
+        tr.write_line(f"  npsow ran {'with ' + opt + '=4096' if opt else 'without sector padding (none offered)'}")
+    if "kill_rounds" in summary:
+        tr.write_line(f"kill -9 rounds: {summary['kill_rounds']}, violations: {summary['kill_violations']}")
+    if "fault_sites" in summary:
+        tr.write_line(f"injected-error sites: {summary['fault_sites']}, violations: {summary['fault_violations']}")
