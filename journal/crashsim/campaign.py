@@ -55,7 +55,7 @@ def deterministic(seed: int) -> Iterator[None]:
     from .. import core, segment
 
     shim = _SeededSecrets(random.Random(seed ^ 0x5EED))
-    saved = [(m, getattr(m, "secrets", None)) for m in (core, segment)]
+    saved = [(m, m.__dict__["secrets"]) for m in (core, segment) if "secrets" in m.__dict__]
     for m, _ in saved:
         setattr(m, "secrets", shim)  # noqa: B010 - the engine's module attribute, patched on purpose
     try:
