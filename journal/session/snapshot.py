@@ -1,0 +1,291 @@
+"""Snapshot files: a reducer's state saved atomically, used only while it provably matches the log.
+
+The journal is the only source of truth; a snapshot is a disposable cache that makes resuming
+cost the tail of the log instead of its length (seed 004, 14.3.5; seed 000, section 10). A file
+holds, as one canonical JSON object:
+
+    sessionId        the envelope sessionId of the record at lastSeq
+    lastSeq          the last seq folded into the state
+    lastDigest       XXH64 of the stored payload of the record at lastSeq
+    reducer          the reducer's name
+    reducerVersion   the version of its folding rules
+    state            reducer.dump(state)
+
+between a first line ``journal-snapshot 1`` and a last line ``xxh64 <16 hex digits>``, the
+checksum of every byte before it. It is written to ``<name>.tmp``, fsync'd, renamed over
+``<name>`` and the directory fsync'd, all through the file layer, so a crash leaves the old
+snapshot or the new one, never a mix, and the crash harness sees every step.
+
+``resume`` uses the snapshot only if all of these hold, and otherwise replays from seq 1 and
+says why in ``rebuild_reason``: the file is readable and its checksum matches; the reducer name
+and version are the caller's; the journal still holds lastSeq and the record there has the
+digest the snapshot was made after; the state loads; and every event after lastSeq belongs to
+the same session (a fork's child starts a new session after the shared prefix, so a parent's
+snapshot is never taken for the child's state, nor the other way round).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import xxhash
+
+from ..core import Journal
+from ..fs import FileSystem, OsFileSystem, write_all
+from .envelope import Event, decode
+from .errors import SessionError
+from .reducer import Reducer
+from .registry import EventType, Registry
+from .replay import Replayed, fold
+
+S = TypeVar("S")
+
+MAGIC = b"journal-snapshot 1\n"
+CHECKSUM_PREFIX = b"xxh64 "
+SNAPSHOT_SUFFIX = ".snap"
+TMP_SUFFIX = ".tmp"
+SNAPSHOT_BYTES_MAX = 1 << 31  # a state larger than this is not a cache worth keeping
+
+
+class SnapshotDamagedError(SessionError):
+    """A snapshot file that cannot be trusted; ``resume`` falls back to a full replay on it."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"snapshot {path!r} cannot be used: {why}; replay from the journal and save a new one")
+        self.path = path
+        self.why = why
+
+
+@dataclass(frozen=True)
+class SavedSnapshot:
+    session_id: str | None
+    last_seq: int
+    last_digest: int
+    reducer: str
+    reducer_version: int
+    state: dict[str, Any]
+
+
+@dataclass
+class Resumed(Generic[S]):
+    """A replay that may have started from a snapshot."""
+
+    replayed: Replayed[S]
+    snapshot_seq: int  # 0 when the state was rebuilt from seq 1
+
+    @property
+    def state(self) -> S:
+        return self.replayed.state
+
+    @property
+    def from_snapshot(self) -> bool:
+        return self.replayed.from_snapshot
+
+    @property
+    def rebuild_reason(self) -> str | None:
+        return self.replayed.rebuild_reason
+
+
+def snapshot_path(directory: str | os.PathLike[str], reducer: Reducer[Any]) -> str:
+    """The conventional file name of ``reducer``'s snapshot in ``directory``."""
+    return os.path.join(os.fspath(directory), reducer.name + SNAPSHOT_SUFFIX)
+
+
+def encode(saved: SavedSnapshot) -> bytes:
+    body = json.dumps(
+        {
+            "sessionId": saved.session_id,
+            "lastSeq": saved.last_seq,
+            "lastDigest": saved.last_digest,
+            "reducer": saved.reducer,
+            "reducerVersion": saved.reducer_version,
+            "state": saved.state,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode("utf-8")
+    head = MAGIC + body + b"\n"
+    return head + CHECKSUM_PREFIX + b"%016x\n" % xxhash.xxh64_intdigest(head)
+
+
+def decode_file(data: bytes, path: str = "<bytes>") -> SavedSnapshot:
+    """Parse and verify a snapshot file's bytes; SnapshotDamagedError says what is wrong."""
+    if not data.startswith(MAGIC):
+        raise SnapshotDamagedError(path, "not a snapshot file (bad first line)")
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+    trailer = data[cut:]
+    if not trailer.startswith(CHECKSUM_PREFIX) or not trailer.endswith(b"\n") or len(trailer) != 23:
+        raise SnapshotDamagedError(path, "the checksum line is missing (a torn or truncated file)")
+    try:
+        want = int(trailer[len(CHECKSUM_PREFIX) : -1], 16)
+    except ValueError:
+        raise SnapshotDamagedError(path, "the checksum line is not hex") from None
+    if xxhash.xxh64_intdigest(data[:cut]) != want:
+        raise SnapshotDamagedError(path, "checksum mismatch")
+    try:
+        d = json.loads(data[len(MAGIC) : cut - 1])
+        saved = SavedSnapshot(
+            d["sessionId"], d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"], d["state"]
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SnapshotDamagedError(path, f"body does not parse: {exc}") from None
+    if not isinstance(saved.last_seq, int) or saved.last_seq < 0 or not isinstance(saved.state, dict):
+        raise SnapshotDamagedError(path, "fields out of range")
+    return saved
+
+
+def read(path: str | os.PathLike[str], fs: FileSystem | None = None) -> SavedSnapshot:
+    """Read and verify a snapshot file. FileNotFoundError if there is none."""
+    fs = fs or OsFileSystem()
+    p = os.fspath(path)
+    f = fs.open_read(p)
+    try:
+        size = f.size()
+        if size > SNAPSHOT_BYTES_MAX:
+            raise SnapshotDamagedError(p, f"{size} bytes is over the {SNAPSHOT_BYTES_MAX} byte limit")
+        data = f.pread(size, 0)
+    finally:
+        f.close()
+    return decode_file(data, p)
+
+
+def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
+    """Temp file, fsync, rename, directory fsync: the file is the old one or the new one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not fs.exists(directory):
+        fs.mkdir(directory)
+        fs.fsync_dir(os.path.dirname(directory))
+    tmp = path + TMP_SUFFIX
+    if fs.exists(tmp):
+        fs.unlink(tmp)  # left by a crash before its rename: never trusted, never renamed
+    f = fs.open_write(tmp, create=True)
+    try:
+        write_all(f, data, 0)
+        f.fsync()
+    finally:
+        f.close()
+    fs.rename(tmp, path)
+    fs.fsync_dir(directory)
+
+
+def save(
+    j: Journal, replayed: Replayed[S], reducer: Reducer[S], path: str | os.PathLike[str], fs: FileSystem | None = None
+) -> SavedSnapshot:
+    """Save ``replayed.state`` (folded by ``reducer`` up to ``replayed.last_seq`` of ``j``)."""
+    seq = replayed.last_seq
+    session_id: str | None = None
+    digest = 0
+    if seq > 0:
+        rec = j.get(seq)
+        if rec is None:
+            raise ValueError(f"the journal holds no record at seq {seq}; replay it again")
+        digest = xxhash.xxh64_intdigest(rec.payload)
+        ev = rec.event if not rec.is_bytes else None
+        session_id = ev.get("sessionId") if isinstance(ev, dict) else None
+    saved = SavedSnapshot(session_id, seq, digest, reducer.name, reducer.version, reducer.dump(replayed.state))
+    write_atomic(fs or OsFileSystem(), os.fspath(path), encode(saved))
+    return saved
+
+
+class _Forked(Exception):
+    def __init__(self, seq: int, session_id: str) -> None:
+        self.seq = seq
+        self.session_id = session_id
+
+
+def _items(
+    j: Journal, registry: Registry, after_seq: int, upto_seq: int | None, session_id: str | None
+) -> Iterator[tuple[int, tuple[Event, EventType] | None]]:
+    for rec in j.read(after_seq=after_seq):
+        if upto_seq is not None and rec.seq > upto_seq:
+            return
+        item = decode(rec, registry)
+        if session_id is not None and item is not None and item[0].session_id != session_id:
+            raise _Forked(rec.seq, item[0].session_id)
+        yield rec.seq, item
+
+
+def check(j: Journal, saved: SavedSnapshot, reducer: Reducer[Any], upto_seq: int | None = None) -> str | None:
+    """None when ``saved`` can be trusted for ``j`` and ``reducer``; otherwise why not."""
+    if saved.reducer != reducer.name or saved.reducer_version != reducer.version:
+        return (
+            f"snapshot made by reducer {saved.reducer} v{saved.reducer_version}, "
+            f"replaying with {reducer.name} v{reducer.version}"
+        )
+    if upto_seq is not None and saved.last_seq > upto_seq:
+        return f"snapshot is at seq {saved.last_seq}, past the wanted seq {upto_seq}"
+    if saved.last_seq > j.last_seq:
+        return f"the journal ends at seq {j.last_seq} and no longer holds seq {saved.last_seq}"
+    if saved.last_seq == 0:
+        return None
+    rec = j.get(saved.last_seq)
+    if rec is None:
+        return f"the journal no longer holds seq {saved.last_seq}"
+    if xxhash.xxh64_intdigest(rec.payload) != saved.last_digest:
+        return f"the record at seq {saved.last_seq} is not the one the snapshot was made after"
+    return None
+
+
+def resume(
+    j: Journal,
+    registry: Registry,
+    reducer: Reducer[S],
+    path: str | os.PathLike[str] | None,
+    fs: FileSystem | None = None,
+    upto_seq: int | None = None,
+) -> Resumed[S]:
+    """Fold ``j`` with ``reducer``: from the snapshot at ``path`` if it matches, else from seq 1.
+
+    ``upto_seq`` stops the fold there (the state at a past seq, as a fork check needs).
+    """
+    reason: str | None = None
+    saved: SavedSnapshot | None = None
+    if path is None:
+        reason = "no snapshot given"
+    else:
+        try:
+            saved = read(path, fs)
+        except FileNotFoundError:
+            reason = f"no snapshot at {os.fspath(path)!r}"
+        except SnapshotDamagedError as exc:
+            reason = exc.why
+        except OSError as exc:
+            reason = f"snapshot unreadable: {exc}"
+    if saved is not None:
+        reason = check(j, saved, reducer, upto_seq)
+        if reason is None:
+            try:
+                state = reducer.load(saved.state)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                reason = f"snapshot state does not load: {exc!r}"
+            else:
+                try:
+                    out = fold(
+                        _items(j, registry, saved.last_seq, upto_seq, saved.session_id), reducer, state, saved.last_seq
+                    )
+                except _Forked as fk:
+                    reason = (
+                        f"seq {fk.seq} belongs to session {fk.session_id}, not {saved.session_id}: "
+                        "the journal was forked after the snapshot"
+                    )
+                else:
+                    out.from_snapshot = True
+                    return Resumed(out, saved.last_seq)
+    out = fold(_items(j, registry, 0, upto_seq, None), reducer, reducer.initial())
+    out.rebuild_reason = reason
+    return Resumed(out, 0)
+
+
+def take(
+    j: Journal, registry: Registry, reducer: Reducer[S], path: str | os.PathLike[str], fs: FileSystem | None = None
+) -> Resumed[S]:
+    """Bring the snapshot at ``path`` up to the end of ``j`` (from itself when it matches)."""
+    got = resume(j, registry, reducer, path, fs)
+    save(j, got.replayed, reducer, path, fs)
+    return got
