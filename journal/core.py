@@ -47,7 +47,7 @@ from .fs import File, FileSystem, Lock, OsFileSystem, take_lock, write_all
 from .outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
 from .reader import Cursor, Record
 from .recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
-from .segment import create_segment, list_segments, list_temp_files, new_header, read_header, read_seal
+from .segment import create_segment, header_padding, list_segments, list_temp_files, new_header, read_header, read_seal
 
 LOCK_FILE = "LOCK"
 COMPRESS_MIN_BYTES = 64  # below this zstd's own frame overhead eats any gain
@@ -295,9 +295,10 @@ class Journal:
         segments = list_segments(fs, self.path)
         if not segments:
             self._journal_id = secrets.token_bytes(16)
-            self._active = create_segment(fs, self.path, new_header(self._journal_id, 0, 1))
+            header = new_header(self._journal_id, 0, 1)
+            self._active = create_segment(fs, self.path, header, self.options.sector_bytes)
             self._active_header = read_header(self._active, fmt.segment_name(1))
-            self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES
+            self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
             self._next_index_at = self._active_size
             report.actions.append("created journal")
             report.segments = 1
@@ -742,7 +743,9 @@ class Journal:
                 else:
                     r.outcomes = [Committed(r.first_seq + k, level) for k in range(len(r.items))]
             return
-        lost_buffered = any(r.acked and r.items for r in batch)
+        # Acknowledged buffered records, in this batch or queued behind it, hold seqs their
+        # callers were told: they cannot be renumbered, so such a failure fail-stops.
+        lost_buffered = any(r.acked and r.items for r in batch) or any(q.acked and q.items for q in self._queue)
         for r in batch:
             for k, it in enumerate(r.items):
                 if it.key is not None and self._keys.get(it.key) == r.first_seq + k and status != "failed":
@@ -898,9 +901,9 @@ class Journal:
     def _start_segment(self, base_seq: int) -> None:
         self._segment_number += 1
         header = new_header(self._journal_id, self._segment_number, base_seq)
-        self._active = create_segment(self._fs, self.path, header)
+        self._active = create_segment(self._fs, self.path, header, self.options.sector_bytes)
         self._active_header = header
-        self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES
+        self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
         self._active_count = 0
         self._index = []
         self._next_index_at = self._active_size

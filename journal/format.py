@@ -318,14 +318,18 @@ def scan(
 
 
 def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
-    """Offset (in ``buf``) of a genuine commit-marked frame at or after ``start``, if any.
+    """Offset (in ``buf``) of the first genuine commit-marked or seal frame at or after ``start``
+    whose seq is above ``after_seq``, if any.
 
-    Recovery uses it to tell a torn tail (nothing durable after the damage: cut it) from
-    corruption of committed data (a durable point lies beyond the damage: refuse). The marker
-    narrows the candidates and the salted 64-bit checksum rules out false positives.
+    The marker narrows the candidates and the salted 64-bit checksum rules out false positives.
+    This is the search primitive; ``find_durable_point`` decides what a found frame proves.
     """
+    return _find_genuine(buf, start, salt, after_seq, commit_only=True)
+
+
+def _find_genuine(buf: bytes | memoryview, start: int, salt: int, after_seq: int, commit_only: bool) -> int | None:
     mv = memoryview(buf)
-    data = bytes(mv) if not isinstance(buf, bytes) else buf
+    data = buf if isinstance(buf, bytes) else bytes(mv)
     pos = start + FRAME_MARKER_OFFSET
     while True:
         pos = data.find(FRAME_MARKER_BYTES, pos)
@@ -335,12 +339,46 @@ def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq:
         pos += 1
         if frame_at < start:
             continue
-        single = py_scan(mv, frame_at, salt, 0, frames_max=1)
-        # A genuine frame stops as SEQ (expected 0 never matches) or as SEALED/FLAGS.
-        if single.stop in (Stop.SEQ, Stop.SEALED, Stop.FLAGS) and single.stop_seq > after_seq:
-            (flags,) = struct.unpack_from("<H", mv, frame_at + 24)
-            if flags & FLAG_COMMIT or flags & FLAG_KIND_MASK == KIND_SEAL:
-                return frame_at
+        single = py_scan_one(mv, frame_at, salt)
+        if single is None or single[0] <= after_seq:
+            continue
+        flags = single[1]
+        if not commit_only or flags & FLAG_COMMIT or flags & FLAG_KIND_MASK == KIND_SEAL:
+            return frame_at
+
+
+def py_scan_one(buf: bytes | memoryview, pos: int, salt: int) -> tuple[int, int] | None:
+    """(seq, flags) of a genuine frame at ``pos`` (checksum verified), or None."""
+    # A genuine frame stops a scan expecting seq 0 as SEQ (or FLAGS): its checksum held.
+    res = scan(buf, pos, salt, 0, frames_max=1)
+    if res.stop not in (Stop.SEQ, Stop.SEALED, Stop.FLAGS) or res.stop_offset != pos:
+        return None
+    (flags,) = struct.unpack_from("<H", buf, pos + 24)
+    return res.stop_seq, flags
+
+
+def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
+    """Offset of a frame at or after ``start`` that proves the bytes before it were fdatasync'd.
+
+    A commit-marked frame alone proves nothing: its batch may have been in flight when the power
+    failed, with the commit frame on disk and earlier bytes of the same batch (or of unsynced
+    batches before it) lost. But the writer never writes a batch before the previous batch's
+    fdatasync has returned, so a genuine frame with a higher seq anywhere after a commit frame
+    proves that commit frame's fdatasync completed. Recovery uses this to tell a torn tail
+    (nothing proven durable after the damage: cut it) from corruption of committed data.
+    """
+    commit_at = find_later_commit(buf, start, salt, after_seq)
+    if commit_at is None:
+        return None
+    commit_seq = read_frame_header(buf, commit_at)[3]
+    commit_end = commit_at + FRAME_HEADER_SIZE_BYTES + read_frame_header(buf, commit_at)[1]
+    # Usually the very next frame is the proof; search the rest only if it is not.
+    nxt = py_scan_one(buf, commit_end, salt) if len(buf) - commit_end >= FRAME_HEADER_SIZE_BYTES else None
+    if nxt is not None and nxt[0] > commit_seq:
+        return commit_at
+    if _find_genuine(buf, commit_end, salt, commit_seq, commit_only=False) is not None:
+        return commit_at
+    return None
 
 
 # --- seal footer ----------------------------------------------------------------------------

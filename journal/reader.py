@@ -251,7 +251,7 @@ class Cursor:
         """Damage in the live segment is only "not yet written" if nothing durable follows it."""
         size = cur.file.size()
         rest = cur.file.pread(size - stop_offset, stop_offset)
-        later = fmt.find_later_commit(rest, 0, cur.header.salt, self._expected - 1)
+        later = fmt.find_durable_point(rest, 0, cur.header.salt, self._expected - 1)
         if later is not None:
             raise CorruptionError(
                 cur.seg.name,

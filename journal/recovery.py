@@ -75,7 +75,7 @@ def decide(data: bytes, header: fmt.SegmentHeader, segment: str, path: str) -> T
             raise CorruptionError(segment, res.stop_offset, last_seq, "bytes after the seal footer")
         return TailDecision(res.frames, res.stop_offset, True, False, "sealed")
     raise_for_stop(res, segment, path, last_seq)
-    later = fmt.find_later_commit(data, res.stop_offset, header.salt, last_seq)
+    later = fmt.find_durable_point(data, res.stop_offset, header.salt, last_seq)
     if later is not None:
         raise CorruptionError(
             segment,

@@ -44,8 +44,12 @@ def new_header(journal_id: bytes, segment_number: int, base_seq: int) -> fmt.Seg
     )
 
 
-def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader) -> File:
-    """Make a segment durable under its final name and return it open for writing."""
+def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader, sector_bytes: int = 0) -> File:
+    """Make a segment durable under its final name and return it open for writing.
+
+    With ``sector_bytes``, a padding frame after the header fills its sector, so the first
+    batch never shares a sector with the synced header (storage without powersafe overwrite).
+    """
     name = fmt.segment_name(header.base_seq)
     final = os.path.join(dirpath, name)
     tmp = final + TMP_SUFFIX
@@ -54,7 +58,7 @@ def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader) -> F
         fs.unlink(tmp)  # a previous attempt's temp file holds only a header
     f = fs.open_write(tmp, create=True)
     try:
-        write_all(f, fmt.encode_segment_header(header), 0)
+        write_all(f, fmt.encode_segment_header(header) + header_padding(header, sector_bytes), 0)
         f.fsync()
         fs.rename(tmp, final)
         fs.fsync_dir(dirpath)
@@ -63,6 +67,19 @@ def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader) -> F
         raise
     f.path = final
     return f
+
+
+def header_padding(header: fmt.SegmentHeader, sector_bytes: int) -> bytes:
+    """The padding frame that ends a new segment's first sector (b"" without sector_bytes)."""
+    if not sector_bytes:
+        return b""
+    gap = -fmt.SEGMENT_HEADER_SIZE_BYTES % sector_bytes
+    if gap < fmt.FRAME_HEADER_SIZE_BYTES:
+        gap += sector_bytes
+    pad_len = gap - fmt.FRAME_HEADER_SIZE_BYTES
+    frame = fmt.encode_frame(header.base_seq - 1, fmt.KIND_PADDING, pad_len, bytes(pad_len), header.salt)
+    assert (fmt.SEGMENT_HEADER_SIZE_BYTES + len(frame)) % sector_bytes == 0
+    return frame
 
 
 def read_header(f: File, segment: str) -> fmt.SegmentHeader:

@@ -52,8 +52,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         f"power-loss states: {sum(states.values())} ({', '.join(f'{m}: {n}' for m, n in states.items())}), "
         f"violations: {summary.get('violations', 0)}"
     )
-    for bug, n in summary.get("known", {}).items():
-        tr.write_line(f"  known engine bug {bug}: {n} states (reproducer: tests/test_crash_engine_bugs.py)")
     if "npsow" in states:
         opt = summary.get("sector_option")
         tr.write_line(f"  npsow ran {'with ' + opt + '=4096' if opt else 'without sector padding (none offered)'}")

@@ -44,10 +44,6 @@ def test_power_loss_campaign(model: str, tmp_path: pathlib.Path) -> None:
     tallies = campaign.run_campaign(list(WORKLOADS), [model], STATES_PER_PAIR, SEED, save_dir=str(tmp_path))
     states = sum(t.states for t in tallies)
     SUMMARY.setdefault("states", {})[model] = states
-    known: dict[str, int] = SUMMARY.setdefault("known", {})
-    for t in tallies:
-        for k, v in t.known.items():
-            known[k] = known.get(k, 0) + v
     SUMMARY.setdefault("violations", 0)
     SUMMARY["violations"] += sum(t.violations for t in tallies)
     SUMMARY["sector_option"] = campaign.sector_option()
@@ -110,7 +106,7 @@ def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     original = segment.create_segment
 
-    def create_segment(fs: Any, dirpath: str, header: Any) -> Any:
+    def create_segment(fs: Any, dirpath: str, header: Any, sector_bytes: int = 0) -> Any:
         class NoDirSync:
             def __getattr__(self, name: str) -> Any:
                 return getattr(fs, name)
@@ -118,7 +114,7 @@ def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             def fsync_dir(self, path: str) -> None:
                 pass
 
-        return original(NoDirSync(), dirpath, header)
+        return original(NoDirSync(), dirpath, header, sector_bytes)
 
     monkeypatch.setattr(core, "create_segment", create_segment)
     yield
@@ -152,7 +148,7 @@ def ignores_fdatasync_errors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_catches_ack_before_fdatasync(acks_before_fdatasync: None, tmp_path: pathlib.Path) -> None:
-    tallies = campaign.run_campaign(["single"], ["psow"], 400, SEED, save_dir=str(tmp_path), allow_known=True)
+    tallies = campaign.run_campaign(["single"], ["psow"], 400, SEED, save_dir=str(tmp_path))
     failures = [f for t in tallies for f in t.failures]
     assert failures, "a journal that never fdatasyncs passed the power-loss campaign"
     assert any("acknowledged Committed(sync) before the crash is missing" in v for f in failures for v in f.violations)
@@ -164,7 +160,7 @@ def test_catches_ack_before_fdatasync(acks_before_fdatasync: None, tmp_path: pat
 
 
 def test_catches_missing_dir_fsync_on_roll_over(no_dir_fsync_on_roll: None) -> None:
-    tallies = campaign.run_campaign(["rollover"], ["psow"], 1500, SEED, allow_known=True)
+    tallies = campaign.run_campaign(["rollover"], ["psow"], 1500, SEED)
     failures = [f for t in tallies for f in t.failures]
     assert failures, "a journal that skips the directory fsync of a new segment passed"
 
@@ -199,8 +195,20 @@ def test_fault_sweep_counts_every_site() -> None:
 
 
 def test_command_summary_and_exit_code(tmp_path: pathlib.Path) -> None:
-    cmd = [sys.executable, "-m", "journal.cli", "crash-test", "--states", "30", "--kill-rounds", "2",
-           "--workload", "single", "--save-dir", str(tmp_path), "--allow-known"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "journal.cli",
+        "crash-test",
+        "--states",
+        "30",
+        "--kill-rounds",
+        "2",
+        "--workload",
+        "single",
+        "--save-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "states" in proc.stdout and "kill -9: 2 rounds" in proc.stdout and "injected I/O errors" in proc.stdout

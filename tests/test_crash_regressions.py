@@ -1,16 +1,12 @@
-"""Engine bugs the crash harness found, each as the smallest power loss that shows it.
+"""Engine bugs the crash harness found, each as the smallest power loss that showed it.
 
-They are strict xfails: once the engine is fixed they pass, the xfail turns red, and the entry
-in journal.crashsim.campaign.KNOWN_BUGS (which keeps the campaign from failing on them while
-they are open) must be removed with the marker.
+Each was a failing reproducer first; they stay as regression tests of the fixes.
 """
 
 from __future__ import annotations
 
 import os
 import random
-
-import pytest
 
 from journal.core import Journal
 from journal.crashsim.campaign import sector_option
@@ -30,13 +26,6 @@ def _segment_writes(fs: MemFileSystem) -> list[int]:
     return [i for i, op in enumerate(fs.log) if op.kind == WRITE and op.path.endswith(".seg")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CorruptionError,
-    reason="recovery trusts the commit marker of a batch whose fdatasync never returned: a power "
-    "loss that keeps that batch's last sector but not an earlier unsynced write makes the journal "
-    "refuse to open (CorruptionError) although nothing acknowledged at sync was damaged",
-)
 def test_in_flight_commit_marker_after_lost_flush_write() -> None:
     fs = MemFileSystem()
     j = Journal.open("/j", create=True, fs=fs)
@@ -52,12 +41,6 @@ def test_in_flight_commit_marker_after_lost_flush_write() -> None:
     assert [r.seq for r in j2.read()] in ([], [1], [1, 2])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CorruptionError,
-    reason="same bug inside one write: the sectors of a multi-sector batch reach the disk out of "
-    "order; the commit-marked last frame survives, a middle sector does not",
-)
 def test_in_flight_commit_marker_torn_inside_one_write() -> None:
     fs = MemFileSystem()
     j = Journal.open("/j", create=True, fs=fs)
@@ -91,31 +74,15 @@ def _npsow_loss(options: dict[str, int]) -> tuple[list[int], bool]:
     return [r.seq for r in j2.read()], built.damaged_synced
 
 
-@pytest.mark.xfail(
-    sector_option() is None,
-    strict=True,
-    reason="no powersafe overwrite: a sync batch that starts inside the last sector of the previous "
-    "synced batch can, on power loss, trash that sector; recovery then cuts the synced record as a "
-    "torn tail and acknowledged data disappears without an error. Fix: pad every synced batch to a "
-    "sector boundary (KIND_PADDING frame) behind an option such as sector_bytes",
-)
 def test_no_powersafe_overwrite_keeps_synced_record() -> None:
+    """Without powersafe overwrite, a later write trashing a sector must not take synced bytes:
+    with sector padding a pending write never shares a sector with them."""
     opt = sector_option()
-    seqs, _ = _npsow_loss({opt: 4096} if opt else {})
-    assert seqs in ([1], [-1])
-    if opt:
-        # With padding, a pending write never shares a sector with synced bytes: no damage at all.
-        assert seqs == [1]
+    assert opt is not None
+    seqs, damaged_synced = _npsow_loss({opt: 4096})
+    assert seqs == [1] and not damaged_synced
 
 
-@pytest.mark.skipif(sector_option() is None, reason="the engine offers no sector padding option")
-@pytest.mark.xfail(
-    strict=True,
-    raises=CorruptionError,
-    reason="with sector padding, the segment header (64 synced bytes) still shares sector 0 with the "
-    "segment's first batch; trashing that sector on power loss makes the segment unreadable. Fix: "
-    "pad the header to sector_bytes (a KIND_PADDING frame after it) before the segment is fsynced",
-)
 def test_sector_padding_covers_the_segment_header() -> None:
     opt = sector_option()
     assert opt is not None
@@ -125,7 +92,10 @@ def test_sector_padding_covers_the_segment_header() -> None:
     write = _segment_writes(fs)[-1]
     replay = _replay_to(fs, write + 1)
     op = fs.log[write]
-    assert op.offset < 4096, "the first batch starts in the header's sector"
-    built = replay.build(CrashState(replay.point, {}, [Trash(op.ino, 0, 4096)], garbage_seed=3))
+    # The header's sector is padded out, so the first batch starts in a sector of its own and a
+    # power loss can trash only that one.
+    assert op.offset == 4096
+    built = replay.build(CrashState(replay.point, {}, [Trash(op.ino, 4096, 8192)], garbage_seed=3))
+    assert not built.damaged_synced
     j2 = Journal.open("/j", fs=MemFileSystem.from_image(built.image), **{opt: 4096})
     assert list(j2.read()) == []

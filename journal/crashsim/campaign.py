@@ -90,36 +90,6 @@ def is_padded(wl: Workload) -> bool:
     return any(wl.options.get(name) for name in SECTOR_OPTIONS)
 
 
-# Engine bugs this harness has found and reported, each with a strict-xfail reproducer in
-# tests/test_crash_engine_bugs.py. A failure whose every violation matches one is counted and
-# printed as "known", not hidden: the reproducer turns red once the engine is fixed, and then
-# its entry here must go.
-KNOWN_BUGS: dict[str, str] = {
-    "commit-marker-in-flight": "psow and npsow: recovery refuses (CorruptionError) when unsynced bytes "
-    "before the commit-marked frame of an in-flight batch are missing but that frame reached the disk",
-    "npsow-no-sector-padding": "npsow: the engine has no sector padding option, so a trashed sector "
-    "shared by synced and unsynced bytes loses acknowledged records silently",
-    "npsow-header-sector": "npsow with sector padding: the first batch of a segment is written into the "
-    "sector that holds the synced segment header; trashing it makes the segment unreadable",
-}
-
-
-def known_bug(f: Failure) -> str | None:
-    """The known engine bug that explains every violation of ``f``, if one does."""
-    if all(
-        v.startswith("recovery refused an image a power loss can leave") and "before a durable (commit-marked)" in v
-        for v in f.violations
-    ):
-        return "commit-marker-in-flight"
-    if f.model == "npsow" and f.damaged_synced and sector_option() is None:
-        return "npsow-no-sector-padding"
-    if f.model == "npsow" and all(
-        "with sector padding on" in v and ("segment magic" in v or "segment header" in v) for v in f.violations
-    ):
-        return "npsow-header-sector"
-    return None
-
-
 @dataclass
 class Failure:
     workload: str
@@ -178,11 +148,11 @@ class Tally:
     deep: int = 0
     second_crash: int = 0
     failures: list[Failure] = field(default_factory=list)
-    known: dict[str, int] = field(default_factory=dict)  # known engine bug -> states that hit it
 
     @property
     def violations(self) -> int:
         return len(self.failures)
+
     seconds: float = 0.0
 
 
@@ -239,7 +209,6 @@ def run_campaign(
     progress: Callable[[int, int], None] | None = None,
     stop_on_failure: bool = False,
     runs_max: int | None = None,
-    allow_known: bool = True,
 ) -> list[Tally]:
     """Check about ``states`` crash states per (workload, model); returns one Tally per pair."""
     tallies: list[Tally] = []
@@ -279,14 +248,16 @@ def run_campaign(
                     tally.detected_damage += verdict.detected_damage
                     if verdict.violations:
                         f = Failure(
-                            name, model, run_seed, state.point, state.describe(fs.log),
-                            verdict.violations, built.image, exp, built.damaged_synced,
+                            name,
+                            model,
+                            run_seed,
+                            state.point,
+                            state.describe(fs.log),
+                            verdict.violations,
+                            built.image,
+                            exp,
+                            built.damaged_synced,
                         )
-                        bug = known_bug(f) if allow_known else None
-                        if bug is not None:
-                            tally.known[bug] = tally.known.get(bug, 0) + 1
-                            done += 1
-                            continue
                         if save_dir is not None:
                             f.saved_to = save_failure(f, save_dir, len(tally.failures))
                         tally.failures.append(f)

@@ -30,11 +30,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, help="at most this many workload runs per pair (with --seed: repeat one)")
     parser.add_argument("--save-dir", default="crash-failures", help="where failing states are saved as JSON")
     parser.add_argument("--replay", metavar="FILE", help="check one saved failure again and exit")
-    parser.add_argument(
-        "--allow-known",
-        action="store_true",
-        help="do not fail on engine bugs already reported (campaign.KNOWN_BUGS); they are still counted",
-    )
     parser.add_argument("--list", action="store_true", help="list the registered workloads and exit")
 
 
@@ -92,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
     models = ["psow", "npsow"] if args.model == "both" else [args.model]
     bar = Progress(sys.stderr, "power loss")
     tallies = campaign.run_campaign(
-        names, models, args.states, args.seed, save_dir=args.save_dir, progress=bar, runs_max=args.runs,
-        allow_known=args.allow_known,
+        names, models, args.states, args.seed, save_dir=args.save_dir, progress=bar, runs_max=args.runs
     )
     bar.end()
     sites: list[faultsweep.SiteResult] = []
@@ -107,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="journal-kill-") as d:
             kills = killtest.run_kill_rounds(args.kill_rounds, args.seed, d, progress=bar)
         bar.end()
-    return report(out, tallies, sites, kills, campaign.sector_option(), args.allow_known)
+    return report(out, tallies, sites, kills, campaign.sector_option())
 
 
 def report(
@@ -116,36 +110,30 @@ def report(
     sites: Sequence[object],
     kills: object | None,
     sector_option: str | None,
-    allow_known: bool = False,
 ) -> int:
-    from .campaign import KNOWN_BUGS, Tally
+    from .campaign import Tally
     from .faultsweep import SiteResult
     from .killtest import KillStats
 
     bad = 0
-    out.write(f"\n{'workload':<12} {'model':<6} {'runs':>5} {'states':>7} {'detected':>8} {'known':>6} "
-              f"{'violations':>10}  seeds of failures\n")
-    known_total: dict[str, int] = {}
+    out.write(
+        f"\n{'workload':<12} {'model':<6} {'runs':>5} {'states':>7} {'detected':>8} "
+        f"{'violations':>10}  seeds of failures\n"
+    )
     states = 0
     for t in tallies:
         assert isinstance(t, Tally)
         states += t.states
-        for k, v in t.known.items():
-            known_total[k] = known_total.get(k, 0) + v
         seeds = sorted({f.seed for f in t.failures})
         bad += t.violations
         out.write(
             f"{t.workload:<12} {t.model:<6} {t.runs:>5} {t.states:>7} {t.detected_damage:>8} "
-            f"{sum(t.known.values()):>6} {t.violations:>10}  {', '.join(map(str, seeds[:8]))}\n"
+            f"{t.violations:>10}  {', '.join(map(str, seeds[:8]))}\n"
         )
     out.write(f"{'total':<12} {'':<6} {'':>5} {states:>7}\n")
     if any(t.model == "npsow" for t in tallies if isinstance(t, Tally)):
         how = f"with {sector_option}=4096" if sector_option else "the engine offers no sector padding option"
         out.write(f"npsow ran {how}\n")
-    for k, v in known_total.items():
-        out.write(f"known engine bug {k}: {v} states -- {KNOWN_BUGS[k]}\n")
-    if not allow_known:
-        bad += sum(known_total.values())
     site_bad = [s for s in sites if isinstance(s, SiteResult) and s.violations]
     if sites:
         out.write(f"injected I/O errors: {len(sites)} sites, {len(site_bad)} with violations\n")
