@@ -101,7 +101,7 @@ def test_unclean_points_are_refused_with_the_nearest_clean_ones(parent: str, tmp
         last = j.last_seq
     unclean = [s for s in range(1, last + 1) if s not in clean]
     assert unclean
-    for at in random.Random(3).sample(unclean, 25) + [last + 1]:
+    for at in [*random.Random(3).sample(unclean, 25), last + 1]:
         child = tmp_path / f"bad{at}"
         with pytest.raises(forking.UncleanForkPointError) as err:
             forking.fork(parent, str(child), at)
