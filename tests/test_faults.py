@@ -192,3 +192,37 @@ def test_every_fault_site_of_a_workload_keeps_the_contract(tmp_path: pathlib.Pat
         with journal.open(path) as j:
             assert j.recovery.truncated_at is None, (op, n)
         assert snapshot_files(path) == before
+
+
+def test_failed_write_with_acknowledged_buffered_records_queued_behind_it_fail_stops(jpath: str) -> None:
+    """Their callers hold seqs already: renumbering them would hand the same seq out twice."""
+    fs = faulty()
+    j = journal.open(jpath, create=True, fs=fs)
+    j.append({"n": 1})
+    told: list[object] = []
+
+    class Interposer:
+        """On the failing pwrite, another caller appends buffered (as a concurrent thread could)."""
+
+        def __init__(self, f: journal.fs.File) -> None:  # type: ignore[name-defined]
+            self._f = f
+            self.path = f.path
+
+        def pwrite(self, data: bytes | memoryview, offset: int) -> int:
+            if not told:
+                told.append(j.append({"n": "buffered"}, durability="buffered"))
+                raise OSError(errno.EIO, "injected", self.path)
+            return self._f.pwrite(data, offset)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._f, name)
+
+    j._active = Interposer(j._active)  # type: ignore[assignment, arg-type]
+    out = j.append({"n": 2})
+    assert isinstance(out, journal.NotCommitted)
+    assert told == [journal.Committed(3, "buffered")]
+    with pytest.raises(journal.JournalFailStoppedError, match="buffered"):
+        j.append({"n": 3})
+    j.close()
+    with journal.open(jpath) as j2:
+        assert [r.event for r in j2.read()] == [{"n": 1}]
