@@ -128,6 +128,16 @@ class _Request:
         self.wake: threading.Lock | None = None
 
 
+def _only_header(data: bytes) -> bool:
+    """Whether a segment file holds a header (and its sector padding) and nothing else."""
+    try:
+        header = fmt.decode_segment_header(data)
+    except fmt.HeaderError:
+        return len(data) == 0
+    res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+    return res.stop == fmt.Stop.END and all(f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_PADDING for f in res.frames)
+
+
 def _check_durability(durability: str) -> Durability:
     if durability not in DURABILITY_LEVELS:
         raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
@@ -287,7 +297,7 @@ class Journal:
                 data = f.pread(size, 0)
             finally:
                 f.close()
-            if size > fmt.SEGMENT_HEADER_SIZE_BYTES:
+            if not _only_header(data):
                 report.quarantined.append(quarantine(fs, self.path, tmp, 0, data))
             fs.unlink(tmp_path)
             fs.fsync_dir(self.path)

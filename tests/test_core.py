@@ -371,3 +371,26 @@ def test_rewriting_the_same_records_gives_the_same_bytes(tmp_path: pathlib.Path)
                 j.append_many(events(10, start, size=120))
         copies.append(snapshot_files(d))
     assert copies[0] == copies[1] and len(copies[0]) > 2
+
+
+def test_leftover_temp_segment_with_data_is_quarantined_first(jpath: str) -> None:
+    with journal.open(jpath, create=True) as j:
+        j.append({"a": 1})
+    tmp = pathlib.Path(jpath) / (fmt.segment_name(2) + ".tmp")
+    tmp.write_bytes(b"not a header, and more than one" * 4)
+    with journal.open(jpath) as j:
+        assert not tmp.exists() and len(j.recovery.quarantined) == 1
+        assert (pathlib.Path(jpath) / j.recovery.quarantined[0]).read_bytes() == b"not a header, and more than one" * 4
+
+
+def test_leftover_padded_temp_segment_is_just_removed(jpath: str) -> None:
+    from journal.segment import header_padding, new_header
+
+    with journal.open(jpath, create=True) as j:
+        j.append({"a": 1})
+        jid = j._journal_id
+    header = new_header(jid, 1, 2)
+    tmp = pathlib.Path(jpath) / (fmt.segment_name(2) + ".tmp")
+    tmp.write_bytes(fmt.encode_segment_header(header) + header_padding(header, 4096))
+    with journal.open(jpath) as j:
+        assert not tmp.exists() and j.recovery.quarantined == []
