@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import struct
+import threading
 from array import array
 from functools import partial
 from operator import itemgetter
@@ -31,14 +31,16 @@ PURE_ENV = "JOURNAL_PURE"
 MODULE_NAME = "journal._journal_native"
 U64_MAX = (1 << 64) - 1
 _STOP_FULL = 7  # the C scanner's "frame array is full, call again"; never escapes this module
+SCRATCH_BYTES_MAX = 8 * 1024 * 1024  # larger outputs get their own buffer (the writer caps a batch at 4 MiB)
 SCAN_CHUNK_FRAMES = 4096  # frames converted per C call: bounds the scratch array at 128 KiB
 
-_FRAME_ROW = struct.Struct("<QQIII4x")  # jn_frame: offset, seq, flags, raw_len, stored_len
+_FRAME_ROW_BYTES = 32  # sizeof(jn_frame): u64 offset, u64 seq, u32 flags, raw_len, stored_len, reserved
 _new_frame = partial(tuple.__new__, fmt.Frame)  # a row is already in Frame's field order
 _spec_flags = itemgetter(0)
 _spec_raw_len = itemgetter(1)
 _spec_stored = itemgetter(2)
 
+_local = threading.local()
 _ext: Any = None
 _ffi: Any = None
 _lib: Any = None
@@ -60,6 +62,7 @@ def load() -> Any:
             _load_error = str(exc)
             return None
         _ffi, _lib = _ext.ffi, _ext.lib
+        assert _ffi.sizeof("jn_frame") == _FRAME_ROW_BYTES
         # Output buffers are overwritten in full by the encoder: skip cffi's zero fill.
         _alloc = _ffi.new_allocator(should_clear_after_alloc=False)
     return _ext
@@ -107,6 +110,20 @@ def xxh64(data: bytes | memoryview, seed: int = 0) -> int:
     return result
 
 
+def _scratch(size: int) -> Any:
+    """A per-thread output buffer for the encoder, reused across batches.
+
+    A fresh megabyte per batch costs more in page faults than the C code costs in total, so
+    the encoder writes into this buffer and the result is copied out as bytes once.
+    """
+    if size > SCRATCH_BYTES_MAX:
+        return _alloc("uint8_t[]", size)
+    buf: Any = getattr(_local, "scratch", None)
+    if buf is None or len(buf) < size:
+        buf = _local.scratch = _alloc("uint8_t[]", max(size, 64 * 1024))
+    return buf
+
+
 def encode_batch(first_seq: int, specs: list[fmt.FrameSpec], salt: int, commit_last: bool) -> bytes:
     """format.encode_batch in C: the same bytes in one output buffer."""
     n = len(specs)
@@ -121,7 +138,7 @@ def encode_batch(first_seq: int, specs: list[fmt.FrameSpec], salt: int, commit_l
     except (OverflowError, TypeError, ValueError):
         return fmt.py_encode_batch(first_seq, specs, salt, commit_last)
     total = len(payload) + n * fmt.FRAME_HEADER_SIZE_BYTES
-    out = _alloc("uint8_t[]", total)
+    out = _scratch(total)
     written = _lib.jn_encode_batch(
         out,
         total,
@@ -138,7 +155,7 @@ def encode_batch(first_seq: int, specs: list[fmt.FrameSpec], salt: int, commit_l
     if written != total:
         # Refused (unknown flags, a payload over the limit): the twin raises the same error.
         return fmt.py_encode_batch(first_seq, specs, salt, commit_last)
-    data: bytes = _ffi.buffer(out)[:]
+    data: bytes = _ffi.buffer(out, total)[:]
     return data
 
 
@@ -180,7 +197,12 @@ def scan(
         stop = _lib.jn_scan(cbuf, size, base_offset, salt, state, rows, min(room, rows_max), 0)
         count = state.count
         if count:
-            frames.extend(map(_new_frame, _FRAME_ROW.iter_unpack(_ffi.buffer(rows, count * _FRAME_ROW.size))))
+            # Columns of the jn_frame rows (native byte order: these are C structs, not disk
+            # bytes); zip reuses its tuple, so each frame costs one Frame and its ints.
+            mem = memoryview(_ffi.buffer(rows, count * _FRAME_ROW_BYTES))
+            u64, u32 = mem.cast("Q"), mem.cast("I")
+            columns = zip(u64[0::4], u64[1::4], u32[4::8], u32[5::8], u32[6::8], strict=True)
+            frames.extend(map(_new_frame, columns))
         if stop != _STOP_FULL:
             return fmt.ScanResult(frames, fmt.Stop(stop), state.pos + base_offset, state.stop_seq)
 
