@@ -90,6 +90,7 @@ class SegmentWalk:
     tail: Loss | None = None
     frames: list[fmt.Frame] = field(default_factory=list)  # every genuine data frame, in file order
     spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) of each record's frame
+    misplaced: set[int] = field(default_factory=set)  # offsets of genuine frames found out of sequence
 
     def add(self, frame: fmt.Frame, data: bytes, record_size_bytes_max: int) -> None:
         self.frames.append(frame)
@@ -229,6 +230,7 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
                 raw_len = fmt.read_frame_header(data, at)[2]
                 fr = fmt.Frame(at, seq, flags, raw_len, end - at - fmt.FRAME_HEADER_SIZE_BYTES)
                 walk.add(fr, data, record_size_bytes_max)
+                walk.misplaced.add(at)
                 expected = seq + 1
             else:
                 # A seal or padding frame carries the last data seq before it.
@@ -313,21 +315,25 @@ def _seq_losses(walks: list[SegmentWalk]) -> list[Loss]:
     out: list[Loss] = []
     first_at: dict[int, tuple[str, int]] = {}
     offsets: dict[int, int] = {}
-    for w in walks:
-        kept: list[Record] = []
-        spans: list[tuple[int, int]] = []
-        for rec, (offset, length) in zip(w.records, w.spans, strict=True):
-            if rec.seq in first_at:
-                seg0, off0 = first_at[rec.seq]
-                out.append(Loss(w.name, offset, length,
-                                f"second copy of seq {rec.seq} (the first is in {seg0} at offset {off0}): dropped",
-                                rec.seq, rec.seq - 1))
-                continue
-            first_at[rec.seq] = (w.name, offset)
-            offsets[rec.seq] = offset
-            kept.append(rec)
-            spans.append((offset, length))
-        w.records, w.spans = kept, spans
+    # Frames in their place first: of two copies of a seq, the one out of sequence is the stray.
+    chosen: dict[int, tuple[int, int]] = {}  # seq -> (walk index, record index)
+    for in_place in (True, False):
+        for wi, w in enumerate(walks):
+            for ri, (rec, (offset, length)) in enumerate(zip(w.records, w.spans, strict=True)):
+                if (offset not in w.misplaced) != in_place:
+                    continue
+                if rec.seq in first_at:
+                    seg0, off0 = first_at[rec.seq]
+                    out.append(Loss(w.name, offset, length, f"second copy of seq {rec.seq} (the one kept is in "
+                                    f"{seg0} at offset {off0}): dropped", rec.seq, rec.seq - 1))
+                    continue
+                first_at[rec.seq] = (w.name, offset)
+                offsets[rec.seq] = offset
+                chosen[rec.seq] = (wi, ri)
+    for wi, w in enumerate(walks):
+        keep = sorted(ri for (i, ri) in chosen.values() if i == wi)
+        w.records = [w.records[ri] for ri in keep]
+        w.spans = [w.spans[ri] for ri in keep]
     covered: list[tuple[int, int]] = []
     for w in walks:
         for loss in w.losses:

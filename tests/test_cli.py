@@ -1,0 +1,269 @@
+"""The `journal` command run for real, in a subprocess: exit codes, --json output, piped output
+without progress bars, and verify/salvage on journals damaged in each way docs/FORMAT.md lists."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+import journal
+from journal import format as fmt
+from journal.commands import common
+from journal.progress import Progress
+
+from .conftest import segments, snapshot_files
+
+SEGMENT_BYTES = 8192
+RECORDS = 450  # five segments of about a hundred records
+
+
+def cli(*args: str, check: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_NO_PROGRESS"}
+    proc = subprocess.run([sys.executable, "-m", "journal.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert "\r" not in proc.stderr and "\r" not in proc.stdout, "piped output must not carry progress bars"
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def cli_json(*args: str, check: int = 0) -> Any:
+    return json.loads(cli(*args, "--json", check=check).stdout)
+
+
+def make(path: pathlib.Path, n: int = RECORDS) -> list[pathlib.Path]:
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as j:
+        for i in range(0, n, 10):
+            j.append_many([{"type": "tick" if k % 2 else "tock", "i": i + k, "pad": "x" * 40} for k in range(10)],
+                          durability="sync")
+    return segments(path)
+
+
+def flip(p: pathlib.Path, offset: int) -> None:
+    b = bytearray(p.read_bytes())
+    b[offset] ^= 0x04
+    p.write_bytes(bytes(b))
+
+
+@pytest.fixture
+def jdir(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "j"
+    make(path)
+    return path
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def test_info_human_and_json(jdir: pathlib.Path) -> None:
+    human = cli("info", str(jdir), check=0).stdout
+    assert "records    450 (last seq 450)" in human and "frame path" in human
+    data = cli_json("info", str(jdir))
+    assert data["records"] == 450 and data["lastSeq"] == 450 and data["formatVersion"] == fmt.FORMAT_VERSION
+    assert data["framePath"] == ("native" if journal.native_available() else "pure")
+    assert len(data["segments"]) == len(segments(jdir)) >= 3
+    assert all(s["sealed"] for s in data["segments"][:-1]) and not data["segments"][-1]["sealed"]
+    assert sum(s["records"] for s in data["segments"]) == 450
+
+
+def test_cat_filters(jdir: pathlib.Path) -> None:
+    out = cli("cat", str(jdir), "--after-seq", "100", "--limit", "5", "--type", "tick", check=0).stdout
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert [r["seq"] for r in rows] == [102, 104, 106, 108, 110]
+    assert all(r["event"]["type"] == "tick" for r in rows)
+    assert len(cli("cat", str(jdir), check=0).stdout.splitlines()) == 450
+
+
+def test_tail_and_follow(jdir: pathlib.Path) -> None:
+    rows = [json.loads(x) for x in cli("tail", str(jdir), "-n", "3", check=0).stdout.splitlines()]
+    assert [r["seq"] for r in rows] == [448, 449, 450]
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_NO_PROGRESS"}
+    proc = subprocess.Popen([sys.executable, "-m", "journal.cli", "tail", "-f", "-n", "1", "--idle-timeout", "2",
+                             str(jdir)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    assert first["seq"] == 450
+    with journal.open(jdir) as j:
+        for i in range(3):
+            j.append({"type": "live", "i": i}, durability="flush")
+            time.sleep(0.05)
+    got = [json.loads(proc.stdout.readline())["seq"] for _ in range(3)]
+    assert got == [451, 452, 453]
+    assert proc.wait(timeout=30) == 0
+
+
+def test_help_lists_exit_codes() -> None:
+    for name in ("info", "cat", "tail", "verify", "repair", "salvage", "import", "export"):
+        out = cli(name, "--help", check=0).stdout
+        assert "exit codes:" in out and "7  verify: torn tail" in out
+    top = cli("--help", check=0).stdout
+    for name in ("info", "cat", "tail", "verify", "repair", "salvage", "import", "export", "demo"):
+        assert name in top
+
+
+def test_missing_journal_and_usage_errors(tmp_path: pathlib.Path) -> None:
+    p = cli("verify", str(tmp_path / "nope"), check=common.NOT_FOUND)
+    assert "no journal" in p.stderr
+    cli("info", str(tmp_path / "nope"), check=common.NOT_FOUND)
+    cli("cat", check=common.USAGE)
+
+
+def test_progress_draws_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for out in (tty, pipe):
+        bar = Progress(out, "verify")
+        for i in range(101):
+            bar(i, 100)
+        bar.end()
+    assert "\r" in tty.getvalue() and "100%" in tty.getvalue() and tty.getvalue().endswith("\n")
+    assert pipe.getvalue() == ""
+
+
+# --- verify and salvage on each kind of damage ------------------------------------------------
+
+
+def damage(path: pathlib.Path, kind: str) -> None:
+    segs = segments(path)
+    live = segs[-1]
+    if kind == "torn":
+        with open(live, "ab") as f:
+            f.write(b"\x17" * 20)
+    elif kind == "zeros":
+        with open(live, "ab") as f:
+            f.write(bytes(4096))
+    elif kind == "flip-sealed":
+        flip(segs[1], fmt.SEGMENT_HEADER_SIZE_BYTES + 200)
+    elif kind == "flip-committed":
+        flip(live, fmt.SEGMENT_HEADER_SIZE_BYTES + 40)  # inside the first frame; later frames are synced
+    elif kind == "missing-segment":
+        segs[1].unlink()
+    elif kind == "seq-gap":
+        data = bytearray(live.read_bytes())
+        header = fmt.decode_segment_header(bytes(data))
+        fr = fmt.scan(bytes(data), fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq).frames[1]
+        stored = bytes(data[fr.payload_offset : fr.end])
+        data[fr.offset : fr.end] = fmt.encode_frame(fr.seq + 5, fr.flags, fr.raw_len, stored, header.salt)
+        live.write_bytes(bytes(data))
+    else:
+        raise AssertionError(kind)
+
+
+CASES = {
+    # kind: (verify exit code, salvage exit code, seqs a salvage cannot recover)
+    "torn": (common.TORN, common.LOST, 0),
+    "zeros": (common.TORN, common.LOST, 0),
+    "flip-sealed": (common.DAMAGED, common.LOST, 1),
+    "flip-committed": (common.DAMAGED, common.LOST, 1),
+    "missing-segment": (common.DAMAGED, common.LOST, None),
+    "seq-gap": (common.DAMAGED, common.LOST, 1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_verify_and_salvage_each_damage(tmp_path: pathlib.Path, jdir: pathlib.Path, kind: str) -> None:
+    verify_code, salvage_code, lost = CASES[kind]
+    damage(jdir, kind)
+    before = snapshot_files(jdir)
+    rep = cli_json("verify", str(jdir), check=verify_code)
+    assert rep["verdict"] == {common.TORN: "torn", common.DAMAGED: "corrupt"}[verify_code]
+    if verify_code == common.TORN:
+        assert rep["tornTail"]["segment"] == segments(jdir)[-1].name and not rep["problems"]
+    else:
+        assert rep["problems"] and all("segment" in p and "offset" in p for p in rep["problems"])
+    human = cli("verify", str(jdir), check=verify_code).stdout
+    assert rep["verdict"].upper() in human
+    out = tmp_path / "salvaged"
+    report = cli_json("salvage", str(jdir), str(out), check=salvage_code)
+    assert snapshot_files(jdir) == before, "verify and salvage never modify the source"
+    assert report["losses"], "the report says what was lost and where"
+    for loss in report["losses"]:
+        assert loss["segment"].endswith(".seg") and loss["offset"] >= 0
+    with journal.open(out, readonly=True) as j:
+        recs = list(j.read())
+    copied = [r for r in recs if r.event.get("type") != "journal.lost"]
+    assert [r.seq for r in recs] == list(range(1, len(recs) + 1)), "seqs are kept, gaps filled"
+    if lost is not None:
+        assert RECORDS - len(copied) == lost
+        assert len(recs) == RECORDS
+    else:
+        assert report["placeholders"] > 50 and len(recs) == RECORDS
+    assert all(r.event["i"] == r.seq - 1 for r in copied), "every record keeps its own seq"
+    cli("verify", str(out), check=common.OK)
+
+
+def test_salvage_renumber_and_refuses_to_overwrite(tmp_path: pathlib.Path, jdir: pathlib.Path) -> None:
+    damage(jdir, "flip-sealed")
+    out = tmp_path / "packed"
+    report = cli_json("salvage", str(jdir), str(out), "--renumber", check=common.LOST)
+    assert report["renumbered"] and report["placeholders"] == 0 and report["lastSeq"] == RECORDS - 1
+    p = cli("salvage", str(jdir), str(out), check=common.ERROR)
+    assert "not empty" in p.stderr
+
+
+def test_repair_dry_run_then_repair(jdir: pathlib.Path) -> None:
+    damage(jdir, "torn")
+    before = snapshot_files(jdir)
+    dry = cli_json("repair", str(jdir), "--dry-run", check=0)
+    assert dry["byteLevel"] and dry["byteLevel"][0].startswith("would cut 20 bytes")
+    assert snapshot_files(jdir) == before
+    done = cli_json("repair", str(jdir), check=0)
+    assert any("cut" in a for a in done["byteLevel"]) and done["quarantined"]
+    cli("verify", str(jdir), check=common.OK)
+
+
+def test_repair_refuses_corruption(jdir: pathlib.Path) -> None:
+    damage(jdir, "flip-committed")
+    before = snapshot_files(jdir)
+    p = cli("repair", str(jdir), check=common.DAMAGED)
+    assert "journal salvage" in p.stdout
+    assert snapshot_files(jdir) == before
+
+
+def test_structural_repair_of_a_session(tmp_path: pathlib.Path) -> None:
+    from journal import session
+
+    path = tmp_path / "s"
+    with session.open(path, create=True) as s:
+        s.append("turn.started", turn_id="t1")
+        s.append("tool.requested", {"tool": "edit", "sideEffect": "workspace-write", "idempotency": "unsafe"},
+                 turn_id="t1", tool_call_id="c1")
+        s.append("tool.started", turn_id="t1", tool_call_id="c1")
+    rep = cli_json("verify", str(path), check=0)
+    assert len(rep["session"]["openStructures"]) == 2
+    dry = cli_json("repair", str(path), "--dry-run", check=0)
+    assert dry["structural"]["count"] == 2
+    done = cli_json("repair", str(path), check=0)
+    assert done["structural"]["count"] == 2 and any("TOOL_OUTCOME_UNKNOWN" in c for c in done["structural"]["closers"])
+    assert cli_json("verify", str(path), check=0)["session"]["openStructures"] == []
+
+
+# --- import / export through the command ------------------------------------------------------
+
+
+def test_import_export_commands(tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "log.jsonl"
+    src.write_text('{"type":"user_message","text":"hi"}\n{"type":"assistant_message","text":"yo"}\n{"type":"us')
+    p = cli("import", "jsonl", str(src), str(tmp_path / "j"), check=common.DAMAGED)
+    assert "line 3" in p.stderr and "torn" in p.stderr and not (tmp_path / "j").exists()
+    bad = cli_json("import", "jsonl", str(src), str(tmp_path / "j"), check=common.DAMAGED)
+    assert bad["line"] == 3 and bad["defect"] == "torn"
+    rep = cli_json("import", "jsonl", str(src), str(tmp_path / "j"), "--skip-bad")
+    assert rep["skipped"][0]["line"] == 3 and rep["mapped"]["user.message"] == 1
+    out = cli("export", str(tmp_path / "j"), check=0).stdout
+    assert out == src.read_text()
+    cli("export", str(tmp_path / "j"), str(tmp_path / "back.jsonl"), "--format", "jsonl", check=0)
+    assert (tmp_path / "back.jsonl").read_bytes() == src.read_bytes()
+    cli("export", str(tmp_path / "j"), "--format", "pi", check=common.USAGE)
+    cli("import", "pi", str(tmp_path / "missing.jsonl"), str(tmp_path / "k"), check=common.NOT_FOUND)
