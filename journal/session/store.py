@@ -79,7 +79,7 @@ class SessionExistsError(StoreError):
 
 
 def check_session_id(session_id: str) -> str:
-    if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id) or ".." in session_id:
+    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id) or ".." in session_id:
         raise InvalidSessionIdError(str(session_id))
     return session_id
 
@@ -101,6 +101,7 @@ class StoreSession(Session):
     """A Session that tells its store its last seq when it is closed."""
 
     store: SessionStore | None = None
+    store_id = ""  # the store's name for it (a fork's first header still names its parent)
 
     def close(self) -> None:
         try:
@@ -108,7 +109,7 @@ class StoreSession(Session):
         finally:
             store, self.store = self.store, None
             if store is not None:
-                store._closed(self.session_id, self.journal.last_seq)
+                store._closed(self.store_id, self.journal.last_seq)
 
 
 class SessionStore:
@@ -156,26 +157,17 @@ class SessionStore:
         self, workspace: dict[str, Any] | None = None, session_id: str | None = None, **options: Any
     ) -> StoreSession:
         """A new session, open for writing (close it when done). ``options`` go to session.open."""
-        sid = check_session_id(session_id or new_session_id())
+        sid = check_session_id(new_session_id() if session_id is None else session_id)
         d = self._dir(SESSIONS_DIR, sid)
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
         self.fs.mkdir(d)
         self.fs.fsync_dir(self._dir(SESSIONS_DIR))
         options.setdefault("registry", self.registry)
-        s = self._attach(
-            cast(
-                StoreSession,
-                StoreSession.open(
-                    os.path.join(d, JOURNAL_DIR),
-                    create=True,
-                    session_id=sid,
-                    workspace=workspace,
-                    fs=self.fs,
-                    **options,
-                ),
-            )
+        opened = StoreSession.open(
+            os.path.join(d, JOURNAL_DIR), create=True, session_id=sid, workspace=workspace, fs=self.fs, **options
         )
+        s = self._attach(cast(StoreSession, opened), sid)
         now = utc_now()
         with self._index() as idx:
             idx[sid] = SessionInfo(sid, "active", dict(workspace or {}), now, now, s.journal.last_seq, open=True)
@@ -192,14 +184,15 @@ class SessionStore:
             StoreSession, StoreSession.open(os.path.join(d, JOURNAL_DIR), readonly=readonly, fs=self.fs, **options)
         )
         if not readonly:
-            self._attach(s)
+            self._attach(s, session_id)
             with self._index() as idx:
                 old = idx.get(session_id) or self._read_info(session_id)
                 idx[session_id] = _replace(old, open=True, last_seq=s.journal.last_seq)
         return s
 
-    def _attach(self, s: StoreSession) -> StoreSession:
+    def _attach(self, s: StoreSession, session_id: str) -> StoreSession:
         s.store = self
+        s.store_id = session_id
         return s
 
     def _closed(self, session_id: str, last_seq: int) -> None:
@@ -217,7 +210,7 @@ class SessionStore:
     ) -> ForkResult:
         """Fork a session of this store into a new one (see journal.session.fork)."""
         parent = self.journal_path(parent_id)
-        sid = check_session_id(session_id or new_session_id())
+        sid = check_session_id(new_session_id() if session_id is None else session_id)
         d = self._dir(SESSIONS_DIR, sid)
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
@@ -364,7 +357,7 @@ class SessionStore:
     def _ids(self, where: str) -> builtins.list[str]:
         out = []
         for name in self.fs.listdir(self._dir(where)):
-            if SESSION_ID_RE.match(name) and ".." not in name:
+            if SESSION_ID_RE.fullmatch(name) and ".." not in name:
                 out.append(name)
         return out
 
