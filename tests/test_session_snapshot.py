@@ -88,10 +88,10 @@ def _newer_reducer(snap: str) -> None:
     pathlib.Path(snap).write_bytes(snapshot.encode(bumped))
 
 
-DAMAGE: dict[str, tuple[Callable[[str], None], str]] = {
+DAMAGE: dict[str, tuple[Callable[[str], object], str]] = {
     "bit flip": (_flip, "checksum mismatch"),
     "torn file": (_truncate, "checksum"),
-    "empty file": (lambda p: pathlib.Path(p).write_bytes(b""), "not a snapshot file"),
+    "empty file": (lambda p: pathlib.Path(p).write_text(""), "not a snapshot file"),
     "missing file": (os.unlink, "no snapshot"),
     "reducer version": (_newer_reducer, "reducer journal.session v2"),
     "state does not load": (_bad_state, "does not load"),
