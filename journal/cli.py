@@ -25,6 +25,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "salvage": ("journal.commands.salvage", "copy what is recoverable from a damaged journal into a new one"),
     "import": ("journal.commands.import_", "import a JSONL, Codex, pi or Claude Code session log"),
     "export": ("journal.commands.export", "write an imported journal back in its original format"),
+    "sessions": ("journal.commands.sessions", "list the sessions of a session store"),
+    "fork": ("journal.commands.fork", "fork a session at a clean boundary into a new session journal"),
     "demo": ("journal.demo", "write, kill -9 a writer mid-batch, recover, and explain the outcomes"),
 }
 

@@ -267,3 +267,37 @@ def test_import_export_commands(tmp_path: pathlib.Path) -> None:
     assert (tmp_path / "back.jsonl").read_bytes() == src.read_bytes()
     cli("export", str(tmp_path / "j"), "--format", "pi", check=common.USAGE)
     cli("import", "pi", str(tmp_path / "missing.jsonl"), str(tmp_path / "k"), check=common.NOT_FOUND)
+
+
+# --- sessions and fork ------------------------------------------------------------------------
+
+
+def test_sessions_and_fork(tmp_path: pathlib.Path) -> None:
+    from journal.session.store import SessionStore
+
+    root = tmp_path / "store"
+    store = SessionStore(root)
+    s = store.create(workspace={"path": "/repo"})
+    s.append("user.message", {"text": "hi"})
+    s.append("turn.started", turn_id="t1")
+    s.append("assistant.message", {"text": "hello"}, turn_id="t1", attempt_id="a1")
+    s.append("turn.ended", {"reason": "completed"}, turn_id="t1")
+    sid, last = s.session_id, s.journal.last_seq
+    s.close()
+    rows = cli_json("sessions", str(root))
+    assert [r["session_id"] for r in rows] == [sid] and rows[0]["last_seq"] == last
+    assert sid in cli("sessions", str(root), check=0).stdout
+    cli("sessions", str(tmp_path / "none"), check=common.NOT_FOUND)
+    parent = store.journal_path(sid)
+    points = cli_json("fork", parent, "--points")
+    assert points and points[-1]["lastSeq"] == last
+    before = snapshot_files(parent)
+    got = cli_json("fork", parent, str(tmp_path / "child"), "--at-seq", "2")
+    assert got["forkSeq"] == 2 and got["parentSessionId"] == sid and got["headerSeq"] == 3
+    assert snapshot_files(parent) == before, "the parent is untouched"
+    p = cli("fork", parent, str(tmp_path / "bad"), "--at-seq", "3", check=common.ERROR)
+    assert "not a clean fork point" in p.stderr
+    child = cli_json("fork", "--store", str(root), sid)
+    assert child["parentSessionId"] == sid and child["forkSeq"] == last
+    assert len(cli_json("sessions", str(root))) == 2
+    cli("fork", "--store", str(root), "s-nope", check=common.NOT_FOUND)

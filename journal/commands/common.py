@@ -72,12 +72,13 @@ def exit_code_for(exc: BaseException) -> int:
         return LOCKED
     if isinstance(exc, NewerFormatError):
         return NEWER_FORMAT
-    try:
-        from ..session.errors import NewerSchemaError
-    except ImportError:  # pragma: no cover - the session layer is part of the package
-        return ERROR
+    from ..session.errors import NewerSchemaError
+    from ..session.store import SessionNotFoundError
+
     if isinstance(exc, NewerSchemaError):
         return NEWER_FORMAT
+    if isinstance(exc, SessionNotFoundError):
+        return NOT_FOUND
     return ERROR
 
 
