@@ -193,26 +193,49 @@ def save(
     return saved
 
 
-class _Forked(Exception):
-    def __init__(self, seq: int, session_id: str) -> None:
-        self.seq = seq
-        self.session_id = session_id
+class _Mismatch(Exception):
+    """Found while tailing: the snapshot does not belong to this log after all."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
 
 
 def _items(
-    j: Journal, registry: Registry, after_seq: int, upto_seq: int | None, session_id: str | None
+    j: Journal, registry: Registry, after_seq: int, upto_seq: int | None, session_id: str | None, digest: int | None
 ) -> Iterator[tuple[int, tuple[Event, EventType] | None]]:
-    for rec in j.read(after_seq=after_seq):
+    """Decoded records after ``after_seq``; with ``digest``, the record at ``after_seq`` is read
+    first (one pass over the live segment, not two) and must have that digest."""
+    start = after_seq - 1 if digest is not None and after_seq > 0 else after_seq
+    checked = False
+    for rec in j.read(after_seq=start):
+        if rec.seq == after_seq and start < after_seq:
+            if xxhash.xxh64_intdigest(rec.payload) != digest:
+                raise _Mismatch(f"the record at seq {after_seq} is not the one the snapshot was made after")
+            checked = True
+            continue
+        if start < after_seq and rec.seq < after_seq:
+            continue
+        if start < after_seq and rec.seq > after_seq and not checked:
+            raise _Mismatch(f"the journal no longer holds seq {after_seq}")
+        checked = True
         if upto_seq is not None and rec.seq > upto_seq:
             return
         item = decode(rec, registry)
         if session_id is not None and item is not None and item[0].session_id != session_id:
-            raise _Forked(rec.seq, item[0].session_id)
+            raise _Mismatch(
+                f"seq {rec.seq} belongs to session {item[0].session_id}, not {session_id}: "
+                "the journal was forked after the snapshot"
+            )
         yield rec.seq, item
 
 
-def check(j: Journal, saved: SavedSnapshot, reducer: Reducer[Any], upto_seq: int | None = None) -> str | None:
-    """None when ``saved`` can be trusted for ``j`` and ``reducer``; otherwise why not."""
+def check(
+    j: Journal, saved: SavedSnapshot, reducer: Reducer[Any], upto_seq: int | None = None, digest: bool = True
+) -> str | None:
+    """None when ``saved`` can be trusted for ``j`` and ``reducer``; otherwise why not.
+
+    ``digest=False`` leaves the record digest to the caller (``resume`` checks it while tailing).
+    """
     if saved.reducer != reducer.name or saved.reducer_version != reducer.version:
         return (
             f"snapshot made by reducer {saved.reducer} v{saved.reducer_version}, "
@@ -222,7 +245,7 @@ def check(j: Journal, saved: SavedSnapshot, reducer: Reducer[Any], upto_seq: int
         return f"snapshot is at seq {saved.last_seq}, past the wanted seq {upto_seq}"
     if saved.last_seq > j.last_seq:
         return f"the journal ends at seq {j.last_seq} and no longer holds seq {saved.last_seq}"
-    if saved.last_seq == 0:
+    if saved.last_seq == 0 or not digest:
         return None
     rec = j.get(saved.last_seq)
     if rec is None:
@@ -258,26 +281,22 @@ def resume(
         except OSError as exc:
             reason = f"snapshot unreadable: {exc}"
     if saved is not None:
-        reason = check(j, saved, reducer, upto_seq)
+        reason = check(j, saved, reducer, upto_seq, digest=False)
         if reason is None:
             try:
                 state = reducer.load(saved.state)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 reason = f"snapshot state does not load: {exc!r}"
             else:
+                tail = _items(j, registry, saved.last_seq, upto_seq, saved.session_id, saved.last_digest)
                 try:
-                    out = fold(
-                        _items(j, registry, saved.last_seq, upto_seq, saved.session_id), reducer, state, saved.last_seq
-                    )
-                except _Forked as fk:
-                    reason = (
-                        f"seq {fk.seq} belongs to session {fk.session_id}, not {saved.session_id}: "
-                        "the journal was forked after the snapshot"
-                    )
+                    out = fold(tail, reducer, state, saved.last_seq)
+                except _Mismatch as exc:
+                    reason = exc.why
                 else:
                     out.from_snapshot = True
                     return Resumed(out, saved.last_seq)
-    out = fold(_items(j, registry, 0, upto_seq, None), reducer, reducer.initial())
+    out = fold(_items(j, registry, 0, upto_seq, None, None), reducer, reducer.initial())
     out.rebuild_reason = reason
     return Resumed(out, 0)
 
