@@ -9,7 +9,7 @@ class JournalError(Exception):
 
 class JournalNotFoundError(JournalError):
     def __init__(self, path: str) -> None:
-        super().__init__(f"no journal at {path!r}: pass create=True to make one")
+        super().__init__(f"no journal at {path!r}: check the path, or create one (journal.open(path, create=True))")
         self.path = path
 
 

@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
+from ..progress import Progress
+
 MODEL_CHOICES = ("psow", "npsow", "both")
 
 
@@ -31,33 +33,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-dir", default="crash-failures", help="where failing states are saved as JSON")
     parser.add_argument("--replay", metavar="FILE", help="check one saved failure again and exit")
     parser.add_argument("--list", action="store_true", help="list the registered workloads and exit")
-
-
-class Progress:
-    """A one-line bar on a terminal; silent when the output is a pipe or a file."""
-
-    def __init__(self, out: TextIO, label: str) -> None:
-        self.out = out
-        self.label = label
-        self.live = out.isatty()
-        self.shown = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.live or total <= 0:
-            return
-        pct = min(100, done * 100 // total)
-        if pct == self.shown:
-            return
-        self.shown = pct
-        width = 30
-        fill = width * pct // 100
-        self.out.write(f"\r{self.label:<12} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% {done}/{total}")
-        self.out.flush()
-
-    def end(self) -> None:
-        if self.live and self.shown >= 0:
-            self.out.write("\n")
-            self.out.flush()
 
 
 def run(args: argparse.Namespace) -> int:
