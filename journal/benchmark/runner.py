@@ -1,0 +1,584 @@
+"""Run every workload against journal and the peers, alternating, and report medians and ratios.
+
+Each workload runs ``repeats`` rounds; in every round each store runs once, in an order that
+rotates from round to round, so that a noisy moment on a shared machine falls on different
+stores. A ratio (journal over a peer) is computed inside each round from that round's two
+figures, and the median of those per-round ratios is reported next to the median figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import journal
+from journal import native
+
+from . import stores as st
+from .events import KINDS, Event, make_events, size_summary
+from .stores import JournalStore, Store
+
+THREADS = 16
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much work each workload does; --quick shrinks everything to finish within a minute."""
+
+    repeats: int
+    sync_events: int
+    thread_events: int
+    bulk_events: int
+    random_reads: int
+    recover_sizes: tuple[int, ...]
+    recover_repeats: int
+
+    @staticmethod
+    def full() -> Plan:
+        return Plan(5, 2000, 4000, 20000, 2000, (1 * MiB, 1 * GiB), 7)
+
+    @staticmethod
+    def quick() -> Plan:
+        return Plan(3, 150, 480, 2000, 200, (1 * MiB,), 3)
+
+
+@dataclass
+class Row:
+    workload: str
+    store: str
+    unit: str  # "events/s", "MB/s", "ms", "bytes/event"
+    values: list[float] = field(default_factory=list)
+    durable: bool | None = None
+    note: str = ""
+    higher_is_better: bool = True
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+
+@dataclass
+class Report:
+    plan: Plan
+    quick: bool
+    machine: dict[str, str]
+    rows: list[Row] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    targets: list[tuple[str, str, float | None, bool | None]] = field(default_factory=list)
+    event_sizes: dict[str, int] = field(default_factory=dict)
+
+    def row(self, workload: str, store: str) -> Row | None:
+        return next((r for r in self.rows if r.workload == workload and r.store == store), None)
+
+    def ratio(self, workload: str, a: str, b: str) -> float | None:
+        """Median over rounds of a/b (b/a for times): > 1 means ``a`` is better."""
+        ra, rb = self.row(workload, a), self.row(workload, b)
+        if ra is None or rb is None or not ra.values or not rb.values:
+            return None
+        pairs = zip(ra.values, rb.values, strict=False)
+        if ra.higher_is_better:
+            return statistics.median(x / y for x, y in pairs if y > 0)
+        return statistics.median(y / x for x, y in pairs if x > 0)
+
+
+def _fs_type(path: str) -> str:
+    best, kind = "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and path.startswith(parts[1]) and len(parts[1]) > len(best):
+                    best, kind = parts[1], parts[2]
+    except OSError:
+        pass
+    return kind
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(base: str) -> dict[str, str]:
+    peers = []
+    for mod in ("lmdb", "rocksdict"):
+        m = st.optional_module(mod)
+        peers.append(f"{mod} {getattr(m, '__version__', '?')}" if m is not None else f"{mod} missing")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "cpu": f"{_cpu_model()}, {os.cpu_count()} cores",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "path": native.native_status(),
+        "frame path": "native" if journal.native_available() else "pure Python",
+        "os": platform.platform(),
+        "disk": f"{base} ({_fs_type(os.path.realpath(base))})",
+        "peers": f"sqlite {sqlite3.sqlite_version}, " + ", ".join(peers),
+        "load at start": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+class Bench:
+    def __init__(self, plan: Plan, base: str, quick: bool, log: Callable[[str], None]) -> None:
+        self.plan = plan
+        self.base = base
+        self.log = log
+        self.report = Report(plan, quick, machine_info(base))
+        self._n = 0
+        self.events = make_events(max(plan.sync_events, plan.thread_events, plan.bulk_events))
+        sizes = [len(st.dumps(e)) for e in self.events[: plan.bulk_events]]
+        self.report.event_sizes = size_summary(sizes)
+
+    def path(self, tag: str) -> str:
+        self._n += 1
+        return os.path.join(self.base, f"{self._n:04d}-{tag.replace(' ', '_').replace('=', '')}")
+
+    def usable(self, stores: list[Store]) -> list[Store]:
+        out = []
+        for s in stores:
+            if s.available():
+                out.append(s)
+            else:
+                self.report.skipped[s.name] = f"package {s.package!r} not installed (pip install 'journal[bench]')"
+        return out
+
+    def rounds(self, workload: str, stores: list[Store], measure: Callable[[Store, str], float], unit: str) -> None:
+        rows = {s.name: Row(workload, s.name, unit, durable=s.durable) for s in stores}
+        self.report.rows.extend(rows.values())
+        for rep in range(self.plan.repeats):
+            k = rep % len(stores)
+            for s in stores[k:] + stores[:k]:
+                path = self.path(s.name)
+                try:
+                    rows[s.name].values.append(measure(s, path))
+                finally:
+                    s.close()
+                    st.remove(path)
+        self.log(f"  {workload}: " + ", ".join(f"{n} {r.median:,.0f}" for n, r in rows.items()))
+
+    # --- write workloads ----------------------------------------------------------------------
+
+    def one_writer(self) -> None:
+        events = self.events[: self.plan.sync_events]
+
+        def measure(s: Store, path: str) -> float:
+            s.open(path)
+            for e in events[:10]:  # the first appends create files; not the steady state
+                s.append(e)
+            t0 = time.perf_counter()
+            for e in events:
+                s.append(e)
+            return len(events) / (time.perf_counter() - t0)
+
+        self.rounds("1 writer, durable per event", self.usable(st.all_stores()), measure, "events/s")
+
+    def threads(self) -> None:
+        events = self.events[: self.plan.thread_events]
+        chunks = list(st.iter_chunks(events, THREADS))
+
+        def measure(s: Store, path: str) -> float:
+            s.open(path)
+            barrier = threading.Barrier(THREADS + 1)
+            errors: list[BaseException] = []
+
+            def worker(chunk: list[Event]) -> None:
+                barrier.wait()
+                try:
+                    for e in chunk:
+                        s.append(e)
+                except BaseException as exc:  # reported after the join
+                    errors.append(exc)
+
+            ts = [threading.Thread(target=worker, args=(c,)) for c in chunks]
+            for t in ts:
+                t.start()
+            barrier.wait()
+            t0 = time.perf_counter()
+            for t in ts:
+                t.join()
+            dt = time.perf_counter() - t0
+            if errors:
+                raise errors[0]
+            return len(events) / dt
+
+        self.rounds(f"{THREADS} threads, durable per event", self.usable(st.all_stores()), measure, "events/s")
+
+    def bulk(self) -> None:
+        events = self.events[: self.plan.bulk_events]
+
+        class JournalMany(JournalStore):
+            def __init__(self) -> None:
+                super().__init__("buffered")
+                self.name = "journal append_many"
+
+        bulk_stores: list[Store] = [
+            JournalStore("buffered"),
+            JournalMany(),
+            st.JsonlStore(sync=False),
+            st.SqliteStore("FULL"),
+            st.LmdbStore(),
+            st.RocksStore(sync=False),
+        ]
+        names = {
+            "journal buffered": "journal append(buffered) + sync()",
+            "journal append_many": "journal append_many(buffered) + sync()",
+            "JSONL buffered": "JSONL buffered + fdatasync",
+            "SQLite WAL synchronous=FULL": "SQLite one transaction (FULL)",
+            "LMDB sync": "LMDB one transaction (sync)",
+            "RocksDB sync=False": "RocksDB sync=False + flush_wal(sync)",
+        }
+        for s in bulk_stores:
+            s.name = names[s.name]
+            s.durable = True
+
+        def measure(s: Store, path: str) -> float:
+            s.open(path)
+            t0 = time.perf_counter()
+            if isinstance(s, JournalMany):
+                s.append_many(events)
+            else:
+                for e in events:
+                    s.append_buffered(e)
+            s.sync()
+            return len(events) / (time.perf_counter() - t0)
+
+        self.rounds("bulk append, one sync at the end", self.usable(bulk_stores), measure, "events/s")
+
+    # --- read workloads over one data set per store ---------------------------------------------
+
+    def reads(self) -> None:
+        events = self.events[: self.plan.bulk_events]
+        read_stores: list[Store] = [
+            JournalStore("sync"),
+            st.JsonlStore(sync=False),
+            st.SqliteStore("FULL"),
+            st.LmdbStore(),
+            st.RocksStore(sync=False),
+        ]
+        usable = self.usable(read_stores)
+        paths: dict[str, str] = {}
+        for s in usable:
+            p = self.path(s.name + "-data")
+            paths[s.name] = p
+            s.open(p)
+            for e in events:
+                s.append_buffered(e)
+            s.sync()
+            size = s.files(p)
+            s.close()
+            self.report.rows.append(
+                Row("bytes on disk per event", s.name, "bytes/event", [size / len(events)], higher_is_better=False)
+            )
+        rng = random.Random(11)
+        seqs = [rng.randrange(1, len(events) + 1) for _ in range(self.plan.random_reads)]
+
+        def scan(s: Store, path: str) -> float:
+            s.open_read(path)
+            t0 = time.perf_counter()
+            n = s.scan_bytes()
+            return n / (time.perf_counter() - t0) / 1e6
+
+        def decode(s: Store, path: str) -> float:
+            s.open_read(path)
+            t0 = time.perf_counter()
+            n = s.scan_decode()
+            dt = time.perf_counter() - t0
+            assert n == len(events), (s.name, n)
+            return n / dt
+
+        def get(s: Store, path: str) -> float:
+            s.open_read(path)
+            s.get(1)
+            t0 = time.perf_counter()
+            for q in seqs:
+                s.get(q)
+            return len(seqs) / (time.perf_counter() - t0)
+
+        try:
+            for workload, fn, unit in (
+                ("full scan, checksums verified where the store has them", scan, "MB/s"),
+                ("decode scan (every record to a dict)", decode, "events/s"),
+                ("random reads by seq", get, "reads/s"),
+            ):
+                rows = {s.name: Row(workload, s.name, unit) for s in usable}
+                self.report.rows.extend(rows.values())
+                for rep in range(self.plan.repeats):
+                    k = rep % len(usable)
+                    for s in usable[k:] + usable[:k]:
+                        try:
+                            rows[s.name].values.append(fn(s, paths[s.name]))
+                        finally:
+                            s.close()
+                self.log(f"  {workload}: " + ", ".join(f"{n} {r.median:,.0f}" for n, r in rows.items()))
+        finally:
+            for p in paths.values():
+                st.remove(p)
+
+    # --- open and recover -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        for size in self.plan.recover_sizes:
+            path = self.path(f"recover-{size}")
+            label = f"{size // GiB} GiB" if size >= GiB else f"{size // MiB} MiB"
+            t_gen = time.perf_counter()
+            # History is written fast: big batches at "flush" (compression on, as always).
+            batch = self.events[: 2000 if size >= 64 * MiB else 100]
+            with journal.open(path, create=True) as j:
+                while st.dir_bytes(path) < size:
+                    j.append_many(batch, durability="flush")
+            gen_s = time.perf_counter() - t_gen
+            history = st.dir_bytes(path)
+            row = Row("open + recover a torn tail", f"journal, {label} of history", "ms", higher_is_better=False)
+            self.report.rows.append(row)
+            live_bytes = 0
+            try:
+                for _ in range(self.plan.recover_repeats):
+                    live_path = os.path.join(path, max(n for n in os.listdir(path) if n.endswith(".seg")))
+                    with journal.open(path) as j:
+                        before = os.path.getsize(live_path)
+                        j.append(self.events[3], durability="flush")
+                        after = os.path.getsize(live_path)
+                    # A torn write: the last frame reached the disk only halfway.
+                    os.truncate(live_path, before + (after - before) // 2)
+                    live_bytes = before
+                    t0 = time.perf_counter()
+                    j = journal.open(path)
+                    dt = time.perf_counter() - t0
+                    torn = j.recovery.tail
+                    j.close()
+                    if torn != "torn":
+                        raise RuntimeError(f"recovery saw a {torn} tail, not the torn one made for it")
+                    row.values.append(dt * 1000)
+            finally:
+                st.remove(path)
+            row.note = (
+                f"history {history / MiB:,.1f} MiB, live segment {live_bytes / MiB:.1f} MiB, "
+                f"history written in {gen_s:.1f} s"
+            )
+            self.log(f"  open + recover, {label}: {row.median:.2f} ms ({row.note})")
+
+
+def run(plan: Plan, quick: bool, base: str | None, log: Callable[[str], None]) -> Report:
+    owned = base is None
+    root = base or tempfile.mkdtemp(prefix="journal-bench-")
+    os.makedirs(root, exist_ok=True)
+    bench = Bench(plan, root, quick, log)
+    log("machine: " + "; ".join(f"{k}: {v}" for k, v in bench.report.machine.items()))
+    try:
+        for step in (bench.one_writer, bench.threads, bench.bulk, bench.reads, bench.recover):
+            step()
+    finally:
+        if owned:
+            st.remove(root)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    bench.report.machine["load at end"] = f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    evaluate(bench.report)
+    return bench.report
+
+
+def evaluate(r: Report) -> None:
+    """The issue's targets, each with its measured ratio and verdict (None: not measured)."""
+    w1, w16, wb = (
+        "1 writer, durable per event",
+        f"{THREADS} threads, durable per event",
+        "bulk append, one sync at the end",
+    )
+    ws, wd, wdisk = (
+        "full scan, checksums verified where the store has them",
+        "decode scan (every record to a dict)",
+        "bytes on disk per event",
+    )
+
+    def add(text: str, value: float | None, need: float, unit: str = "x", lower: bool = False) -> None:
+        ok = None if value is None else (value <= need if lower else value >= need)
+        r.targets.append((text, f"{'<=' if lower else '>='} {need:g}{unit}", value, ok))
+
+    add("1 writer sync per event vs JSONL write+fdatasync", r.ratio(w1, "journal sync", "JSONL write+fdatasync"), 0.9)
+    add(
+        "1 writer sync per event vs SQLite WAL FULL (ahead)",
+        r.ratio(w1, "journal sync", "SQLite WAL synchronous=FULL"),
+        1.0,
+    )
+    add(
+        f"{THREADS} threads sync vs SQLite WAL FULL, {THREADS} threads",
+        r.ratio(w16, "journal sync", "SQLite WAL synchronous=FULL"),
+        10,
+    )
+    jb = "journal append(buffered) + sync()"
+    add("bulk append vs SQLite one transaction", r.ratio(wb, jb, "SQLite one transaction (FULL)"), 2)
+    add("bulk append vs RocksDB sync=False", r.ratio(wb, jb, "RocksDB sync=False + flush_wal(sync)"), 1.5)
+    scan_row = r.row(ws, "journal sync")
+    gbps = scan_row.median / 1000 if scan_row is not None and scan_row.values else None
+    add("verified scan, GB/s of stored bytes (C path)", gbps, 1.0, " GB/s")
+    add("decode scan vs JSONL read + json.loads", r.ratio(wd, "journal sync", "JSONL buffered"), 1.2)
+    small = next((x for x in r.rows if x.workload == "open + recover a torn tail" and "MiB" in x.store), None)
+    big = next((x for x in r.rows if x.workload == "open + recover a torn tail" and "GiB" in x.store), None)
+    add(
+        "open+recover 1 GiB within 2x of 1 MiB (time ratio)",
+        big.median / small.median if big is not None and small is not None else None,
+        2,
+        lower=True,
+    )
+    add("bytes on disk per event vs JSONL", r.ratio(wdisk, "JSONL buffered", "journal sync"), 0.6, lower=True)
+    if r.ratio(wdisk, "JSONL buffered", "journal sync") is not None:
+        # ratio() turned bytes around (lower is better); the target wants journal/JSONL.
+        text, need, value, _ = r.targets[-1]
+        assert value is not None
+        r.targets[-1] = (text, need, 1 / value, 1 / value <= 0.6)
+
+
+# --- reporting ------------------------------------------------------------------------------------
+
+_PEERS_OF = {
+    "1 writer, durable per event": "journal sync",
+    f"{THREADS} threads, durable per event": "journal sync",
+    "bulk append, one sync at the end": "journal append(buffered) + sync()",
+    "full scan, checksums verified where the store has them": "journal sync",
+    "decode scan (every record to a dict)": "journal sync",
+    "random reads by seq": "journal sync",
+    "bytes on disk per event": "journal sync",
+}
+
+
+def _fmt(v: float) -> str:
+    if v != v:  # nan
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def markdown(r: Report, command: str) -> str:
+    m = r.machine
+    lines = [
+        f"# journal bench{' --quick' if r.quick else ''}",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {m['cpu']}; {m['python']}; frame path: {m['frame path']}  ",
+        f"Disk: {m['disk']}; {m['peers']}  ",
+        f"Load average at start {m['load at start']}, at end {m.get('load at end', '?')}; {m['date']}  ",
+        f"Figures are medians of {r.plan.repeats} rounds (open+recover: {r.plan.recover_repeats}); "
+        "stores alternate within each round and every ratio is the median of per-round ratios.  ",
+        f"Event mix: {len(KINDS)} kinds, serialized sizes mean {r.event_sizes.get('mean')} B, "
+        f"p50 {r.event_sizes.get('p50')} B, p95 {r.event_sizes.get('p95')} B, p99 {r.event_sizes.get('p99')} B, "
+        f"max {r.event_sizes.get('max')} B (journal/benchmark/events.py).",
+        "",
+        "## Targets",
+        "",
+        "| target | needs | measured | verdict |",
+        "|---|---|---:|---|",
+    ]
+    for text, need, value, ok in r.targets:
+        verdict = "not measured" if ok is None else ("met" if ok else "**NOT met**")
+        shown = "-" if value is None else f"{value:.2f}"
+        lines.append(f"| {text} | {need} | {shown} | {verdict} |")
+    lines += ["", "## All figures", ""]
+    workloads: list[str] = []
+    for row in r.rows:
+        if row.workload not in workloads:
+            workloads.append(row.workload)
+    for w in workloads:
+        rows = [x for x in r.rows if x.workload == w]
+        ref = _PEERS_OF.get(w)
+        unit = rows[0].unit
+        lines += [f"### {w}", "", f"| store | durable | {unit} | journal ÷ store |", "|---|---|---:|---:|"]
+        for row in rows:
+            ratio = r.ratio(w, ref, row.store) if ref is not None and row.store != ref else None
+            if w == "bytes on disk per event" and ratio is not None:
+                ratio = 1 / ratio  # journal's bytes over the store's bytes
+            durable = "" if row.durable is None else ("yes" if row.durable else "no")
+            shown = "" if ratio is None else f"{ratio:.2f}x"
+            note = f" ({row.note})" if row.note else ""
+            lines.append(f"| {row.store}{note} | {durable} | {_fmt(row.median)} | {shown} |")
+        lines.append("")
+    if r.skipped:
+        lines += ["## Skipped (never counted as a win)", ""]
+        lines += [f"- {name}: {why}" for name, why in r.skipped.items()]
+        lines.append("")
+    for n in r.notes:
+        lines.append(f"- {n}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def chart(r: Report, path: str) -> bool:
+    """A small PNG of journal's ratio to each peer per workload; False if matplotlib is missing."""
+    mpl = st.optional_module("matplotlib")
+    if mpl is None:
+        return False
+    mpl.use("Agg")
+    plt = st.optional_module("matplotlib.pyplot")
+    labels: list[str] = []
+    values: list[float] = []
+    for w, ref in _PEERS_OF.items():
+        for row in r.rows:
+            if row.workload != w or row.store == ref:
+                continue
+            ratio = r.ratio(w, ref, row.store)
+            if ratio is None:
+                continue
+            short = w.split(",")[0].split(" (")[0]
+            labels.append(f"{short} | {row.store}")
+            values.append(ratio)
+    fig, ax = plt.subplots(figsize=(8, 0.22 * len(labels) + 1.2), dpi=72)
+    colors = ["#2a7" if v >= 1 else "#c44" for v in values]
+    ax.barh(range(len(values)), values, color=colors)
+    ax.set_yticks(range(len(values)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("journal's advantage (x, log scale; > 1 = journal better)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(f"journal vs peers ({r.machine['frame path']} path, medians of per-round ratios)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def to_json(r: Report) -> dict[str, Any]:
+    return {
+        "machine": r.machine,
+        "quick": r.quick,
+        "rows": [
+            {"workload": x.workload, "store": x.store, "unit": x.unit, "median": x.median, "values": x.values}
+            for x in r.rows
+        ],
+        "targets": [{"target": t, "needs": n, "measured": v, "met": ok} for t, n, v, ok in r.targets],
+        "skipped": r.skipped,
+    }
+
+
+def main_command() -> str:
+    return " ".join(["journal bench", *sys.argv[2:]]) if len(sys.argv) > 1 else "journal bench"
+
+
+__all__ = ["Plan", "Report", "chart", "markdown", "run", "to_json"]
+
+
+def _dump(r: Report, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(to_json(r), f, indent=1)

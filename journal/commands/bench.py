@@ -1,0 +1,54 @@
+"""journal bench: throughput against the stores a user would otherwise pick, side by side.
+
+Runs every workload against journal and the peers (JSONL, SQLite, and LMDB and RocksDB when
+``pip install 'journal[bench]'`` installed them), alternating stores within each round, and
+writes a markdown table, a PNG chart and the raw figures as JSON into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small runs that finish within a minute (CI)")
+    parser.add_argument("--out", default=os.path.join("bench", "results"), help="where the table and chart go")
+    parser.add_argument("--dir", default=None, help="scratch directory for the stores (default: a temp dir)")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds per workload (default 5, quick 3)")
+    parser.add_argument("--no-recover-gib", action="store_true", help="skip the 1 GiB open+recover history")
+    parser.add_argument("--name", default=None, help="file name stem for the outputs (default bench or quick)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from journal.benchmark import runner
+
+    plan = runner.Plan.quick() if args.quick else runner.Plan.full()
+    if args.repeats is not None:
+        plan = dataclasses.replace(plan, repeats=max(1, args.repeats))
+    if args.no_recover_gib:
+        plan = dataclasses.replace(plan, recover_sizes=tuple(s for s in plan.recover_sizes if s < runner.GiB))
+
+    def log(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    report = runner.run(plan, args.quick, args.dir, log)
+    stem = args.name or ("quick" if args.quick else "bench")
+    os.makedirs(args.out, exist_ok=True)
+    command = "journal bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "journal bench"
+    text = runner.markdown(report, command.strip())
+    md_path = os.path.join(args.out, f"{stem}.md")
+    with open(md_path, "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, f"{stem}.json"), "w") as f:
+        json.dump(runner.to_json(report), f, indent=1)
+    png = os.path.join(args.out, f"{stem}.png")
+    drew = runner.chart(report, png)
+    sys.stdout.write(text)
+    log(f"wrote {md_path}" + (f" and {png}" if drew else " (no chart: matplotlib is not installed)"))
+    return 0
