@@ -1,0 +1,34 @@
+"""journal bench --quick runs end to end and writes its table. It asserts no speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "journal.cli", "bench", "--quick", "--out", str(out), "--dir", str(scratch)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    table = (out / "quick.md").read_text()
+    assert "## Targets" in table
+    for workload in ("1 writer, durable per event", "16 threads, durable per event", "bytes on disk per event"):
+        assert workload in table
+    assert "JSONL write+fdatasync" in table and "SQLite WAL synchronous=FULL" in table
+    data = json.loads((out / "quick.json").read_text())
+    assert data["quick"] is True and data["rows"]
+    # A missing peer is listed as skipped, never left out silently.
+    for peer in ("LMDB sync", "RocksDB sync=True"):
+        assert any(r["store"] == peer for r in data["rows"]) or peer in data["skipped"]
+    assert os.listdir(scratch) == []  # the stores' files are removed
