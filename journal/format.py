@@ -324,10 +324,13 @@ def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq:
     The marker narrows the candidates and the salted 64-bit checksum rules out false positives.
     This is the search primitive; ``find_durable_point`` decides what a found frame proves.
     """
-    return _find_genuine(buf, start, salt, after_seq, commit_only=True)
+    # The pure twin stays pure (the C helper rebinds ``scan``; the twin must not depend on it).
+    return _find_genuine(buf, start, salt, after_seq, commit_only=True, pure=True)
 
 
-def _find_genuine(buf: bytes | memoryview, start: int, salt: int, after_seq: int, commit_only: bool) -> int | None:
+def _find_genuine(
+    buf: bytes | memoryview, start: int, salt: int, after_seq: int, commit_only: bool, pure: bool = False
+) -> int | None:
     mv = memoryview(buf)
     data = buf if isinstance(buf, bytes) else bytes(mv)
     pos = start + FRAME_MARKER_OFFSET
@@ -339,7 +342,7 @@ def _find_genuine(buf: bytes | memoryview, start: int, salt: int, after_seq: int
         pos += 1
         if frame_at < start:
             continue
-        single = py_scan_one(mv, frame_at, salt)
+        single = scan_one(mv, frame_at, salt, pure)
         if single is None or single[0] <= after_seq:
             continue
         flags = single[1]
@@ -347,10 +350,10 @@ def _find_genuine(buf: bytes | memoryview, start: int, salt: int, after_seq: int
             return frame_at
 
 
-def py_scan_one(buf: bytes | memoryview, pos: int, salt: int) -> tuple[int, int] | None:
+def scan_one(buf: bytes | memoryview, pos: int, salt: int, pure: bool = False) -> tuple[int, int] | None:
     """(seq, flags) of a genuine frame at ``pos`` (checksum verified), or None."""
     # A genuine frame stops a scan expecting seq 0 as SEQ (or FLAGS): its checksum held.
-    res = scan(buf, pos, salt, 0, frames_max=1)
+    res = (py_scan if pure else scan)(buf, pos, salt, 0, frames_max=1)
     if res.stop not in (Stop.SEQ, Stop.SEALED, Stop.FLAGS) or res.stop_offset != pos:
         return None
     (flags,) = struct.unpack_from("<H", buf, pos + 24)
@@ -373,7 +376,7 @@ def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq
     commit_seq = read_frame_header(buf, commit_at)[3]
     commit_end = commit_at + FRAME_HEADER_SIZE_BYTES + read_frame_header(buf, commit_at)[1]
     # Usually the very next frame is the proof; search the rest only if it is not.
-    nxt = py_scan_one(buf, commit_end, salt) if len(buf) - commit_end >= FRAME_HEADER_SIZE_BYTES else None
+    nxt = scan_one(buf, commit_end, salt) if len(buf) - commit_end >= FRAME_HEADER_SIZE_BYTES else None
     if nxt is not None and nxt[0] > commit_seq:
         return commit_at
     if _find_genuine(buf, commit_end, salt, commit_seq, commit_only=False) is not None:
