@@ -17,6 +17,7 @@ Life of an append (the writer and recovery are mirror images; see docs/GUARANTEE
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import secrets
@@ -269,6 +270,10 @@ class Journal:
             f.close()
         res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
         data_frames = [fr for fr in res.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        self._active_header = header  # read-only: the live segment, for get()'s index hints
+        self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
+        for fr in data_frames:
+            self._note_frame(fr.seq, fr.offset)
         self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
         self._next_seq = self._last_seq + 1
         self.recovery = RecoveryReport(
@@ -562,12 +567,38 @@ class Journal:
             cursor.close()
 
     def get(self, seq: int) -> Record | None:
-        """The record at ``seq``, or None if the journal does not hold it."""
+        """The record at ``seq``, or None if the journal does not hold it.
+
+        Sealed segments are entered through their footer's sparse index, the live segment
+        through the one kept in memory, and only a small chunk around the record is read.
+        """
         if seq < 1:
             return None
-        for rec in self.read(after_seq=seq - 1):
-            return rec if rec.seq == seq else None
+        self._check_open()
+        if not self.readonly and self._queue:
+            self.flush()
+        cursor = Cursor(self._fs, self.path, seq - 1, self.options.record_size_bytes_max, self._index_hint(seq))
+        try:
+            for rec in cursor.read(limit=1):
+                return rec if rec.seq == seq else None
+        finally:
+            cursor.close()
         return None
+
+    def _index_hint(self, seq: int) -> tuple[int, int, int] | None:
+        """(live segment base seq, seq, offset) of the last index point at or before ``seq``.
+
+        Read without the mutex while a leader may be rolling segments over: the reader checks
+        the frame at the hinted offset before trusting it, so a stale pair only costs a scan.
+        """
+        header, index = self._active_header, self._index
+        if header is None or not index or seq < header.base_seq:
+            return None
+        i = bisect.bisect_right(index, (seq, 1 << 64)) - 1
+        if i < 0:
+            return None
+        hint_seq, offset = index[i]
+        return (header.base_seq, hint_seq, offset)
 
     def resolve(self, outcome: Outcome) -> Outcome:
         """Turn an AckLost into Committed or NotCommitted by reading the journal.

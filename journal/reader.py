@@ -23,6 +23,8 @@ from .fs import File, FileSystem
 from .segment import SegmentName, list_segments, read_header, read_seal
 
 READ_CHUNK_BYTES = 1024 * 1024
+FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
+FEW_RECORDS_CHUNK_BYTES = 128 * 1024  # two sparse-index intervals: the record is usually inside
 _local = threading.local()
 
 
@@ -118,8 +120,20 @@ class _OpenSegment:
 class Cursor:
     """A resumable position in a journal: the next record to read is ``next_seq``."""
 
-    def __init__(self, fs: FileSystem, dirpath: str, after_seq: int, record_size_bytes_max: int) -> None:
+    def __init__(
+        self,
+        fs: FileSystem,
+        dirpath: str,
+        after_seq: int,
+        record_size_bytes_max: int,
+        hint: tuple[int, int, int] | None = None,
+    ) -> None:
+        """``hint`` (segment base seq, seq, offset) says where a frame at or before ``after_seq + 1``
+        should start, from the writer's sparse index of its live segment. It is only a hint: it
+        is used once the frame there verifies (checksum with the segment's salt, and the seq)."""
         assert after_seq >= 0
+        self._hint = hint
+        self._few = 0  # records a small read wants (0: read on in big chunks)
         self._fs = fs
         self._dir = dirpath
         self._max = record_size_bytes_max
@@ -162,10 +176,28 @@ class Cursor:
             j = bisect.bisect_right(keys, self.next_seq) - 1
             if j >= 0:
                 self._expected, self._offset = seal.entries[j]
+        hint, self._hint = self._hint, None
+        if hint is not None and hint[0] == segments[i].base_seq and self._expected < hint[1] <= self.next_seq:
+            if self._frame_at(hint[2], hint[1]):
+                self._expected, self._offset = hint[1], hint[2]
         return True
+
+    def _frame_at(self, offset: int, seq: int) -> bool:
+        """True if a genuine data frame carrying ``seq`` starts at ``offset`` of the current segment."""
+        assert self._cur is not None
+        head = self._cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
+        if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+            return False
+        stored_len = fmt.read_frame_header(head, 0)[1]
+        if stored_len > min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + 512):
+            return False
+        buf = self._cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
+        res = fmt.scan(buf, 0, self._cur.header.salt, seq, base_offset=offset, frames_max=1)
+        return len(res.frames) == 1 and res.frames[0].seq == seq
 
     def read(self, limit: int = 1 << 62) -> Iterator[Record]:
         """Yield records from ``next_seq`` on, up to what is written now; resumable."""
+        self._few = limit if limit <= FEW_RECORDS else 0
         while limit > 0:
             if self._cur is None:
                 if not self._seek(list_segments(self._fs, self._dir)):
@@ -209,12 +241,14 @@ class Cursor:
 
     def _read_span(self, cur: _OpenSegment, end: int, sealed: bool) -> Iterator[Record]:
         name = cur.seg.name
-        want = READ_CHUNK_BYTES
+        # A read of a few records (get) reads a small chunk and frames only up to its records.
+        want = FEW_RECORDS_CHUNK_BYTES if self._few else READ_CHUNK_BYTES
         while self._offset < end:
             offset = self._offset
             buf = cur.file.pread(min(end - offset, want), offset)
             chunk_end = offset + len(buf)
-            res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset)
+            frames_max = max(1, self.next_seq - self._expected + self._few) if self._few else 1 << 62
+            res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=frames_max)
             for frame in res.frames:
                 if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA and frame.seq >= self.next_seq:
                     yield decode_payload(frame, buf, offset, name, self._max)

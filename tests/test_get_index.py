@@ -1,0 +1,78 @@
+"""get(seq) enters segments through a sparse index (footer or in-memory) and stays exact."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import journal
+from journal.reader import Cursor
+
+
+def _event(i: int) -> dict[str, object]:
+    return {"i": i, "pad": "x" * ((i * 7919) % 3000)}
+
+
+def test_get_every_seq_writer_and_readonly(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    n = 1500
+    opts = {"segment_size_bytes": 256 * 1024, "index_interval_bytes": 512}
+    with journal.open(path, create=True, **opts) as j:
+        j.append_many([_event(i) for i in range(1, n + 1)], durability="flush")
+        seqs = list(range(1, n + 1))
+        random.Random(3).shuffle(seqs)
+        for seq in seqs:
+            rec = j.get(seq)
+            assert rec is not None and rec.event == _event(seq)
+        assert j.get(n + 1) is None and j.get(0) is None
+    with journal.open(path, readonly=True, **opts) as j:
+        for seq in seqs[:300]:
+            rec = j.get(seq)
+            assert rec is not None and rec.event == _event(seq)
+
+
+def test_a_wrong_hint_is_checked_and_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    with journal.open(path, create=True) as j:
+        j.append_many([_event(i) for i in range(1, 201)], durability="flush")
+        base = j._active_header.base_seq if j._active_header is not None else 1
+        for hint in ((base, 150, 4096 + 3), (base, 150, 10**9), (base + 7, 150, 4096), (base, 100, 4096)):
+            cur = Cursor(j._fs, str(path), 149, j.options.record_size_bytes_max, hint)
+            try:
+                recs = list(cur.read(limit=1))
+            finally:
+                cur.close()
+            assert [r.seq for r in recs] == [150] and recs[0].event == _event(150)
+
+
+def test_get_while_a_writer_rolls_segments(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    with journal.open(path, create=True, segment_size_bytes=64 * 1024, index_interval_bytes=512) as j:
+        j.append(_event(1), durability="flush")
+        committed = [1]  # last_seq counts seqs handed out but not yet written: track outcomes
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def reader() -> None:
+            rng = random.Random(5)
+            try:
+                while not stop.is_set():
+                    top = committed[0]
+                    seq = rng.randrange(1, top + 1)
+                    rec = j.get(seq)
+                    assert rec is not None and rec.event == _event(seq), seq
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            for i in range(2, 1500):
+                out = j.append(_event(i), durability="flush")
+                assert isinstance(out, journal.Committed) and out.seq == i
+                committed[0] = i
+        finally:
+            stop.set()
+            t.join()
+        assert not errors, errors[0]
