@@ -66,8 +66,12 @@ def test_every_clean_point_forks_into_a_valid_child_with_the_parents_past(parent
             assert [r.payload for r in recs[:at]] == [r.payload for r in parent_recs[:at]]
             header = recs[at].event
             assert header["type"] == "session.started" and header["sessionId"] == got.session_id
-            assert header["data"]["lineage"] == {"parentSessionId": got.parent_session_id, "forkSeq": at,
-                                                 "depth": 1, "origin": "test"}
+            assert header["data"]["lineage"] == {
+                "parentSessionId": got.parent_session_id,
+                "forkSeq": at,
+                "depth": 1,
+                "origin": "test",
+            }
             assert state_upto(child, at) == state_upto(parent, at)
             with session.open(child) as s:  # a clean point needs no repair in the child
                 assert s.repair_report is not None and not s.repair_report.changed
@@ -164,3 +168,12 @@ def test_fork_refuses_an_existing_target(parent: str, tmp_path: pathlib.Path) ->
     (tmp_path / "c").mkdir()
     with pytest.raises(FileExistsError):
         forking.fork(parent, str(tmp_path / "c"))
+
+
+def test_a_fork_has_its_own_identity_when_reopened(parent: str, tmp_path: pathlib.Path) -> None:
+    child = forking.fork(parent, str(tmp_path / "child"), forking.fork_points(parent)[2].seq)
+    with session.open(parent) as p:
+        parent_id = p.state.session_id
+    with session.open(child.path) as s:
+        assert s.state.session_id == child.session_id != parent_id
+        assert s.state.lineage["parentSessionId"] == parent_id and s.state.lineage["forkSeq"] == child.fork_seq

@@ -93,7 +93,7 @@ DAMAGE: dict[str, tuple[Callable[[str], object], str]] = {
     "torn file": (_truncate, "checksum"),
     "empty file": (lambda p: pathlib.Path(p).write_text(""), "not a snapshot file"),
     "missing file": (os.unlink, "no snapshot"),
-    "reducer version": (_newer_reducer, "reducer journal.session v2"),
+    "reducer version": (_newer_reducer, f"replaying with journal.session v{SessionReducer.version}"),
     "state does not load": (_bad_state, "does not load"),
 }
 

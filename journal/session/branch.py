@@ -10,8 +10,7 @@ or the target of the last switch, whichever came later.
 A branch changes the conversation's future only. Files the session's tools changed stay
 changed (seed 003: a fork or a branch is not a rollback of the workspace).
 
-``branch.switched`` is not one of the built-in types yet: open tree sessions with
-``branch.registry()`` (``BranchTree.open`` does).
+``branch.switched`` is a built-in event type, so any reader of the session understands it.
 """
 
 from __future__ import annotations
@@ -25,19 +24,18 @@ from typing import Any
 from .envelope import Event
 from .errors import SessionError
 from .reducer import Reducer, SessionReducer
-from .registry import DurabilityClass, EventType, Registry, Role
+from .registry import EventType, Registry, Role
 from .session import Appended, Session
 
-BRANCH_SWITCHED = EventType(
-    "branch.switched", DurabilityClass.BOUNDARY, doc="the branch tree's leaf moved (leafId, fromLeafId)"
-)
+BRANCH_SWITCHED = Registry().get("branch.switched")
+assert BRANCH_SWITCHED is not None
 ENTRY_ID_HEX = 8
 
 
 def registry(base: Registry | None = None) -> Registry:
-    """``base`` (or the built-ins) plus the branch tree's own event type."""
+    """``base`` (or the built-ins), which must know the branch tree's event type."""
     reg = base.copy() if base is not None else Registry()
-    reg.register(BRANCH_SWITCHED)
+    reg.register(BRANCH_SWITCHED)  # a no-op for the built-ins; adds it to a runtime's own registry
     return reg
 
 

@@ -44,7 +44,7 @@ class SessionReducer:
     """Turn and step status, tools, approvals, attempts, compactions, jobs, goal and budget, messages."""
 
     name = "journal.session"
-    version = 1
+    version = 2  # 2: a fork's header replaces the session id, lineage and workspace
 
     def initial(self) -> SessionState:
         return SessionState()
@@ -61,11 +61,14 @@ class SessionReducer:
         role = spec.role
         seq = event.seq
         if role is Role.HEADER:
-            if state.session_id is None:
+            lin = data.get("lineage")
+            # The first header names the session; a fork's own header (right after its fork
+            # point) gives the child its new identity, lineage and workspace.
+            forked_here = isinstance(lin, dict) and lin.get("forkSeq") == seq - 1
+            if state.session_id is None or forked_here:
                 state.session_id = event.session_id
                 ws = data.get("workspace")
                 state.workspace = dict(ws) if isinstance(ws, dict) else {}
-                lin = data.get("lineage")
                 state.lineage = dict(lin) if isinstance(lin, dict) else {}
         elif role is Role.TURN_OPEN and event.turn_id:
             state.turns.setdefault(event.turn_id, Span(seq, turn_id=event.turn_id))

@@ -92,6 +92,7 @@ BUILTIN_TYPES: tuple[EventType, ...] = (
     EventType("session.started", B, Role.HEADER, doc="header: workspace, lineage (parentSessionId, forkSeq, depth)"),
     EventType("session.forked", B, doc="this session was forked into a child (childSessionId, forkSeq)"),
     EventType("session.resumed", B, doc="the runtime passed the resume gate and continues (a new decision)"),
+    EventType("branch.switched", B, doc="the branch tree's leaf moved (leafId, fromLeafId); nothing is rewritten"),
     EventType("user.message", ORD, model_visible=True, doc="a user message (text)"),
     EventType("turn.started", ORD, Role.TURN_OPEN, doc="a turn begins (turnId)"),
     EventType("turn.ended", B, Role.TURN_CLOSE, doc="a turn ends (reason: completed, cancelled, failed, interrupted)"),
