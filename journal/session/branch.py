@@ -27,8 +27,13 @@ from .reducer import Reducer, SessionReducer
 from .registry import EventType, Registry, Role
 from .session import Appended, Session
 
-BRANCH_SWITCHED = Registry().get("branch.switched")
-assert BRANCH_SWITCHED is not None
+def _builtin(name: str) -> EventType:
+    spec = Registry().get(name)
+    assert spec is not None, f"{name} is a built-in event type"
+    return spec
+
+
+BRANCH_SWITCHED = _builtin("branch.switched")
 ENTRY_ID_HEX = 8
 
 
