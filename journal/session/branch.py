@@ -27,6 +27,7 @@ from .reducer import Reducer, SessionReducer
 from .registry import EventType, Registry, Role
 from .session import Appended, Session
 
+
 def _builtin(name: str) -> EventType:
     spec = Registry().get(name)
     assert spec is not None, f"{name} is a built-in event type"
