@@ -182,3 +182,27 @@ def write_all(f: File, data: bytes | memoryview, offset: int) -> None:
         if n <= 0:
             raise OSError(errno.ENOSPC, "short write made no progress", f.path)
         done += n
+
+
+def write_new(fs: FileSystem, path: str, data: bytes | memoryview) -> None:
+    """Create ``path`` (it must not exist), write ``data``, fsync. The name is not yet durable."""
+    f = fs.open_write(path, create=True)
+    try:
+        write_all(f, data, 0)
+        f.fsync()
+    finally:
+        f.close()
+
+
+def write_atomic(fs: FileSystem, path: str, data: bytes | memoryview, tmp_path: str | None = None) -> None:
+    """Temp file, fsync, rename, directory fsync: ``path`` is the old file or the new one, whole.
+
+    A temp file left by a crash before its rename is never trusted or renamed: it is replaced.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = tmp_path if tmp_path is not None else path + ".tmp"
+    if fs.exists(tmp):
+        fs.unlink(tmp)
+    write_new(fs, tmp, data)
+    fs.rename(tmp, path)
+    fs.fsync_dir(directory)

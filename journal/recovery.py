@@ -21,7 +21,7 @@ import xxhash
 
 from . import format as fmt
 from .errors import CorruptionError
-from .fs import FileSystem, write_all
+from .fs import FileSystem, write_atomic
 from .reader import raise_for_stop
 
 QUARANTINE_DIR = "quarantine"
@@ -102,15 +102,5 @@ def quarantine(fs: FileSystem, dirpath: str, segment: str, offset: int, cut: byt
     final = os.path.join(qdir, name)
     if fs.exists(final):
         return os.path.join(QUARANTINE_DIR, name)
-    tmp = final + ".tmp"
-    if fs.exists(tmp):
-        fs.unlink(tmp)
-    f = fs.open_write(tmp, create=True)
-    try:
-        write_all(f, cut, 0)
-        f.fsync()
-    finally:
-        f.close()
-    fs.rename(tmp, final)
-    fs.fsync_dir(qdir)
+    write_atomic(fs, final, cut)
     return os.path.join(QUARANTINE_DIR, name)

@@ -31,7 +31,7 @@ from typing import Any
 import zstandard
 
 from ..core import Journal
-from ..fs import FileSystem, OsFileSystem, write_all
+from ..fs import FileSystem, OsFileSystem, write_atomic
 from .errors import SessionError
 
 SCHEME = "artifact://"
@@ -129,14 +129,7 @@ class ArtifactStore:
             self.fs.mkdir(shard)
             self.fs.fsync_dir(self.path)
         tmp = os.path.join(self.path, TMP_DIR, f"{digest}.{uuid.uuid4().hex[:8]}")
-        f = self.fs.open_write(tmp, create=True)
-        try:
-            write_all(f, packed, 0)
-            f.fsync()
-        finally:
-            f.close()
-        self.fs.rename(tmp, final)
-        self.fs.fsync_dir(shard)
+        write_atomic(self.fs, final, packed, tmp)
         return ref
 
     def get(self, ref: str) -> bytes:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import format as fmt
 from ..errors import CorruptionError
-from ..fs import File, FileSystem, OsFileSystem, write_all
+from ..fs import File, FileSystem, OsFileSystem, write_all, write_new
 from ..reader import raise_for_stop
 from ..segment import list_segments, read_header, read_seal
 
@@ -84,7 +84,7 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
         finally:
             f.close()
         end = _end_of(data, header, seg.name, src, at_seq, sealed=seal is not None)
-        _write_new(fs, os.path.join(dst, seg.name), memoryview(data)[:end])
+        write_new(fs, os.path.join(dst, seg.name), memoryview(data)[:end])
         out.cut_segment = seg.name
         out.bytes_copied += end
         break
@@ -133,15 +133,6 @@ def _copy_file(fs: FileSystem, f: File, size: int, dst: str) -> None:
                 raise OSError(errno.EIO, f"{f.path} shrank while it was copied")
             write_all(out, chunk, offset)
             offset += len(chunk)
-        out.fsync()
-    finally:
-        out.close()
-
-
-def _write_new(fs: FileSystem, path: str, data: bytes | memoryview) -> None:
-    out = fs.open_write(path, create=True)
-    try:
-        write_all(out, data, 0)
         out.fsync()
     finally:
         out.close()

@@ -35,7 +35,8 @@ from typing import Any, Generic, TypeVar
 import xxhash
 
 from ..core import Journal
-from ..fs import FileSystem, OsFileSystem, write_all
+from ..fs import FileSystem, OsFileSystem
+from ..fs import write_atomic as fs_write_atomic
 from .envelope import Event, decode
 from .errors import SessionError
 from .reducer import Reducer
@@ -156,22 +157,12 @@ def read(path: str | os.PathLike[str], fs: FileSystem | None = None) -> SavedSna
 
 
 def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
-    """Temp file, fsync, rename, directory fsync: the file is the old one or the new one."""
+    """Temp file, fsync, rename, directory fsync (making the directory first if needed)."""
     directory = os.path.dirname(os.path.abspath(path))
     if not fs.exists(directory):
         fs.mkdir(directory)
         fs.fsync_dir(os.path.dirname(directory))
-    tmp = path + TMP_SUFFIX
-    if fs.exists(tmp):
-        fs.unlink(tmp)  # left by a crash before its rename: never trusted, never renamed
-    f = fs.open_write(tmp, create=True)
-    try:
-        write_all(f, data, 0)
-        f.fsync()
-    finally:
-        f.close()
-    fs.rename(tmp, path)
-    fs.fsync_dir(directory)
+    fs_write_atomic(fs, path, data, path + TMP_SUFFIX)
 
 
 def save(
