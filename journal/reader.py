@@ -23,6 +23,13 @@ from .fs import File, FileSystem
 from .segment import SegmentName, list_segments, read_header, read_seal
 
 READ_CHUNK_BYTES = 1024 * 1024
+# Payloads of dict events are UTF-8 JSON from the writer's encoder (never a BOM, never another
+# encoding): decoding the bytes once and handing a str to a prebuilt decoder skips json.loads'
+# encoding detection and keyword handling, which cost a sixth of a decode.
+_JSON_DECODE = json.JSONDecoder().decode
+_KIND_MASK, _KIND_DATA, _HEADER = fmt.FLAG_KIND_MASK, fmt.KIND_DATA, fmt.FRAME_HEADER_SIZE_BYTES
+_CODEC_MASK, _ZSTD, _BYTES, _SYNTHETIC = fmt.FLAG_CODEC_MASK, fmt.CODEC_ZSTD, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC
+_SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed, or a codec decoded elsewhere
 FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
 FEW_RECORDS_CHUNK_BYTES = 128 * 1024  # two sparse-index intervals: the record is usually inside
 _local = threading.local()
@@ -54,7 +61,7 @@ class Record:
         if self.is_bytes:
             return self.payload
         if self._event is None:
-            self._event = json.loads(self.payload)
+            self._event = _JSON_DECODE(self.payload.decode("utf-8", "surrogatepass"))
         return self._event
 
     def __repr__(self) -> str:
@@ -249,9 +256,30 @@ class Cursor:
             chunk_end = offset + len(buf)
             frames_max = max(1, self.next_seq - self._expected + self._few) if self._few else 1 << 62
             res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=frames_max)
+            mv = memoryview(buf)
+            next_seq, size_max, decompress = self.next_seq, self._max, _decompressor().decompress
             for frame in res.frames:
-                if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA and frame.seq >= self.next_seq:
-                    yield decode_payload(frame, buf, offset, name, self._max)
+                _off, seq, flags, raw_len, stored_len = frame
+                if flags & _KIND_MASK != _KIND_DATA or seq < next_seq:
+                    continue
+                if flags & _SLOW_FLAGS or raw_len > size_max:
+                    yield decode_payload(frame, mv, offset, name, size_max)
+                    continue
+                # The common frame, unkeyed zstd or raw, decoded here: the same checks as
+                # decode_payload, without its per-record lookups (a tenth of a decode scan).
+                start = _off - offset + _HEADER
+                if flags & _CODEC_MASK == _ZSTD:
+                    try:
+                        payload = decompress(mv[start : start + stored_len], max_output_size=raw_len)
+                    except zstandard.ZstdError:
+                        yield decode_payload(frame, mv, offset, name, size_max)  # raises the error
+                        continue
+                    if len(payload) != raw_len:
+                        yield decode_payload(frame, mv, offset, name, size_max)  # raises the error
+                        continue
+                else:
+                    payload = bytes(mv[start : start + stored_len])
+                yield Record(seq, payload, bool(flags & _BYTES), None, bool(flags & _SYNTHETIC))
             if res.frames:
                 self._expected = res.frames[-1].seq + 1
             self._offset = res.stop_offset
