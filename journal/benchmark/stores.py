@@ -124,9 +124,10 @@ class Store:
 
 
 class JournalStore(Store):
-    def __init__(self, durability: str = "sync") -> None:
+    def __init__(self, durability: str = "sync", compress: bool = True) -> None:
         self.durability = durability
-        self.name = f"journal {durability}"
+        self.compress = compress
+        self.name = f"journal {durability}" + ("" if compress else ", compress=False")
         self.durable = durability == "sync"
         self.concurrency = "group commit (one write + one fdatasync per batch)"
         self.j: journal.Journal | None = None
@@ -134,7 +135,7 @@ class JournalStore(Store):
 
     def open(self, path: str) -> None:
         self.path = path
-        self.j = journal.open(path, create=True)
+        self.j = journal.open(path, create=True, compress=self.compress)
 
     def open_read(self, path: str) -> None:
         self.path = path
