@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +114,7 @@ class _Encoded:
 class _Request:
     """One caller's records in the queue; ``wake`` parks the caller until it is done or leads."""
 
-    __slots__ = ("acked", "durability", "first_seq", "items", "nbytes", "outcomes", "wake")
+    __slots__ = ("abandoned", "acked", "durability", "first_seq", "items", "nbytes", "outcomes", "wake")
 
     def __init__(self, items: list[_Encoded], first_seq: int, durability: Durability) -> None:
         self.items = items
@@ -127,6 +127,7 @@ class _Request:
         self.outcomes: list[Outcome] | None = None
         self.acked = durability == "buffered"  # the caller already holds Committed(buffered)
         self.wake: threading.Lock | None = None
+        self.abandoned = False  # its caller was interrupted while waiting
 
 
 def _only_header(data: bytes) -> bool:
@@ -137,6 +138,22 @@ def _only_header(data: bytes) -> bool:
         return len(data) == 0
     res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
     return res.stop == fmt.Stop.END and all(f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_PADDING for f in res.frames)
+
+
+def _chunks(items: list[_Encoded]) -> Iterator[list[_Encoded]]:
+    """Split an append_many into requests of at most BATCH_RECORDS_MAX records and, unless one
+    record alone is larger, BATCH_BYTES_MAX bytes, so that no write exceeds the batch bound."""
+    chunk: list[_Encoded] = []
+    size = 0
+    for it in items:
+        nbytes = len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+        if chunk and (size + nbytes > BATCH_BYTES_MAX or len(chunk) == BATCH_RECORDS_MAX):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(it)
+        size += nbytes
+    if chunk:
+        yield chunk
 
 
 def _check_durability(durability: str) -> Durability:
@@ -205,7 +222,8 @@ class Journal:
         self._next_seq = 1  # next seq to hand out (counts buffered and queued records)
         self._buffered_bytes = 0
         self._unsynced = False  # bytes written since the last fdatasync
-        self._keys: dict[str, int] = {}
+        self._keys: dict[str, int] = {}  # idempotency key -> seq, of records written (or buffered)
+        self._pending_keys: dict[str, tuple[_Request, int]] = {}  # keys of records on their way
 
     # --- opening ------------------------------------------------------------------------
 
@@ -350,6 +368,12 @@ class Journal:
             report.actions.append(
                 f"cut {decision.tail} tail of {len(cut)} bytes at {last.name} offset {decision.valid_end}"
             )
+        else:
+            # What a killed writer left in the page cache becomes durable before anything new
+            # is appended: every record found here may then be reported at "sync" (duplicates,
+            # resolve()), and a commit frame followed by a higher seq keeps meaning that its
+            # fdatasync returned, across writers (recovery's durable-point rule relies on it).
+            f.fdatasync()
         self._active_size = decision.valid_end
         self._active_count = len(data_frames)
         for fr in data_frames:
@@ -489,6 +513,7 @@ class Journal:
                     self._hand_off()
                 else:
                     self._leader = False
+                    self._cv.notify_all()
         return outcome
 
     def append_many(
@@ -504,10 +529,17 @@ class Journal:
         keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
         if len(keys) != len(events):
             raise ValueError("idempotency_keys must have one entry per event")
-        encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=False)]
+        encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=True)]
         outcomes: list[Outcome] = []
-        for start in range(0, len(encoded), BATCH_RECORDS_MAX):
-            outcomes.extend(self._submit(encoded[start : start + BATCH_RECORDS_MAX], level))
+        for chunk in _chunks(encoded):
+            if outcomes and self._failed is not None:
+                # An earlier chunk fail-stopped the journal: its outcomes (AckLost, to resolve
+                # later) are kept; the rest were never written.
+                reason = f"journal fail-stopped before this record was written: {self._failed}"
+                outcomes.extend([NotCommitted(reason)] * len(chunk))
+                continue
+            outcomes.extend(self._submit(chunk, level))
+        assert len(outcomes) == len(encoded)
         return outcomes
 
     def flush(self) -> None:
@@ -528,8 +560,8 @@ class Journal:
     def read(self, after_seq: int = 0) -> Iterator[Record]:
         """Records with seq > after_seq, in seq order, as they are on disk now."""
         self._check_open()
-        if not self.readonly and self._queue:
-            self.flush()
+        if not self.readonly:
+            self.flush()  # a reader of this handle sees its own buffered appends
         cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max)
         try:
             yield from cursor.read()
@@ -624,12 +656,19 @@ class Journal:
         """Write buffered records (flush level) and release the lock. Idempotent."""
         if self._closed:
             return
+        failed_before = self._failed
         try:
-            if not self.readonly and self._failed is None and self._queue:
+            if not self.readonly and self._failed is None:
                 self._submit([], "flush")
         finally:
-            self._closed = True
+            with self._mu:
+                self._closed = True
+                while self._leader:  # a batch in flight keeps its file open until it is done
+                    self._cv.wait()
             self._release()
+        if self._failed is not None and failed_before is None:
+            # The final flush of buffered records failed: they are lost, and the caller must know.
+            raise JournalFailStoppedError(self._failed)
 
     def _release(self) -> None:
         if self._active is not None:
@@ -649,25 +688,31 @@ class Journal:
         if self.readonly:
             raise ReadOnlyError("append")
         with self._mu:
+            keyed = any(it.key is not None for it in items)
+            # A retry of a record that is still on its way waits for its outcome: answering
+            # "duplicate" now could acknowledge a record that is then rolled back.
+            while keyed and any(it.key in self._pending_keys for it in items if it.key is not None):
+                self._cv.wait()
             self._check_open()
             if self._failed is not None:
                 raise JournalFailStoppedError(self._failed)
-            dupes: dict[int, Outcome] = {}
+            dupes: dict[int, Committed] = {}
             fresh = items
-            if any(it.key is not None for it in items):
+            if keyed:
                 fresh = []
                 for i, item in enumerate(items):
                     if item.key is not None and item.key in self._keys:
                         dupes[i] = Committed(self._keys[item.key], durability, True, "idempotency key matched")
-                        continue
-                    if item.key is not None:
-                        # Claim the key now so that a concurrent retry dedupes against it.
-                        self._keys[item.key] = self._next_seq + len(fresh)
-                        if len(self._keys) > KEYS_REMEMBERED_MAX:
-                            del self._keys[next(iter(self._keys))]  # forget the oldest
-                    fresh.append(item)
+                    else:
+                        fresh.append(item)
             req = _Request(fresh, self._next_seq, durability)
             self._next_seq += len(fresh)
+            for k, item in enumerate(fresh):
+                if item.key is not None:
+                    if durability == "buffered":
+                        self._remember_key(item.key, req.first_seq + k)  # acknowledged below, seq final
+                    else:
+                        self._pending_keys[item.key] = (req, k)
             if durability == "buffered":
                 if fresh:
                     self._queue.append(req)
@@ -676,10 +721,10 @@ class Journal:
                 if self._buffered_bytes < BUFFER_BYTES_MAX:
                     return self._merge(items, req.outcomes, dupes)
                 # Too much waiting in memory: carry it to the OS now, as a flush.
-                carried = req.outcomes
+                carried: list[Outcome] | None = req.outcomes
                 req = _Request([], self._next_seq, "flush")
-            elif not fresh and not self._queue and (durability == "flush" or not self._unsynced):
-                return self._merge(items, [], dupes)  # nothing to write or sync
+            elif not fresh and not self._queue and not self._leader and (durability == "flush" or not self._unsynced):
+                return self._merge(items, [], dupes)  # nothing to write or sync, nothing in flight
             else:
                 carried = None
             self._queue.append(req)
@@ -691,14 +736,42 @@ class Journal:
                 req.wake.acquire()
         if not leading:
             assert req.wake is not None
-            req.wake.acquire()  # released when our outcome is set, or when we are made leader
+            try:
+                req.wake.acquire()  # released when our outcome is set, or when we are made leader
+            except BaseException:
+                self._abandon(req)
+                raise
         if req.outcomes is None:
             self._lead(req)
         assert req.outcomes is not None
-        return self._merge(items, carried if carried is not None else req.outcomes, dupes)
+        answers: dict[int, Outcome] = dict(dupes)
+        if dupes and self._failed is not None:
+            # The write this call waited on failed: what the duplicates point at is unknown too.
+            failed = self._failed
+            answers = {i: AckLost(d.seq, failed, items[i].digest, items[i].key) for i, d in dupes.items()}
+        return self._merge(items, carried if carried is not None else req.outcomes, answers)
+
+    def _remember_key(self, key: str, seq: int) -> None:
+        self._keys[key] = seq
+        if len(self._keys) > KEYS_REMEMBERED_MAX:
+            del self._keys[next(iter(self._keys))]  # forget the oldest
+
+    def _abandon(self, req: _Request) -> None:
+        """A waiting caller was interrupted (Ctrl-C): never make it the leader again.
+
+        Its records stay queued and may still be written by the next leader: to its caller the
+        outcome is unknown, as after any interrupted call. If it had just been made leader,
+        leadership passes on so that the writer never waits for a thread that left.
+        """
+        with self._mu:
+            req.abandoned = True
+            assert req.wake is not None
+            woken = req.wake.acquire(blocking=False)
+            if woken and req.outcomes is None:
+                self._hand_off()
 
     @staticmethod
-    def _merge(items: list[_Encoded], fresh_outcomes: list[Outcome], dupes: dict[int, Outcome]) -> list[Outcome]:
+    def _merge(items: list[_Encoded], fresh_outcomes: list[Outcome], dupes: Mapping[int, Outcome]) -> list[Outcome]:
         if not dupes:
             assert len(fresh_outcomes) == len(items)
             return fresh_outcomes
@@ -719,6 +792,7 @@ class Journal:
                 if self._failed is not None:
                     self._fail_queue()
                     self._leader = False
+                    self._cv.notify_all()
                     return
                 batch = self._take_batch()
             results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
@@ -740,9 +814,10 @@ class Journal:
 
     def _hand_off(self) -> None:
         """Give up leadership: wake the first queued caller that waits, as the next leader."""
-        nxt = next((q for q in self._queue if q.wake is not None), None)
+        nxt = next((q for q in self._queue if q.wake is not None and not q.abandoned), None)
         if nxt is None:
             self._leader = False
+            self._cv.notify_all()  # close() waits for the writer to be idle
         else:
             assert nxt.wake is not None
             nxt.wake.release()
@@ -755,8 +830,12 @@ class Journal:
             if q.acked:
                 continue  # buffered records already acknowledged: lost, as documented
             q.outcomes = [NotCommitted(reason)] * len(q.items)
+            for it in q.items:
+                if it.key is not None and self._pending_keys.get(it.key, (None, 0))[0] is q:
+                    del self._pending_keys[it.key]
             if q.wake is not None:
                 q.wake.release()
+        self._cv.notify_all()
 
     def _take_batch(self) -> list[_Request]:
         batch: list[_Request] = []
@@ -773,6 +852,15 @@ class Journal:
     def _settle(self, batch: list[_Request], results: tuple[str, str, int | None]) -> None:
         """Hand out outcomes for a written (or failed) batch; called under the mutex."""
         status, reason, errno_ = results
+        for r in batch:
+            if r.acked:
+                continue
+            for k, it in enumerate(r.items):
+                if it.key is not None and self._pending_keys.get(it.key, (None, 0))[0] is r:
+                    del self._pending_keys[it.key]
+                    if status == "ok":
+                        self._remember_key(it.key, r.first_seq + k)
+        self._cv.notify_all()  # retries waiting on these keys, and close()
         if status == "ok":
             if len(batch) == 1:
                 level: Durability = "sync" if batch[0].durability == "sync" else "flush"
@@ -788,9 +876,6 @@ class Journal:
         # callers were told: they cannot be renumbered, so such a failure fail-stops.
         lost_buffered = any(r.acked and r.items for r in batch) or any(q.acked and q.items for q in self._queue)
         for r in batch:
-            for k, it in enumerate(r.items):
-                if it.key is not None and self._keys.get(it.key) == r.first_seq + k and status != "failed":
-                    del self._keys[it.key]
             if r.acked:
                 continue
             if status in ("rolled_back", "not_written"):
@@ -803,11 +888,7 @@ class Journal:
             # Nothing acknowledged was lost: renumber what is still queued and carry on.
             self._next_seq = self._last_seq + 1
             for q in self._queue:
-                old = q.first_seq
-                q.first_seq = self._next_seq
-                for k, it in enumerate(q.items):
-                    if it.key is not None and self._keys.get(it.key) == old + k:
-                        self._keys[it.key] = q.first_seq + k
+                q.first_seq = self._next_seq  # pending keys point at (request, index): no fix-up
                 self._next_seq += len(q.items)
             return
         if self._failed is None:
@@ -865,7 +946,15 @@ class Journal:
         if want_sync and self.options.sector_bytes:
             data += self._padding(data_end, first_seq + len(specs) - 1)
         try:
-            write_all(self._active, data, start)
+            if len(data) > data_end - start or len(specs) > 1:
+                # Several frames: the first frame's header goes last. A lock-free reader then
+                # sees none of the batch until all of it is there, so a write that fails part
+                # way and is rolled back never showed it a record that will not exist.
+                view = memoryview(data)
+                write_all(self._active, view[fmt.FRAME_HEADER_SIZE_BYTES :], start + fmt.FRAME_HEADER_SIZE_BYTES)
+                write_all(self._active, view[: fmt.FRAME_HEADER_SIZE_BYTES], start)
+            else:
+                write_all(self._active, data, start)
         except OSError as exc:
             return self._roll_back(start, f"write failed: {exc}", exc.errno)
         self._unsynced = True

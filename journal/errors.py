@@ -72,12 +72,19 @@ class EventNotSerializableError(JournalError):
 
 
 class RecordTooLargeError(JournalError):
-    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
-        super().__init__(
-            f"record is {size_bytes} bytes, over record_size_bytes_max={limit_bytes}; store "
-            "large outputs elsewhere and reference them, or open the journal with a larger "
-            "record_size_bytes_max; nothing was written"
-        )
+    def __init__(self, size_bytes: int, limit_bytes: int, reading: bool = False) -> None:
+        if reading:
+            advice = (
+                f"a stored record is {size_bytes} bytes, over this handle's record_size_bytes_max="
+                f"{limit_bytes}; open the journal with record_size_bytes_max >= {size_bytes} to read it"
+            )
+        else:
+            advice = (
+                f"record is {size_bytes} bytes, over record_size_bytes_max={limit_bytes}; store "
+                "large outputs elsewhere and reference them, or open the journal with a larger "
+                "record_size_bytes_max; nothing was written"
+            )
+        super().__init__(advice)
         self.size_bytes = size_bytes
         self.limit_bytes = limit_bytes
 

@@ -145,8 +145,12 @@ class OsFileSystem:
                 return None
             raise
         # The pid is advisory, for the error message of a second writer; the flock is the lock.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            os.close(fd)  # drops the lock too
+            raise
         return OsLock(fd)
 
     def read_lock_owner(self, path: str) -> int | None:

@@ -79,7 +79,7 @@ def decode_payload(
         raw_key, stored = fmt.split_keyed(stored)
         key = raw_key.decode("utf-8", "surrogateescape")
     if frame.raw_len > record_size_bytes_max:
-        raise RecordTooLargeError(frame.raw_len, record_size_bytes_max)
+        raise RecordTooLargeError(frame.raw_len, record_size_bytes_max, reading=True)
     if frame.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD:
         try:
             payload = _decompressor().decompress(stored, max_output_size=frame.raw_len)
@@ -313,6 +313,10 @@ class Cursor:
         """Damage in the live segment is only "not yet written" if nothing durable follows it."""
         size = cur.file.size()
         rest = cur.file.pread(size - stop_offset, stop_offset)
+        if fmt.scan(rest, 0, cur.header.salt, self._expected, frames_max=1).frames:
+            # The frame is whole now: the first read caught a write half done. Not damage;
+            # the next read picks it up.
+            return
         later = fmt.find_durable_point(rest, 0, cur.header.salt, self._expected - 1)
         if later is not None:
             raise CorruptionError(

@@ -104,6 +104,16 @@ def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) 
     seal_offset = fmt.seal_tail_offset(f.pread(fmt.SEAL_TAIL_SIZE_BYTES, file_size - fmt.SEAL_TAIL_SIZE_BYTES))
     if not fmt.SEGMENT_HEADER_SIZE_BYTES <= seal_offset <= file_size - fmt.FRAME_HEADER_SIZE_BYTES:
         return None
+    # Check the would-be seal frame's header before reading the rest: in a live segment the last
+    # 8 bytes are payload, and reading "the footer" they point at would read the whole tail.
+    head = f.pread(fmt.FRAME_HEADER_SIZE_BYTES, seal_offset)
+    _, stored_len, _, _, flags, _, marker = fmt.read_frame_header(head, 0)
+    if (
+        marker != fmt.FRAME_MARKER
+        or flags & fmt.FLAG_KIND_MASK != fmt.KIND_SEAL
+        or fmt.FRAME_HEADER_SIZE_BYTES + stored_len != file_size - seal_offset
+    ):
+        return None
     buf = f.pread(file_size - seal_offset, seal_offset)
     res = fmt.scan(buf, 0, header.salt, 0, base_offset=seal_offset, frames_max=1)
     # A genuine seal fails the seq expectation of 0 (it carries the last seq), so look at the

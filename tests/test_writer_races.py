@@ -1,0 +1,478 @@
+"""Races and limits of the writer, each first found as a bug in review of the storage core.
+
+Each test was a failing reproducer; its docstring says what the bug was. They stay as
+regression tests of the fixes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+import journal
+from journal import format as fmt
+from journal.faults import FaultyFileSystem
+from journal.fs import OsFileSystem
+from journal.reader import Cursor
+
+from .conftest import frames_of, live_segment
+
+
+class _GateFile:
+    """A file whose next pwrite (once armed) blocks until released, then writes or fails."""
+
+    def __init__(self, fs: GateFS, inner) -> None:
+        self._fs = fs
+        self._inner = inner
+        self.path = inner.path
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._inner.pread(size, offset)
+
+    def pwrite(self, data, offset: int) -> int:
+        fs = self._fs
+        if fs.armed:
+            fs.armed = False
+            fs.entered.set()
+            assert fs.release.wait(5), "test gate never released"
+            if fs.fail_errno is not None:
+                raise OSError(fs.fail_errno, "injected by the gate", self.path)
+        return self._inner.pwrite(data, offset)
+
+    def truncate(self, size: int) -> None:
+        if self._fs.before_truncate is not None:
+            hook, self._fs.before_truncate = self._fs.before_truncate, None
+            hook()
+        self._inner.truncate(size)
+
+    def fsync(self) -> None:
+        self._inner.fsync()
+
+    def fdatasync(self) -> None:
+        self._inner.fdatasync()
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class GateFS(OsFileSystem):
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail_errno: int | None = None
+        self.before_truncate = None
+
+    def arm(self, fail_errno: int | None = None) -> None:
+        self.entered.clear()
+        self.release.clear()
+        self.fail_errno = fail_errno
+        self.armed = True
+
+    def open_write(self, path: str, create: bool):
+        return _GateFile(self, super().open_write(path, create))
+
+
+def _run(fn, box: list, key: str):
+    def target() -> None:
+        try:
+            box.append((key, fn()))
+        except BaseException as exc:
+            box.append((key, exc))
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t
+
+
+def _wait_for(cond, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.005)
+
+
+# --- 1. idempotency-key duplicates acknowledged before the original is settled ---------------
+
+
+def test_duplicate_key_is_committed_although_the_original_was_rolled_back(jpath: str) -> None:
+    """core.py:660-661 (_submit): a retry whose key matches a key that is only *claimed* (its
+    record is queued or in the leader's in-flight batch) gets ``Committed(duplicate=True)`` at
+    once, at the durability it asked for, without waiting for the original's outcome. Here the
+    original's write fails and is rolled back (NotCommitted, seq reused), yet the retry was told
+    Committed(seq 1, "sync"): an acknowledged record that is not, and never will be, in the
+    journal. (Even without a failure the duplicate claims "sync" before the original's
+    fdatasync has returned, so a power loss can lose an acknowledged record.)"""
+    fs = GateFS()
+    j = journal.open(jpath, create=True, fs=fs)
+    try:
+        fs.arm(fail_errno=errno.ENOSPC)
+        box: list = []
+        ta = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "a")
+        assert fs.entered.wait(3)
+        tb = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "b")
+        time.sleep(0.2)
+        fs.release.set()
+        ta.join(5)
+        tb.join(5)
+        out = dict(box)
+        a, b = out["a"], out["b"]
+        assert isinstance(a, journal.NotCommitted), a
+        if isinstance(b, journal.Committed):
+            rec = j.get(b.seq)
+            assert rec is not None and rec.key == "k", (
+                f"retry was told {b} but the original was {a} and seq {b.seq} holds {rec}"
+            )
+    finally:
+        fs.release.set()
+        j.close()
+
+
+def test_duplicate_key_reports_a_stale_seq_after_renumbering(jpath: str) -> None:
+    """core.py:661 and core.py:802-811: a duplicate's outcome is computed from the claimed seq
+    at submit time. When an earlier batch is rolled back, the queued original is renumbered
+    (seq 2 -> 1) and the key map is updated, but the duplicate already holds Committed(seq 2)
+    and returns it: the caller is acknowledged a seq that holds a different record (or none)."""
+    fs = GateFS()
+    j = journal.open(jpath, create=True, fs=fs)
+    try:
+        fs.arm(fail_errno=errno.ENOSPC)
+        box: list = []
+        tx = _run(lambda: j.append({"x": 1}), box, "x")  # leads alone, blocks, then fails
+        assert fs.entered.wait(3)
+        ta = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "a")  # queued at seq 2
+        _wait_for(lambda: len(j._queue) == 1)
+        tb = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "b")  # duplicate of seq 2
+        time.sleep(0.2)  # b now waits for the original's outcome
+        fs.release.set()
+        for t in (tx, ta, tb):
+            t.join(5)
+        out = dict(box)
+        assert isinstance(out["x"], journal.NotCommitted), out
+        a, b = out["a"], out["b"]
+        assert isinstance(a, journal.Committed) and a.seq == 1, a
+        assert isinstance(b, journal.Committed) and b.duplicate
+        assert b.seq == a.seq, f"duplicate told seq {b.seq}, the record is at seq {a.seq}"
+    finally:
+        fs.release.set()
+        j.close()
+
+
+# --- 2. sync()/flush() return while buffered records are still in flight ---------------------
+
+
+@pytest.mark.parametrize("call", ["sync", "flush"])
+def test_sync_returns_while_buffered_records_are_in_another_threads_batch(jpath: str, call: str) -> None:
+    """core.py:681 (_submit): flush()/sync() return at once when the queue is empty and (for
+    sync) ``_unsynced`` is False. But the queue is also empty while another thread leads a batch
+    that carries this handle's buffered records, and ``_unsynced`` only turns True after that
+    batch's pwrite. So sync() returns "everything appended so far is durable" before the
+    buffered record has even reached the OS; here that write then fails, the buffered record is
+    lost and the journal fail-stops, yet sync()/flush() returned normally instead of raising
+    JournalFailStoppedError."""
+    fs = GateFS()
+    j = journal.open(jpath, create=True, fs=fs)
+    try:
+        assert isinstance(j.append({"b": 1}, durability="buffered"), journal.Committed)
+        fs.arm(fail_errno=errno.ENOSPC)
+        box: list = []
+        tl = _run(lambda: j.append({"s": 1}), box, "leader")  # carries the buffered record
+        assert fs.entered.wait(3)
+        ts = _run(getattr(j, call), box, "call")
+        time.sleep(0.2)
+        returned_early = any(k == "call" for k, _ in box)
+        fs.release.set()
+        tl.join(5)
+        ts.join(5)
+        result = dict(box)["call"]
+        assert isinstance(result, journal.JournalFailStoppedError) or not returned_early, (
+            f"{call}() returned {result!r} while the batch carrying the buffered record was "
+            f"still in flight; that write then failed and the record is lost"
+        )
+    finally:
+        fs.release.set()
+        j.close()
+
+
+# --- 3. close() swallows the failure of its final flush --------------------------------------
+
+
+def test_close_reports_a_failed_flush_of_buffered_records(jpath: str) -> None:
+    """core.py:623-632 (close): close() writes buffered records with ``_submit([], "flush")``
+    and ignores the result. If that write fails, the buffered records are lost and the journal
+    fail-stops, but close() returns normally: unlike flush() and sync() (which raise
+    JournalFailStoppedError), the caller is never told its records did not reach the OS."""
+    fs = FaultyFileSystem(OsFileSystem())
+    j = journal.open(jpath, create=True, fs=fs)
+    j.append({"n": 1}, durability="buffered")
+    fs.fail("pwrite", errno.ENOSPC, after=fs.calls["pwrite"])
+    with pytest.raises(journal.JournalFailStoppedError):
+        j.close()
+    fs.clear()
+    with journal.open(jpath) as j2:  # the write failed whole and was rolled back: the record is lost
+        assert [r.event for r in j2.read()] == []
+
+
+# --- 4. lock-free reader: spurious corruption while the writer appends -----------------------
+
+
+def test_reader_raises_corruption_on_a_healthy_journal_being_appended(jpath: str) -> None:
+    """reader.py:312 (_check_live_tail): the cursor scans a chunk read up to the size it saw
+    (a multi-page pwrite can be seen half done: i_size grows page by page), stops at the
+    incomplete frame, then re-reads the *current* file to look for a durable point after it.
+    By then the writer has finished that frame (commit-marked, synced) and written the next
+    batch, so find_durable_point finds a commit frame followed by a higher seq and the reader
+    raises CorruptionError on a perfectly healthy journal. The search should be limited to the
+    bytes of the snapshot the scan used (or re-scan from the stop offset first)."""
+    with journal.open(jpath, create=True, compress=False) as j:
+        j.append({"n": 1})
+        j.append({"n": 2})
+        j.append(os.urandom(20000))  # seq 3: a multi-page frame, commit-marked
+        j.append({"n": 4})  # a later batch: proves seq 3's fdatasync completed
+    seg = live_segment(jpath)
+    full = seg.read_bytes()
+    f3 = frames_of(seg)[2]
+    assert f3.seq == 3 and f3.flags & fmt.FLAG_COMMIT
+    # The reader sees the file while the writer's pwrite of seq 3 is half done.
+    with open(seg, "r+b") as fh:
+        fh.truncate(f3.offset + 9000)
+
+    class AfterFirstChunk(OsFileSystem):
+        def open_read(self, path: str):
+            inner = super().open_read(path)
+
+            class F:
+                def __init__(self) -> None:
+                    self.path = inner.path
+                    self.done = False
+
+                def pread(self, size: int, offset: int) -> bytes:
+                    data = inner.pread(size, offset)
+                    if offset == fmt.SEGMENT_HEADER_SIZE_BYTES and not self.done:
+                        self.done = True
+                        seg.write_bytes(full)  # the writer completes seq 3 and appends seq 4
+                    return data
+
+                def size(self) -> int:
+                    return inner.size()
+
+                def close(self) -> None:
+                    inner.close()
+
+            return F()
+
+    cur = Cursor(AfterFirstChunk(), jpath, 0, fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
+    try:
+        seen = [r.seq for r in cur.read()]  # raises CorruptionError today
+        assert seen[:2] == [1, 2]
+    finally:
+        cur.close()
+
+
+# --- 5. lock-free reader sees records of a write that is then rolled back --------------------
+
+
+def test_follower_never_sees_a_rolled_back_record(jpath: str) -> None:
+    """core.py:909-916 with 802-811: a short write (ENOSPC after part of the batch reached the
+    file) leaves complete, checksum-valid frames in the live segment until ``_roll_back``
+    truncates them. A lock-free reader (follow(), a read-only handle, another process) reading in
+    that window yields the record; the writer then answers NotCommitted ("nothing of the record
+    is on disk and never will be") and reuses its seq for the next record. The follower has
+    moved past that seq and never yields the real record: its view of the journal silently
+    diverges from the journal. GUARANTEES.md promises readers see records "as they are on
+    disk" and NotCommitted bytes "never will be part of the journal"; neither holds."""
+    fs = GateFS()
+    j = journal.open(jpath, create=True, fs=fs, compress=False)
+    follower = Cursor(OsFileSystem(), jpath, 0, fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
+    seen: list[tuple[int, object]] = []
+    try:
+        j.append({"n": 1})
+
+        active = j._active
+        inner_pwrite = active.pwrite
+        state = {"calls": 0}
+
+        def pwrite(data, offset):
+            # The next batch's first pwrite gets only its first frame out, then the disk is full.
+            state["calls"] += 1
+            if state["calls"] == 1:
+                first = fmt.FRAME_HEADER_SIZE_BYTES + fmt.read_frame_header(bytes(data[:32]), 0)[1]
+                return inner_pwrite(memoryview(data)[:first], offset)
+            if state["calls"] == 2:
+                raise OSError(errno.ENOSPC, "disk full", active.path)
+            return inner_pwrite(data, offset)
+
+        # A lock-free follower reads in the window between the short write and the rollback.
+        fs.before_truncate = lambda: seen.extend((r.seq, r.event) for r in follower.read())
+        active.pwrite = pwrite
+        outs = j.append_many([{"n": "phantom"}, {"n": "phantom-2"}])
+        assert all(isinstance(o, journal.NotCommitted) for o in outs), outs
+        assert j.append({"n": 2}) == journal.Committed(2, "sync")
+        seen.extend((r.seq, r.event) for r in follower.read())
+        truth = [(r.seq, r.event) for r in j.read()]
+        assert seen == truth, f"follower saw {seen}, the journal holds {truth}"
+    finally:
+        follower.close()
+        j.close()
+
+
+# --- 6. a reopened journal never fdatasyncs what the previous writer left unsynced -----------
+
+
+def test_reopened_journal_reports_sync_without_ever_syncing(jpath: str) -> None:
+    """core.py:287-365 (_open_writer) starts with ``_unsynced = False`` and fdatasyncs the live
+    segment only when it cuts a tail. Records a previous writer wrote at "flush" (or a sync
+    batch whose fdatasync it never reached before kill -9) may still be only in the page cache.
+    On the reopened handle a retry with the same idempotency key at "sync" returns
+    Committed(durability="sync", duplicate=True), and sync() ("everything appended so far is
+    durable") returns, both without a single fdatasync: a power loss now loses a record the
+    journal just called synced. resolve() has the same problem (it always answers "sync")."""
+    with journal.open(jpath, create=True) as j:
+        assert j.append({"n": 1}, durability="flush", idempotency_key="k") == journal.Committed(1, "flush")
+    fs = FaultyFileSystem(OsFileSystem())
+    with journal.open(jpath, fs=fs) as j2:
+        out = j2.append({"n": 1}, durability="sync", idempotency_key="k")
+        assert isinstance(out, journal.Committed) and out.duplicate and out.durability == "sync"
+        j2.sync()
+        assert fs.calls["fdatasync"] + fs.calls["fsync"] > 0, "Committed(sync) and sync() without any fsync"
+
+
+def test_reopen_makes_a_killed_writers_tail_durable_before_appending(jpath: str) -> None:
+    """find_durable_point assumes "the writer never writes a batch before the previous batch's
+    fdatasync has returned", so a genuine frame with a higher seq after a commit frame proves
+    that commit was durable. Across a reopen that held only if the reopening writer makes the
+    tail durable first: writer A writes a sync batch (commit on seq 3) and is killed before its
+    fdatasync; writer B reopens and appends seq 4; a power loss could then keep 3 and 4, lose 2,
+    and recovery would refuse a journal that lost nothing acknowledged. Recovery now fdatasyncs
+    the live segment before anything is appended."""
+
+    class KilledBeforeSync(OsFileSystem):
+        def open_write(self, path: str, create: bool):
+            f = super().open_write(path, create)
+            f.fdatasync = lambda: None  # type: ignore[method-assign]  # killed before it runs
+            return f
+
+    with journal.open(jpath, create=True, compress=False) as j:
+        assert j.append({"n": 1}) == journal.Committed(1, "sync")
+    ja = journal.open(jpath, fs=KilledBeforeSync(), compress=False)
+    ja.append_many([os.urandom(9000), {"n": 3}])  # writer A dies before its fdatasync
+    ja._release()  # the kernel drops A's lock when it dies
+    fs = FaultyFileSystem(OsFileSystem())
+    with journal.open(jpath, compress=False, fs=fs) as jb:
+        assert jb.last_seq == 3
+        synced_at_open = fs.calls["fdatasync"]
+        assert synced_at_open >= 1  # before any append: seqs 2-3 are durable from here on
+        assert [op for op, _ in fs.trace if op == "pwrite"] == []
+        assert jb.append({"n": 4}, durability="flush") == journal.Committed(4, "flush")
+
+
+# --- 7. append_many loses the outcomes of its first chunk when a later chunk is refused -----
+
+
+def test_append_many_returns_outcomes_of_a_chunk_that_fail_stopped(jpath: str) -> None:
+    """core.py:509-511 (append_many): events are submitted in chunks of BATCH_RECORDS_MAX. If
+    the first chunk's fdatasync fails, its records are AckLost and the journal fail-stops; the
+    next chunk's _submit then raises JournalFailStoppedError and the AckLost outcomes (seq,
+    digest, key: what resolve() needs) are thrown away. The caller cannot tell which records
+    may be on disk. The remaining chunks should get NotCommitted instead of an exception."""
+    fs = FaultyFileSystem(OsFileSystem())
+    with journal.open(jpath, create=True, fs=fs) as j:
+        fs.fail("fdatasync", errno.EIO, after=fs.calls["fdatasync"])
+        outs = j.append_many([{"n": i} for i in range(4097)])  # raises today
+        assert len(outs) == 4097
+        assert isinstance(outs[0], journal.AckLost)
+        assert isinstance(outs[-1], journal.NotCommitted)
+
+
+# --- 8. limits ---------------------------------------------------------------------------------
+
+
+def test_one_append_many_call_is_not_bounded_by_the_batch_size(jpath: str) -> None:
+    """core.py:761-771 (_take_batch) always takes the first request whole, so one append_many
+    call of up to 4096 records is one write of any size (here 6 MiB; up to 4096 x 16 MiB),
+    although GUARANTEES.md says "A batch is bounded (4 MiB, 4096 records)" and DESIGN asks for
+    a limit on everything. Split a request by bytes as well as by records."""
+    writes: list[int] = []
+
+    class Recording(OsFileSystem):
+        def open_write(self, path: str, create: bool):
+            f = super().open_write(path, create)
+            inner = f.pwrite
+
+            def pwrite(data, offset):
+                writes.append(len(data))
+                return inner(data, offset)
+
+            f.pwrite = pwrite  # type: ignore[method-assign]
+            return f
+
+    with journal.open(jpath, create=True, fs=Recording(), compress=False) as j:
+        outs = j.append_many([os.urandom(1024 * 1024) for _ in range(6)])
+        assert all(isinstance(o, journal.Committed) for o in outs)
+    assert max(writes) <= 4 * 1024 * 1024, f"one write of {max(writes)} bytes"
+
+
+# --- 9. error messages ---------------------------------------------------------------------
+
+
+def test_record_too_large_on_read_says_what_to_do(jpath: str) -> None:
+    """reader.py:81-82 raises RecordTooLargeError while *reading* a record larger than the
+    handle's record_size_bytes_max; its message (errors.py:73-83) is written for appends:
+    "store large outputs elsewhere ... nothing was written". A reader is told nothing useful
+    (open the journal with record_size_bytes_max at least N to read it)."""
+    with journal.open(jpath, create=True, record_size_bytes_max=100_000) as j:
+        j.append({"blob": "x" * 50_000})
+    with journal.open(jpath, readonly=True, record_size_bytes_max=10_000) as j:
+        with pytest.raises(journal.JournalError) as info:
+            list(j.read())
+    assert "nothing was written" not in str(info.value), str(info.value)
+
+
+# --- 10. an interrupted follower takes group-commit leadership with it ------------------------
+
+
+def test_interrupted_follower_does_not_wedge_the_writer(jpath: str) -> None:
+    """core.py:692-696 (_submit): a follower parks on ``req.wake.acquire()``. If that wait is
+    interrupted (KeyboardInterrupt / any signal handler exception in the main thread; the
+    acquire is interruptible), the request stays in the queue. When the leader finishes it
+    calls _hand_off(), which releases that request's lock to make it the next leader; nobody is
+    there to lead, ``_leader`` stays True, and every later append queues behind it forever.
+    Fix: on an exception while waiting, remove the request from the queue under the mutex (or,
+    if leadership was already handed to it, hand it on)."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    fs = GateFS()
+    j = journal.open(jpath, create=True, fs=fs)
+    try:
+        fs.arm()
+        box: list = []
+        tl = _run(lambda: j.append({"leader": 1}), box, "leader")
+        assert fs.entered.wait(3)
+        main = threading.main_thread().ident
+        assert threading.get_ident() == main
+        threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGUSR1)).start()
+        with pytest.raises(Interrupted):
+            j.append({"follower": 1})  # parks as a follower, then is interrupted
+        fs.release.set()
+        tl.join(5)
+        tn = _run(lambda: j.append({"next": 1}), box, "next")
+        tn.join(2)
+        assert not tn.is_alive(), "the next append never returns: leadership was handed to a dead waiter"
+    finally:
+        fs.release.set()
+        signal.signal(signal.SIGUSR1, old)
+        j._closed = True  # close() could block on the wedged queue
+        j._release()
