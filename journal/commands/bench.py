@@ -21,6 +21,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="file name stem for the outputs (default bench or quick)")
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (scratch and output folders left out)."""
+    parts = ["journal bench"]
+    if args.quick:
+        parts.append("--quick")
+    if args.repeats is not None:
+        parts.append(f"--repeats {args.repeats}")
+    if args.no_recover_gib:
+        parts.append("--no-recover-gib")
+    return " ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import json
@@ -40,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     report = runner.run(plan, args.quick, args.dir, log)
     stem = args.name or ("quick" if args.quick else "bench")
     os.makedirs(args.out, exist_ok=True)
-    command = "journal bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "journal bench"
-    text = runner.markdown(report, command.strip())
+    text = runner.markdown(report, _command(args))
     md_path = os.path.join(args.out, f"{stem}.md")
     with open(md_path, "w") as f:
         f.write(text)
