@@ -38,6 +38,7 @@ from .errors import (
     JournalClosedError,
     JournalError,
     JournalFailStoppedError,
+    JournalIOError,
     JournalLockedError,
     JournalNotFoundError,
     NotAJournalError,
@@ -252,6 +253,11 @@ class Journal:
                 j._open_readonly()
             else:
                 j._open_writer(create, lock_timeout_s)
+        except OSError as exc:
+            j._release()
+            if isinstance(exc, JournalError):
+                raise
+            raise JournalIOError(j.path, exc) from exc
         except BaseException:
             j._release()
             raise
@@ -264,9 +270,17 @@ class Journal:
         if not fs.exists(path):
             if not create:
                 raise JournalNotFoundError(path)
-            parent = os.path.dirname(os.path.abspath(path))
-            fs.mkdir(path)
-            fs.fsync_dir(parent)
+            # Like mkdir -p, each new directory made durable in its parent.
+            missing = []
+            d = os.path.abspath(path)
+            while not fs.exists(d):
+                missing.append(d)
+                d = os.path.dirname(d)
+            if not fs.is_dir(d):
+                raise NotAJournalError(path, f"{d} is a file, not a directory")
+            for d in reversed(missing):
+                fs.mkdir(d)
+                fs.fsync_dir(os.path.dirname(d))
         segments = list_segments(fs, path)
         if not segments:
             foreign = [n for n in fs.listdir(path) if n not in (LOCK_FILE, QUARANTINE_DIR) and not n.endswith(".tmp")]

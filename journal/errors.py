@@ -109,3 +109,18 @@ class JournalClosedError(JournalError):
 class ReadOnlyError(JournalError):
     def __init__(self, what: str) -> None:
         super().__init__(f"{what} needs a writable journal; open it without readonly=True")
+
+
+class JournalIOError(JournalError, OSError):
+    """Opening or recovering a journal failed in the file system (also an OSError: errno kept)."""
+
+    def __init__(self, path: str, exc: OSError) -> None:
+        OSError.__init__(
+            self,
+            exc.errno,
+            f"opening journal {path!r} failed: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if exc.filename else "")
+            + ". Nothing acknowledged was changed; fix the cause (permissions, free space, the "
+            "device) and open it again: recovery picks up where it stopped",
+        )
+        self.path = path

@@ -394,3 +394,13 @@ def test_leftover_padded_temp_segment_is_just_removed(jpath: str) -> None:
     tmp.write_bytes(fmt.encode_segment_header(header) + header_padding(header, 4096))
     with journal.open(jpath) as j:
         assert not tmp.exists() and j.recovery.quarantined == []
+
+
+def test_create_makes_missing_parent_directories(tmp_path: pathlib.Path) -> None:
+    deep = tmp_path / "a" / "b" / "j"
+    with journal.open(deep, create=True) as j:
+        assert j.append({"x": 1}) == journal.Committed(1, "sync")
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(journal.NotAJournalError, match="is a file"):
+        journal.open(tmp_path / "f" / "j", create=True)

@@ -114,8 +114,9 @@ def test_failed_truncate_during_recovery_changes_nothing_committed(jpath: str) -
         f.write(b"\x01" * 50)
     fs = faulty()
     fs.fail("truncate", errno.EIO)
-    with pytest.raises(OSError):
+    with pytest.raises(journal.JournalIOError) as exc:
         journal.open(jpath, fs=fs)
+    assert exc.value.errno == errno.EIO and "open it again" in str(exc.value)
     # The quarantine copy was made before the truncate was tried; a clean reopen finishes it.
     with journal.open(jpath) as j:
         assert j.last_seq == 5 and j.recovery.tail == "torn"
