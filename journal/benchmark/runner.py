@@ -8,6 +8,7 @@ figures, and the median of those per-round ratios is reported next to the median
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -128,8 +129,10 @@ def _cpu_model() -> str:
 def machine_info(base: str) -> dict[str, str]:
     peers = []
     for mod in ("lmdb", "rocksdict"):
-        m = st.optional_module(mod)
-        peers.append(f"{mod} {getattr(m, '__version__', '?')}" if m is not None else f"{mod} missing")
+        try:
+            peers.append(f"{mod} {importlib.metadata.version(mod)}")
+        except importlib.metadata.PackageNotFoundError:
+            peers.append(f"{mod} missing")
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {
         "cpu": f"{_cpu_model()}, {os.cpu_count()} cores",
@@ -347,6 +350,43 @@ class Bench:
 
     # --- open and recover -------------------------------------------------------------------------
 
+    def corpus(self, root: str) -> None:
+        """Bytes on disk of real session files (read in place, never copied): journal vs compact JSONL."""
+        events: list[Event] = []
+        for dirpath, _dirs, files in sorted(os.walk(root)):
+            for name in sorted(files):
+                if not name.endswith(".jsonl"):
+                    continue
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    for line in f:
+                        try:
+                            obj = json.loads(line)
+                        except ValueError:
+                            continue  # a damaged line in a real file: not an event
+                        if isinstance(obj, dict):
+                            events.append(obj)
+        if not events:
+            self.report.notes.append(f"no session files under {root}: the real-file size row was skipped")
+            return
+        w = "bytes on disk per event, real session files"
+        for s in (JournalStore("sync"), st.JsonlStore(sync=False)):
+            path = self.path(s.name + "-corpus")
+            try:
+                s.open(path)
+                for e in events:
+                    s.append_buffered(e)
+                s.sync()
+                size = s.files(path)
+            finally:
+                s.close()
+                st.remove(path)
+            self.report.rows.append(
+                Row(
+                    w, s.name, "bytes/event", [size / len(events)], higher_is_better=False, note=f"{len(events)} events"
+                )
+            )
+        self.log(f"  {w}: journal/JSONL {self.report.ratio(w, 'journal sync', 'JSONL buffered'):.2f}")
+
     def _history(self, path: str, total: int, live: int) -> None:
         """A journal of ``total`` bytes whose live segment holds ``live`` bytes.
 
@@ -421,7 +461,7 @@ class Bench:
         return dt * 1000
 
 
-def run(plan: Plan, quick: bool, base: str | None, log: Callable[[str], None]) -> Report:
+def run(plan: Plan, quick: bool, base: str | None, log: Callable[[str], None], corpus: str | None = None) -> Report:
     owned = base is None
     root = base or tempfile.mkdtemp(prefix="journal-bench-")
     os.makedirs(root, exist_ok=True)
@@ -430,6 +470,8 @@ def run(plan: Plan, quick: bool, base: str | None, log: Callable[[str], None]) -
     try:
         for step in (bench.one_writer, bench.threads, bench.bulk, bench.reads, bench.recover):
             step()
+        if corpus is not None:
+            bench.corpus(corpus)
     finally:
         if owned:
             st.remove(root)
@@ -504,6 +546,7 @@ _PEERS_OF = {
     "decode scan (every record to a dict)": "journal sync",
     "random reads by seq": "journal sync",
     "bytes on disk per event": "journal sync",
+    "bytes on disk per event, real session files": "journal sync",
 }
 
 

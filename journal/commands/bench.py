@@ -18,6 +18,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, help="scratch directory for the stores (default: a temp dir)")
     parser.add_argument("--repeats", type=int, default=None, help="rounds per workload (default 5, quick 3)")
     parser.add_argument("--no-recover-gib", action="store_true", help="skip the 1 GiB open+recover history")
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        help="a folder of real session .jsonl files: adds their bytes on disk, journal vs JSONL (read in place)",
+    )
     parser.add_argument("--name", default=None, help="file name stem for the outputs (default bench or quick)")
 
 
@@ -30,6 +35,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f"--repeats {args.repeats}")
     if args.no_recover_gib:
         parts.append("--no-recover-gib")
+    if args.corpus:
+        parts.append(f"--corpus {args.corpus}")
     return " ".join(parts)
 
 
@@ -49,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
-    report = runner.run(plan, args.quick, args.dir, log)
+    report = runner.run(plan, args.quick, args.dir, log, args.corpus)
     stem = args.name or ("quick" if args.quick else "bench")
     os.makedirs(args.out, exist_ok=True)
     text = runner.markdown(report, _command(args))
