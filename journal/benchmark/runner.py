@@ -514,6 +514,9 @@ def evaluate(r: Report) -> None:
     add("bulk append vs RocksDB sync=False", r.ratio(wb, jb, "RocksDB sync=False + flush_wal(sync)"), 1.5)
     scan_row = r.row(ws, "journal sync")
     gbps = scan_row.median / 1000 if scan_row is not None and scan_row.values else None
+    if not journal.native_available():
+        gbps = None  # the target is for the C path; the pure figure is in the table
+        r.notes.append("the verified-scan target is for the C helper; this run used the pure-Python path")
     add("verified scan, GB/s of stored bytes (C path)", gbps, 1.0, " GB/s")
     add("decode scan vs JSONL read + json.loads", r.ratio(wd, "journal sync", "JSONL buffered"), 1.2)
     recovers = [x for x in r.rows if x.workload == "open + recover a torn tail"]
