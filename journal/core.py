@@ -607,7 +607,9 @@ class Journal:
         self._check_open()
         if not self.readonly:
             self.flush()  # a reader of this handle sees its own buffered appends
-        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max)
+        # Seeking into the live segment starts from the in-memory index, not from its header.
+        hint = self._index_hint(after_seq + 1)
+        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max, hint)
         try:
             yield from cursor.read()
         finally:
@@ -652,7 +654,7 @@ class Journal:
         if seq < 1:
             return None
         self._check_open()
-        if not self.readonly and self._queue:
+        if not self.readonly:
             self.flush()
         cursor = Cursor(self._fs, self.path, seq - 1, self.options.record_size_bytes_max, self._index_hint(seq))
         try:

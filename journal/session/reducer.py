@@ -44,7 +44,7 @@ class SessionReducer:
     """Turn and step status, tools, approvals, attempts, compactions, jobs, goal and budget, messages."""
 
     name = "journal.session"
-    version = 2  # 2: a fork's header replaces the session id, lineage and workspace
+    version = 3  # 2: a fork's header replaces the session id, lineage and workspace; 3: state as rows
 
     def initial(self) -> SessionState:
         return SessionState()
