@@ -26,6 +26,8 @@ snapshot is never taken for the child's state, nor the other way round).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 from collections.abc import Iterator
@@ -246,6 +248,23 @@ def check(
     return None
 
 
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a large snapshot is decoded and loaded.
+
+    Decoding allocates millions of acyclic objects, and each allocation burst triggers full
+    collections that find nothing: a quarter of a long session's resume time. Reference
+    counting still frees everything as usual; the collector runs again afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def resume(
     j: Journal,
     registry: Registry,
@@ -264,7 +283,8 @@ def resume(
         reason = "no snapshot given"
     else:
         try:
-            saved = read(path, fs)
+            with _no_cyclic_gc():
+                saved = read(path, fs)
         except FileNotFoundError:
             reason = f"no snapshot at {os.fspath(path)!r}"
         except SnapshotDamagedError as exc:
@@ -275,7 +295,8 @@ def resume(
         reason = check(j, saved, reducer, upto_seq, digest=False)
         if reason is None:
             try:
-                state = reducer.load(saved.state)
+                with _no_cyclic_gc():
+                    state = reducer.load(saved.state)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 reason = f"snapshot state does not load: {exc!r}"
             else:
