@@ -249,12 +249,33 @@ class MemFileSystem:
             dparent, dname, dentries = self._split(dst)
             if sname not in sentries:
                 raise FileNotFoundError(errno.ENOENT, "no such file", src)
-            node = sentries.pop(sname)
+            node = sentries[sname]
             if node == DIR_ENTRY:
-                sentries[sname] = node
-                raise OSError(errno.ENOTSUP, "renaming directories is not modelled", src)
+                self._rename_dir(posixpath.normpath(src), posixpath.normpath(dst), dentries.get(dname))
+            elif dentries.get(dname) == DIR_ENTRY:
+                raise IsADirectoryError(errno.EISDIR, "is a directory", dst)
+            del sentries[sname]
             dentries[dname] = node
             self._record(Op(RENAME, sparent, node, name=sname, dst_dir=dparent, dst=dname))
+
+    def _rename_dir(self, src: str, dst: str, existing: int | None) -> None:
+        """Move the directory ``src`` and everything under it to ``dst`` (the caller moves the entry).
+
+        As rename(2): ``dst`` may be an empty directory (it is replaced), not a file, not a
+        non-empty directory, not inside ``src``. The log op is a RENAME whose ``ino`` is DIR_ENTRY.
+        """
+        if dst == src:
+            return
+        if dst.startswith(src + "/"):
+            raise OSError(errno.EINVAL, "cannot move a directory into itself", dst)
+        if existing is not None and existing != DIR_ENTRY:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", dst)
+        if existing == DIR_ENTRY:
+            if self._dirs[dst]:
+                raise OSError(errno.ENOTEMPTY, "directory not empty", dst)
+            del self._dirs[dst]
+        for path in [p for p in self._dirs if p == src or p.startswith(src + "/")]:
+            self._dirs[dst + path[len(src):]] = self._dirs.pop(path)
 
     def unlink(self, path: str) -> None:
         with self._mu:

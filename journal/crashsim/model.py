@@ -28,8 +28,11 @@ import posixpath
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .memfs import CREATE, DIR_ENTRY, DIRSYNC, MKDIR, RENAME, SYNC, TRUNCATE, UNLINK, WRITE, Image, Op
+
+_V = TypeVar("_V")
 
 MODELS = ("psow", "npsow")
 SECTOR_SIZES = (512, 4096)
@@ -106,7 +109,17 @@ class Replay:
         self.dur_data: dict[int, bytes] = {i: bytes(b) for i, b in self.cur_data.items()}
         self.dir_pending: dict[str, list[int]] = {}
         self.ino_pending: dict[int, list[int]] = {}
+        # Directory renames so far: (op index, old path, new path). The tables above are keyed
+        # by a directory's path now; an op logged before a move names its old path (see _now).
+        self.dir_moves: list[tuple[int, str, str]] = []
         self.point = 0
+
+    def _now(self, path: str, i: int) -> str:
+        """Where the directory ``path``, as named by op number ``i``, is now (after later moves)."""
+        for r, src, dst in self.dir_moves:
+            if r > i:
+                path = _moved(path, src, dst)
+        return path
 
     def advance(self) -> Op:
         """Apply op number ``point`` and move the crash point past it."""
@@ -138,6 +151,12 @@ class Replay:
         elif k == RENAME:
             self.cur_dirs[op.path].pop(op.name, None)
             self.cur_dirs[op.dst_dir][op.dst] = op.ino
+            if op.ino == DIR_ENTRY:  # a directory moves with everything under it
+                src, dst = posixpath.join(op.path, op.name), posixpath.join(op.dst_dir, op.dst)
+                _rekey(self.cur_dirs, src, dst)
+                _rekey(self.dur_dirs, src, dst)
+                _rekey(self.dir_pending, src, dst)
+                self.dir_moves.append((i, src, dst))
             self.dir_pending.setdefault(op.path, []).append(i)
             if op.dst_dir != op.path:
                 self.dir_pending.setdefault(op.dst_dir, []).append(i)
@@ -171,37 +190,41 @@ class Replay:
                 continue
             if fate.how != KEEP:
                 continue
+            where = self._now(op.path, i)
             if op.kind == CREATE:
-                dirs.setdefault(op.path, {})[op.name] = op.ino
+                dirs.setdefault(where, {})[op.name] = op.ino
             elif op.kind == MKDIR:
-                dirs.setdefault(op.path, {})[op.name] = DIR_ENTRY
-                dirs.setdefault(posixpath.join(op.path, op.name), {})
+                dirs.setdefault(where, {})[op.name] = DIR_ENTRY
+                dirs.setdefault(self._now(posixpath.join(op.path, op.name), i), {})
             elif op.kind == RENAME:
-                src = dirs.setdefault(op.path, {})
+                src = dirs.setdefault(where, {})
                 if src.get(op.name) == op.ino:
                     del src[op.name]
-                dirs.setdefault(op.dst_dir, {})[op.dst] = op.ino
+                dirs.setdefault(self._now(op.dst_dir, i), {})[op.dst] = op.ino
             elif op.kind == UNLINK:
-                src = dirs.setdefault(op.path, {})
+                src = dirs.setdefault(where, {})
                 if src.get(op.name) == op.ino:
                     del src[op.name]
         rng = random.Random(state.garbage_seed)
         files: dict[str, bytes] = {}
         reachable: set[str] = set()
-        roots = [d for d in dirs if posixpath.dirname(d) == d]
-        stack = list(roots)
+        # (path in the image, key of its entries in ``dirs``): they differ for a directory whose
+        # rename was lost: it keeps its old name, its entries are filed under the new one.
+        stack = [(d, d) for d in dirs if posixpath.dirname(d) == d]
         damaged = False
         trash_by_ino: dict[int, list[Trash]] = {}
         for t in state.trash:
             trash_by_ino.setdefault(t.ino, []).append(t)
         while stack:
-            d = stack.pop()
+            d, key = stack.pop()
             reachable.add(d)
-            for name, node in dirs.get(d, {}).items():
+            for name, node in dirs.get(key, {}).items():
                 path = posixpath.join(d, name)
                 if node == DIR_ENTRY:
-                    if path in dirs:
-                        stack.append(path)
+                    sub = posixpath.join(key, name)
+                    sub = sub if sub in dirs else self._now(sub, -1)
+                    if sub in dirs:
+                        stack.append((path, sub))
                     continue
                 buf = bytearray(self.dur_data.get(node, b""))
                 durable_len = len(buf)
@@ -234,11 +257,28 @@ def _pending_ops(log: list[Op]) -> list[int]:
         elif op.kind in (CREATE, MKDIR, UNLINK):
             dir_p.setdefault(op.path, []).append(i)
         elif op.kind == RENAME:
+            if op.ino == DIR_ENTRY:
+                _rekey(dir_p, posixpath.join(op.path, op.name), posixpath.join(op.dst_dir, op.dst))
             dir_p.setdefault(op.path, []).append(i)
             dir_p.setdefault(op.dst_dir, []).append(i)
         elif op.kind == DIRSYNC:
             dir_p.pop(op.path, None)
     return sorted({i for lst in (*ino_p.values(), *dir_p.values()) for i in lst})
+
+
+def _moved(path: str, src: str, dst: str) -> str:
+    """``path`` after the directory ``src`` was renamed to ``dst``."""
+    if path == src:
+        return dst
+    if path.startswith(src + "/"):
+        return dst + path[len(src) :]
+    return path
+
+
+def _rekey(table: dict[str, _V], src: str, dst: str) -> None:
+    """Move the entries of ``table`` for directory ``src`` and its subdirectories under ``dst``."""
+    for path in [p for p in table if p == src or p.startswith(src + "/")]:
+        table[_moved(path, src, dst)] = table.pop(path)
 
 
 def _write(buf: bytearray, offset: int, data: bytes) -> None:
