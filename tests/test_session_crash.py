@@ -1,9 +1,12 @@
-"""Repair under the crash harness: a power loss at any point of a repair is repaired to the same events."""
+"""Session code under the crash harness: a power loss inside a repair, a fork or a snapshot save."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -11,6 +14,19 @@ campaign = pytest.importorskip("journal.crashsim.campaign")
 crash_workload = pytest.importorskip("journal.session.crash_workload")
 
 STATES = int(os.environ.get("JOURNAL_SESSION_CRASH_STATES", "250"))
+# Fork and snapshot traces are short (about 20-40 states each): 600 states is 15-30 runs, that
+# is as many parents, fork points and snapshot histories, every crash point of each.
+FORK_SNAPSHOT_STATES = int(os.environ.get("JOURNAL_SESSION_CRASH_STATES", "600"))
+
+
+@pytest.fixture(scope="module")
+def session_workloads() -> Iterator[None]:
+    """Register session-fork and session-snapshot. Imported here, not at collection: registered
+    earlier, they would join tests/test_crash_harness.py's every-workload campaign at 2,100
+    states per model each (over a minute); here they get their own budget."""
+    importlib.import_module("journal.session.crash_fork")
+    importlib.import_module("journal.session.crash_snapshot")
+    yield
 
 
 @pytest.mark.parametrize("model", ["psow", "npsow"])
@@ -27,3 +43,117 @@ def test_the_check_catches_closers_that_are_not_deterministic(monkeypatch: pytes
     monkeypatch.setattr(closers, "_time", lambda d: str(random.random()))
     (tally,) = campaign.run_campaign(["session-repair"], ["psow"], 40, seed=3)
     assert tally.failures and "uncrashed repair" in " ".join(tally.failures[0].violations)
+
+
+# --- fork and snapshot --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["psow", "npsow"])
+@pytest.mark.parametrize("name", ["session-fork", "session-snapshot"])
+def test_power_loss_inside_fork_and_snapshot_save(session_workloads: None, name: str, model: str) -> None:
+    (tally,) = campaign.run_campaign([name], [model], FORK_SNAPSHOT_STATES, seed=11)
+    print(f"{name}/{model}: {tally.states} states in {tally.runs} runs, {tally.seconds:.1f} s")
+    assert tally.states == FORK_SNAPSHOT_STATES and tally.runs >= 5  # several parents, fork points, snapshots
+    assert not tally.failures, [(f.violations, f.state[:12]) for f in tally.failures[:3]]
+
+
+@pytest.mark.parametrize("name", ["session-fork", "session-snapshot"])
+def test_every_crash_point_of_each_run_is_checked(session_workloads: None, name: str) -> None:
+    """Each run's states fit the per-run budget, so the campaign checks all of them (exhaustive)."""
+    from journal.crashsim.model import Replay, crash_points, exhaustive
+    from journal.crashsim.workloads import WORKLOADS
+
+    for model in ("psow", "npsow"):
+        for seed in range(11, 15):
+            fs, _ = campaign.record_run(campaign.for_model(WORKLOADS[name], model), seed)
+            replay, points, total = Replay(fs.log, fs.base, fs.base_inodes), set(crash_points(fs.log)), 0
+            while True:
+                if replay.point in points:
+                    total += sum(1 for _ in exhaustive(replay, model, random.Random(0)))
+                if replay.point >= len(fs.log):
+                    break
+                replay.advance()
+            assert 10 < total <= campaign.STATES_PER_RUN_MAX, (model, seed, total)
+
+
+def _violations(name: str, states: int = 120) -> list[str]:
+    (tally,) = campaign.run_campaign([name], ["psow"], states, seed=11)
+    return [v for f in tally.failures for v in f.violations]
+
+
+def test_the_fork_check_catches_a_child_renamed_before_its_entries_are_durable(
+    session_workloads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from journal.session import fork as forking
+    from journal.session import prefix
+
+    class NoDirSync:
+        def __init__(self, fs: Any) -> None:
+            self.fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def fsync_dir(self, path: str) -> None:
+            pass
+
+    def broken(fs: Any, src: str, dst: str, at_seq: int, link: bool = True) -> Any:
+        return prefix.copy_prefix(NoDirSync(fs), src, dst, at_seq, link)
+
+    monkeypatch.setattr(forking, "copy_prefix", broken)
+    assert any("the child does not open" in v for v in _violations("session-fork"))
+
+
+def test_the_fork_check_catches_a_fork_that_writes_the_parent(
+    session_workloads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from journal.session import fork as forking
+    from journal.session import prefix
+
+    def touching(fs: Any, src: str, dst: str, at_seq: int, link: bool = True) -> Any:
+        seg = sorted(n for n in fs.listdir(src) if n.endswith(".seg"))[-1]
+        f = fs.open_write(f"{src}/{seg}", create=False)
+        f.pwrite(b"\0", f.size())  # one byte past the end: no record is lost, the bytes changed
+        f.fsync()
+        f.close()
+        return prefix.copy_prefix(fs, src, dst, at_seq, link)
+
+    monkeypatch.setattr(forking, "copy_prefix", touching)
+    assert any("changed the parent's files" in v for v in _violations("session-fork"))
+
+
+def test_the_snapshot_check_catches_a_save_in_place(session_workloads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.session import snapshot
+
+    def in_place(fs: Any, path: str, data: bytes, tmp_path: str | None = None) -> None:
+        f = fs.open_write(path, create=not fs.exists(path))
+        f.truncate(0)
+        f.pwrite(data, 0)
+        f.fsync()
+        f.close()
+
+    monkeypatch.setattr(snapshot, "fs_write_atomic", in_place)
+    assert any("neither the old one nor the new one" in v for v in _violations("session-snapshot"))
+
+
+def test_the_snapshot_check_catches_a_resume_that_loses_the_tail(
+    session_workloads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from journal.session import snapshot
+
+    items = snapshot._items
+
+    def short(j: Any, registry: Any, after_seq: int, *rest: Any) -> Iterator[Any]:
+        got = list(items(j, registry, after_seq, *rest))
+        return iter(got[:-1] if after_seq > 0 else got)
+
+    monkeypatch.setattr(snapshot, "_items", short)
+    assert any("a state that a full replay does not" in v for v in _violations("session-snapshot"))
+
+
+def test_the_command_lists_the_session_workloads(capsys: pytest.CaptureFixture[str]) -> None:
+    from journal import cli
+
+    assert cli.main(["crash-test", "--list"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert {"session-repair", "session-fork", "session-snapshot", "single", "rollover"} <= listed
