@@ -15,6 +15,14 @@ from typing import TextIO
 from ..progress import Progress
 
 MODEL_CHOICES = ("psow", "npsow", "both")
+# Workloads that live beside the code they test register themselves on import; the command
+# imports them when it runs (not at start-up), so --list, --workload and --replay know them.
+WORKLOAD_MODULES = (
+    "journal.session.crash_workload",  # session-repair
+    "journal.session.crash_fork",  # session-fork
+    "journal.session.crash_snapshot",  # session-snapshot
+)
+NAME_WIDTH = 17
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,15 +43,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the registered workloads and exit")
 
 
+def load_workloads() -> None:
+    """Import the modules whose workloads are not in journal.crashsim.workloads itself."""
+    import importlib
+
+    for name in WORKLOAD_MODULES:
+        importlib.import_module(name)
+
+
 def run(args: argparse.Namespace) -> int:
     from . import campaign, faultsweep, killtest
     from .workloads import WORKLOADS
+
+    load_workloads()
 
     out = sys.stdout
     if args.list:
         for name, wl in WORKLOADS.items():
             doc = (wl.run.__doc__ or "").strip().splitlines()
-            out.write(f"{name:<12} {doc[0] if doc else ''}\n")
+            out.write(f"{name:<{NAME_WIDTH}} {doc[0] if doc else ''}\n")
         return 0
     if args.replay:
         failure, violations = campaign.replay_failure(args.replay)
@@ -92,7 +110,7 @@ def report(
 
     bad = 0
     out.write(
-        f"\n{'workload':<12} {'model':<6} {'runs':>5} {'states':>7} {'detected':>8} "
+        f"\n{'workload':<{NAME_WIDTH}} {'model':<6} {'runs':>5} {'states':>7} {'detected':>8} "
         f"{'violations':>10}  seeds of failures\n"
     )
     states = 0
@@ -102,10 +120,10 @@ def report(
         seeds = sorted({f.seed for f in t.failures})
         bad += t.violations
         out.write(
-            f"{t.workload:<12} {t.model:<6} {t.runs:>5} {t.states:>7} {t.detected_damage:>8} "
+            f"{t.workload:<{NAME_WIDTH}} {t.model:<6} {t.runs:>5} {t.states:>7} {t.detected_damage:>8} "
             f"{t.violations:>10}  {', '.join(map(str, seeds[:8]))}\n"
         )
-    out.write(f"{'total':<12} {'':<6} {'':>5} {states:>7}\n")
+    out.write(f"{'total':<{NAME_WIDTH}} {'':<6} {'':>5} {states:>7}\n")
     if any(t.model == "npsow" for t in tallies if isinstance(t, Tally)):
         how = f"with {sector_option}=4096" if sector_option else "the engine offers no sector padding option"
         out.write(f"npsow ran {how}\n")
