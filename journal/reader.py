@@ -149,6 +149,7 @@ class Cursor:
         self._offset = 0  # of the next frame in the current segment
         self._expected = 0  # seq the next data frame must carry
         self._journal_id: bytes | None = None
+        self._listed: list[SegmentName] = []  # the directory's segments when last listed
 
     def close(self) -> None:
         if self._cur is not None:
@@ -207,7 +208,8 @@ class Cursor:
         self._few = limit if limit <= FEW_RECORDS else 0
         while limit > 0:
             if self._cur is None:
-                if not self._seek(list_segments(self._fs, self._dir)):
+                self._listed = list_segments(self._fs, self._dir)
+                if not self._seek(self._listed):
                     return
             cur = self._cur
             assert cur is not None
@@ -229,8 +231,12 @@ class Cursor:
                 if cur.seal is None:
                     return
                 continue
-            segments = list_segments(self._fs, self._dir)
-            later = [s for s in segments if s.base_seq > cur.seg.base_seq]
+            # Segments only ever get added at the end: list the directory again only when the
+            # names seen so far are used up (a long read lists it once, not once per segment).
+            later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
+            if not later:
+                self._listed = list_segments(self._fs, self._dir)
+                later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
             if not later:
                 return
             nxt = later[0]
