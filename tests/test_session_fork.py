@@ -177,3 +177,13 @@ def test_a_fork_has_its_own_identity_when_reopened(parent: str, tmp_path: pathli
     with session.open(child.path) as s:
         assert s.state.session_id == child.session_id != parent_id
         assert s.state.lineage["parentSessionId"] == parent_id and s.state.lineage["forkSeq"] == child.fork_seq
+
+
+def test_a_crashed_forks_temp_directory_is_cleared_by_the_next_fork(parent: str, tmp_path: pathlib.Path) -> None:
+    stale = tmp_path / ".child.fork-deadbeef"
+    stale.mkdir()
+    (stale / "00000000000000000001.seg").write_bytes(b"half a copy")
+    got = forking.fork(parent, str(tmp_path / "child"), forking.fork_points(parent)[1].seq)
+    assert not stale.exists()
+    assert_valid_journal(got.path)
+    assert [p.name for p in tmp_path.iterdir()] == ["child"]

@@ -342,9 +342,14 @@ def fork(
         data={"workspace": dict(state.workspace if workspace is None else workspace), "lineage": lineage},
     )
     check_for_append(header, registry.get("session.started"))
-    tmp = os.path.join(
-        os.path.dirname(os.path.abspath(child_path)), f".{os.path.basename(child_path)}.fork-{uuid.uuid4().hex[:8]}"
-    )
+    parent_dir = os.path.dirname(os.path.abspath(child_path))
+    tmp_prefix = f".{os.path.basename(child_path)}.fork-"
+    # A fork of this child that crashed before its rename left its temp directory: a copy of
+    # the parent's prefix (or links to it) and nothing else, never renamed, never trusted.
+    for stale in fs.listdir(parent_dir):
+        if stale.startswith(tmp_prefix):
+            _remove_tree(fs, os.path.join(parent_dir, stale))
+    tmp = os.path.join(parent_dir, f"{tmp_prefix}{uuid.uuid4().hex[:8]}")
     fs.mkdir(tmp)
     try:
         storage = copy_prefix(fs, parent_path, tmp, at_seq, link=link)
