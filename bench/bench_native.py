@@ -200,7 +200,8 @@ def machine() -> str:
     except OSError:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu}, {os.cpu_count()} cores (load {load:.1f} at start), Python {platform.python_version()}"
+    cores = f"{os.cpu_count()} cores (load {load:.1f} when the report was written)"
+    return f"{cpu}, {cores}, Python {platform.python_version()}"
 
 
 def report(codec: list[dict[str, Any]], e2e: list[dict[str, Any]], command: str) -> str:
