@@ -47,7 +47,7 @@ from .errors import (
 )
 from .fs import File, FileSystem, Lock, OsFileSystem, take_lock, write_all
 from .outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
-from .reader import Cursor, Record
+from .reader import Cursor, Record, SegmentCache
 from .recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
 from .segment import create_segment, header_padding, list_segments, list_temp_files, new_header, read_header, read_seal
 
@@ -223,6 +223,8 @@ class Journal:
         self._next_seq = 1  # next seq to hand out (counts buffered and queued records)
         self._buffered_bytes = 0
         self._unsynced = False  # bytes written since the last fdatasync
+        self._get_mu = threading.Lock()
+        self._segments = SegmentCache(fs, path)  # open segments kept for get()
         self._keys: dict[str, int] = {}  # idempotency key -> seq, of records written (or buffered)
         self._pending_keys: dict[str, tuple[_Request, int]] = {}  # keys of records on their way
 
@@ -656,12 +658,15 @@ class Journal:
         self._check_open()
         if not self.readonly:
             self.flush()
-        cursor = Cursor(self._fs, self.path, seq - 1, self.options.record_size_bytes_max, self._index_hint(seq))
-        try:
-            for rec in cursor.read(limit=1):
-                return rec if rec.seq == seq else None
-        finally:
-            cursor.close()
+        with self._get_mu:  # one point read at a time: they share the open-segment cache
+            self._check_open()
+            hint = self._index_hint(seq)
+            cursor = Cursor(self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments)
+            try:
+                for rec in cursor.read(limit=1):
+                    return rec if rec.seq == seq else None
+            finally:
+                cursor.close()
         return None
 
     def _index_hint(self, seq: int) -> tuple[int, int, int] | None:
@@ -718,6 +723,8 @@ class Journal:
             raise JournalFailStoppedError(self._failed)
 
     def _release(self) -> None:
+        with self._get_mu:
+            self._segments.close()
         if self._active is not None:
             self._active.close()
             self._active = None

@@ -12,6 +12,7 @@ import bisect
 import json
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,6 +125,52 @@ class _OpenSegment:
         return size
 
 
+class SegmentCache:
+    """Open segments and the directory listing, kept between the point reads of one handle.
+
+    A sealed segment never changes, so its handle, header and footer serve every later read;
+    the live one is reopened only when the cache drops it (its seal is checked on every read
+    anyway). One reader at a time (Journal.get holds a lock); a Cursor never closes a segment
+    it got from here. At most ``open_max`` files stay open.
+    """
+
+    def __init__(self, fs: FileSystem, dirpath: str, open_max: int = 8) -> None:
+        assert open_max >= 1
+        self._fs = fs
+        self._dir = dirpath
+        self._open_max = open_max
+        self._segments: OrderedDict[int, _OpenSegment] = OrderedDict()
+        self.listed: list[SegmentName] = []
+
+    def listing(self) -> list[SegmentName]:
+        """The segments as last listed. A segment added since is found by the cursor when it
+        reaches the sealed end of the last one it knows (it lists again then)."""
+        if not self.listed:
+            self.listed = list_segments(self._fs, self._dir)
+        return self.listed
+
+    def relist(self) -> list[SegmentName]:
+        self.listed = list_segments(self._fs, self._dir)
+        return self.listed
+
+    def open(self, seg: SegmentName) -> _OpenSegment:
+        got = self._segments.get(seg.base_seq)
+        if got is not None and got.seg == seg:
+            self._segments.move_to_end(seg.base_seq)
+            return got
+        got = _OpenSegment(self._fs, self._dir, seg)
+        self._segments[seg.base_seq] = got
+        while len(self._segments) > self._open_max:
+            _, old = self._segments.popitem(last=False)
+            old.file.close()
+        return got
+
+    def close(self) -> None:
+        while self._segments:
+            _, old = self._segments.popitem()
+            old.file.close()
+
+
 class Cursor:
     """A resumable position in a journal: the next record to read is ``next_seq``."""
 
@@ -134,12 +181,14 @@ class Cursor:
         after_seq: int,
         record_size_bytes_max: int,
         hint: tuple[int, int, int] | None = None,
+        cache: SegmentCache | None = None,
     ) -> None:
         """``hint`` (segment base seq, seq, offset) says where a frame at or before ``after_seq + 1``
         should start, from the writer's sparse index of its live segment. It is only a hint: it
         is used once the frame there verifies (checksum with the segment's salt, and the seq)."""
         assert after_seq >= 0
         self._hint = hint
+        self._cache = cache
         self._few = 0  # records a small read wants (0: read on in big chunks)
         self._fs = fs
         self._dir = dirpath
@@ -153,15 +202,17 @@ class Cursor:
 
     def close(self) -> None:
         if self._cur is not None:
-            self._cur.file.close()
+            if self._cache is None:
+                self._cur.file.close()
             self._cur = None
 
     def _open(self, seg: SegmentName) -> _OpenSegment:
-        opened = _OpenSegment(self._fs, self._dir, seg)
+        opened = self._cache.open(seg) if self._cache is not None else _OpenSegment(self._fs, self._dir, seg)
         if self._journal_id is None:
             self._journal_id = opened.header.journal_id
         elif opened.header.journal_id != self._journal_id:
-            opened.file.close()
+            if self._cache is None:
+                opened.file.close()
             raise CorruptionError(seg.name, 0, None, "segment belongs to a different journal (journal id differs)")
         return opened
 
@@ -208,7 +259,10 @@ class Cursor:
         self._few = limit if limit <= FEW_RECORDS else 0
         while limit > 0:
             if self._cur is None:
-                self._listed = list_segments(self._fs, self._dir)
+                if self._cache is not None:
+                    self._listed = self._cache.listing()
+                else:
+                    self._listed = list_segments(self._fs, self._dir)
                 if not self._seek(self._listed):
                     return
             cur = self._cur
@@ -235,7 +289,7 @@ class Cursor:
             # names seen so far are used up (a long read lists it once, not once per segment).
             later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
             if not later:
-                self._listed = list_segments(self._fs, self._dir)
+                self._listed = self._cache.relist() if self._cache is not None else list_segments(self._fs, self._dir)
                 later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
             if not later:
                 return

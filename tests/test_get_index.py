@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import random
 import threading
 from pathlib import Path
 
 import journal
+from journal.fs import OsFileSystem
 from journal.reader import Cursor
 
 
@@ -76,3 +79,31 @@ def test_get_while_a_writer_rolls_segments(tmp_path: Path) -> None:
             stop.set()
             t.join()
         assert not errors, errors[0]
+
+
+def test_point_reads_reuse_open_segments_and_still_see_new_ones(tmp_path: pathlib.Path) -> None:
+    """get() keeps sealed segments open between calls, yet finds records in segments made since."""
+    path = str(tmp_path / "j")
+    opened: list[str] = []
+
+    class Counting(OsFileSystem):
+        def open_read(self, p: str) -> journal.fs.File:  # type: ignore[name-defined]
+            opened.append(os.path.basename(p))
+            return super().open_read(p)
+
+    with journal.open(path, create=True, segment_size_bytes=8192, fs=Counting()) as j:
+        for i in range(300):
+            j.append({"i": i, "pad": "p" * 100}, durability="flush")
+        assert len([n for n in os.listdir(path) if n.endswith(".seg")]) > 3
+        for _ in range(3):
+            for seq in (5, 150, 290):
+                rec = j.get(seq)
+                assert rec is not None and rec.event["i"] == seq - 1
+        first_pass = len(opened)
+        for seq in (5, 150, 290):
+            j.get(seq)
+        assert len(opened) == first_pass  # nothing reopened
+        while len([n for n in os.listdir(path) if n.endswith(".seg")]) < 8:
+            last = j.append({"late": True, "pad": "q" * 300}, durability="flush")
+        assert isinstance(last, journal.Committed) and j.get(last.seq) is not None
+        assert j.get(last.seq).event["late"] is True  # type: ignore[union-attr]
