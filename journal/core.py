@@ -6,10 +6,14 @@ Life of an append (the writer and recovery are mirror images; see docs/GUARANTEE
 2. Under the journal mutex it gets the next seq and joins the queue. A buffered append returns
    Committed(buffered) here: its bytes sit in memory until a later write carries them.
 3. If no thread is writing, this one becomes the leader: it takes a bounded batch from the
-   front of the queue, frames it with the live segment's salt (one buffer), writes it with one
-   pwrite, and, if any member asked for "sync", fdatasyncs once, marking the last frame with
-   the commit flag. Followers wait on a condition and wake with their outcome. No timer delays
-   a batch: whatever queued while the previous leader was in the kernel forms the next batch.
+   front of the queue, frames it with the live segment's salt (one buffer), writes it (one
+   pwrite; a batch of several frames writes its first header last, so a reader never sees a
+   part of it), and, if any member asked for "sync", fdatasyncs once, marking the last frame
+   with the commit flag. Followers park on their own lock; the leader wakes each with its
+   outcome, and wakes one of those still queued as the next leader. No timer delays a batch:
+   whatever queued while the previous leader was in the kernel forms the next batch. A lone
+   append skips the queue (_append_alone) and consecutive buffered appends share one queued
+   request (_append_buffered).
 4. A failed write is truncated back to the last good length and that truncation is synced;
    only then do the batch's members get NotCommitted. A failed fdatasync (or a failed rollback)
    fail-stops the journal: members get AckLost, later appends raise JournalFailStoppedError.
