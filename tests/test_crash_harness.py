@@ -104,8 +104,8 @@ def acks_before_fdatasync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A broken engine: a new segment's rename is never made durable with a directory fsync."""
-    import journal.core as core
     import journal.segment as segment
+    import journal.writer as writer
 
     original = segment.create_segment
 
@@ -119,7 +119,7 @@ def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
         return original(NoDirSync(), dirpath, header, sector_bytes)
 
-    monkeypatch.setattr(core, "create_segment", create_segment)
+    monkeypatch.setattr(writer, "create_segment", create_segment)
     yield
 
 

@@ -102,7 +102,7 @@ def _wait_for(cond, timeout_s: float = 3.0) -> None:
 
 
 def test_duplicate_key_is_committed_although_the_original_was_rolled_back(jpath: str) -> None:
-    """core.py:660-661 (_submit): a retry whose key matches a key that is only *claimed* (its
+    """the writer (_submit): a retry whose key matches a key that is only *claimed* (its
     record is queued or in the leader's in-flight batch) gets ``Committed(duplicate=True)`` at
     once, at the durability it asked for, without waiting for the original's outcome. Here the
     original's write fails and is rolled back (NotCommitted, seq reused), yet the retry was told
@@ -135,7 +135,7 @@ def test_duplicate_key_is_committed_although_the_original_was_rolled_back(jpath:
 
 
 def test_duplicate_key_reports_a_stale_seq_after_renumbering(jpath: str) -> None:
-    """core.py:661 and core.py:802-811: a duplicate's outcome is computed from the claimed seq
+    """the writer: a duplicate's outcome is computed from the claimed seq
     at submit time. When an earlier batch is rolled back, the queued original is renumbered
     (seq 2 -> 1) and the key map is updated, but the duplicate already holds Committed(seq 2)
     and returns it: the caller is acknowledged a seq that holds a different record (or none)."""
@@ -169,7 +169,7 @@ def test_duplicate_key_reports_a_stale_seq_after_renumbering(jpath: str) -> None
 
 @pytest.mark.parametrize("call", ["sync", "flush"])
 def test_sync_returns_while_buffered_records_are_in_another_threads_batch(jpath: str, call: str) -> None:
-    """core.py:681 (_submit): flush()/sync() return at once when the queue is empty and (for
+    """the writer (_submit): flush()/sync() return at once when the queue is empty and (for
     sync) ``_unsynced`` is False. But the queue is also empty while another thread leads a batch
     that carries this handle's buffered records, and ``_unsynced`` only turns True after that
     batch's pwrite. So sync() returns "everything appended so far is durable" before the
@@ -204,7 +204,7 @@ def test_sync_returns_while_buffered_records_are_in_another_threads_batch(jpath:
 
 
 def test_close_reports_a_failed_flush_of_buffered_records(jpath: str) -> None:
-    """core.py:623-632 (close): close() writes buffered records with ``_submit([], "flush")``
+    """the writer (close): close() writes buffered records with ``_submit([], "flush")``
     and ignores the result. If that write fails, the buffered records are lost and the journal
     fail-stops, but close() returns normally: unlike flush() and sync() (which raise
     JournalFailStoppedError), the caller is never told its records did not reach the OS."""
@@ -223,7 +223,7 @@ def test_close_reports_a_failed_flush_of_buffered_records(jpath: str) -> None:
 
 
 def test_reader_raises_corruption_on_a_healthy_journal_being_appended(jpath: str) -> None:
-    """reader.py:312 (_check_live_tail): the cursor scans a chunk read up to the size it saw
+    """the reader (_check_live_tail): the cursor scans a chunk read up to the size it saw
     (a multi-page pwrite can be seen half done: i_size grows page by page), stops at the
     incomplete frame, then re-reads the *current* file to look for a durable point after it.
     By then the writer has finished that frame (commit-marked, synced) and written the next
@@ -279,7 +279,7 @@ def test_reader_raises_corruption_on_a_healthy_journal_being_appended(jpath: str
 
 
 def test_follower_never_sees_a_rolled_back_record(jpath: str) -> None:
-    """core.py:909-916 with 802-811: a short write (ENOSPC after part of the batch reached the
+    """the writer: a short write (ENOSPC after part of the batch reached the
     file) leaves complete, checksum-valid frames in the live segment until ``_roll_back``
     truncates them. A lock-free reader (follow(), a read-only handle, another process) reading in
     that window yields the record; the writer then answers NotCommitted ("nothing of the record
@@ -326,7 +326,7 @@ def test_follower_never_sees_a_rolled_back_record(jpath: str) -> None:
 
 
 def test_reopened_journal_reports_sync_without_ever_syncing(jpath: str) -> None:
-    """core.py:287-365 (_open_writer) starts with ``_unsynced = False`` and fdatasyncs the live
+    """the writer (_open_writer) starts with ``_unsynced = False`` and fdatasyncs the live
     segment only when it cuts a tail. Records a previous writer wrote at "flush" (or a sync
     batch whose fdatasync it never reached before kill -9) may still be only in the page cache.
     On the reopened handle a retry with the same idempotency key at "sync" returns
@@ -376,7 +376,7 @@ def test_reopen_makes_a_killed_writers_tail_durable_before_appending(jpath: str)
 
 
 def test_append_many_returns_outcomes_of_a_chunk_that_fail_stopped(jpath: str) -> None:
-    """core.py:509-511 (append_many): events are submitted in chunks of BATCH_RECORDS_MAX. If
+    """the writer (append_many): events are submitted in chunks of BATCH_RECORDS_MAX. If
     the first chunk's fdatasync fails, its records are AckLost and the journal fail-stops; the
     next chunk's _submit then raises JournalFailStoppedError and the AckLost outcomes (seq,
     digest, key: what resolve() needs) are thrown away. The caller cannot tell which records
@@ -394,7 +394,7 @@ def test_append_many_returns_outcomes_of_a_chunk_that_fail_stopped(jpath: str) -
 
 
 def test_one_append_many_call_is_not_bounded_by_the_batch_size(jpath: str) -> None:
-    """core.py:761-771 (_take_batch) always takes the first request whole, so one append_many
+    """the writer (_take_batch) always takes the first request whole, so one append_many
     call of up to 4096 records is one write of any size (here 6 MiB; up to 4096 x 16 MiB),
     although GUARANTEES.md says "A batch is bounded (4 MiB, 4096 records)" and DESIGN asks for
     a limit on everything. Split a request by bytes as well as by records."""
@@ -422,8 +422,8 @@ def test_one_append_many_call_is_not_bounded_by_the_batch_size(jpath: str) -> No
 
 
 def test_record_too_large_on_read_says_what_to_do(jpath: str) -> None:
-    """reader.py:81-82 raises RecordTooLargeError while *reading* a record larger than the
-    handle's record_size_bytes_max; its message (errors.py:73-83) is written for appends:
+    """the reader raises RecordTooLargeError while *reading* a record larger than the
+    handle's record_size_bytes_max; its message (errors.RecordTooLargeError) is written for appends:
     "store large outputs elsewhere ... nothing was written". A reader is told nothing useful
     (open the journal with record_size_bytes_max at least N to read it)."""
     with journal.open(jpath, create=True, record_size_bytes_max=100_000) as j:
@@ -438,7 +438,7 @@ def test_record_too_large_on_read_says_what_to_do(jpath: str) -> None:
 
 
 def test_interrupted_follower_does_not_wedge_the_writer(jpath: str) -> None:
-    """core.py:692-696 (_submit): a follower parks on ``req.wake.acquire()``. If that wait is
+    """the writer (_submit): a follower parks on ``req.wake.acquire()``. If that wait is
     interrupted (KeyboardInterrupt / any signal handler exception in the main thread; the
     acquire is interruptible), the request stays in the queue. When the leader finishes it
     calls _hand_off(), which releases that request's lock to make it the next leader; nobody is
