@@ -159,11 +159,16 @@ def read(path: str | os.PathLike[str], fs: FileSystem | None = None) -> SavedSna
 
 
 def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
-    """Temp file, fsync, rename, directory fsync (making the directory first if needed)."""
+    """Temp file, fsync, rename, directory fsync (making the directory first if needed).
+
+    The directory's own entry is fsync'd in its parent every time, not only when this call made
+    it: a save whose fsync failed right after the mkdir left a directory that exists and may not
+    survive a power loss, and the retry must not take its existence for durability.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     if not fs.exists(directory):
         fs.mkdir(directory)
-        fs.fsync_dir(os.path.dirname(directory))
+    fs.fsync_dir(os.path.dirname(directory))
     fs_write_atomic(fs, path, data, path + TMP_SUFFIX)
 
 
