@@ -108,10 +108,21 @@ class ArtifactStore:
     def __init__(self, path: str | os.PathLike[str], fs: FileSystem | None = None) -> None:
         self.path = os.fspath(path)
         self.fs = fs or OsFileSystem()
+        # Names this store has made durable itself (a directory fsync'd after them). A name that
+        # exists may not be durable yet: a call that made it and then failed to fsync its
+        # directory left it so, and a retry must not take its existence for durability.
+        self._durable: set[str] = set()
         for d in (self.path, os.path.join(self.path, TMP_DIR)):
-            if not self.fs.exists(d):
-                self.fs.mkdir(d)
-                self.fs.fsync_dir(os.path.dirname(os.path.abspath(d)))
+            self._durable_dir(d)
+
+    def _durable_dir(self, d: str) -> None:
+        """Make directory ``d`` if needed and its entry durable, once per store object."""
+        if d in self._durable:
+            return
+        if not self.fs.exists(d):
+            self.fs.mkdir(d)
+        self.fs.fsync_dir(os.path.dirname(os.path.abspath(d)))
+        self._durable.add(d)
 
     def _blob(self, digest: str) -> str:
         return os.path.join(self.path, digest[:2], digest + BLOB_SUFFIX)
@@ -121,15 +132,18 @@ class ArtifactStore:
         digest = hashlib.sha256(data).hexdigest()
         ref = SCHEME + digest
         final = self._blob(digest)
+        shard = os.path.dirname(final)
         if self.fs.exists(final):
+            if final not in self._durable:  # stored by an earlier call, maybe one that failed
+                self._durable_dir(shard)
+                self.fs.fsync_dir(shard)
+                self._durable.add(final)
             return ref
         packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(data)
-        shard = os.path.dirname(final)
-        if not self.fs.exists(shard):
-            self.fs.mkdir(shard)
-            self.fs.fsync_dir(self.path)
+        self._durable_dir(shard)
         tmp = os.path.join(self.path, TMP_DIR, f"{digest}.{uuid.uuid4().hex[:8]}")
         write_atomic(self.fs, final, packed, tmp)
+        self._durable.add(final)
         return ref
 
     def get(self, ref: str) -> bytes:
