@@ -169,7 +169,7 @@ class SessionStore:
         )
         s = self._attach(cast(StoreSession, opened), sid)
         now = utc_now()
-        with self._index() as idx:
+        with self._closed_on_error(s), self._index() as idx:
             idx[sid] = SessionInfo(sid, "active", dict(workspace or {}), now, now, s.journal.last_seq, open=True)
         return s
 
@@ -185,10 +185,20 @@ class SessionStore:
         )
         if not readonly:
             self._attach(s, session_id)
-            with self._index() as idx:
+            with self._closed_on_error(s), self._index() as idx:
                 old = idx.get(session_id) or self._read_info(session_id)
                 idx[session_id] = _replace(old, open=True, last_seq=s.journal.last_seq)
         return s
+
+    @contextmanager
+    def _closed_on_error(self, s: StoreSession) -> Iterator[None]:
+        """A session whose index entry could not be written is closed, not leaked holding its lock."""
+        try:
+            yield
+        except BaseException:
+            s.store = None  # closing it must not touch the index that just failed
+            s.close()
+            raise
 
     def _attach(self, s: StoreSession, session_id: str) -> StoreSession:
         s.store = self
@@ -392,7 +402,11 @@ class SessionStore:
                         header = ev
                         break
                 last = j.get(last_seq) if last_seq else None
-        except (core.JournalError, OSError):
+        except OSError:
+            # An I/O error says nothing about the session: raise it rather than save an empty
+            # entry (last seq 0, no workspace) into the index, where it would be trusted later.
+            raise
+        except core.JournalError:
             return SessionInfo(session_id, status, {}, None, None, 0)
         if header is not None:
             data = header.get("data") or {}
