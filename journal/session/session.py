@@ -28,7 +28,7 @@ from .. import core
 from ..outcomes import DURABILITY_RANK, Committed, Durability, Outcome
 from .closers import RepairPolicy
 from .envelope import Event, check_for_append, decode
-from .errors import NotASessionError, ProtocolError
+from .errors import NotASessionError, ProtocolError, SessionError
 from .gate import GateDecision, ResumeChecks, evaluate
 from .reducer import Reducer, SessionReducer
 from .registry import EventType, Registry, Role
@@ -151,7 +151,10 @@ class Session:
             sid = session_id or new_session_id()
             self.session_id = sid
             data: dict[str, Any] = {"workspace": dict(workspace or {}), "lineage": dict(lineage or {"depth": 0})}
-            self.append("session.started", data=data)
+            got = self.append("session.started", data=data)
+            if not got.committed:
+                # A session without its header is not a session: report it, never return one.
+                raise SessionError(f"the session header was not written ({got.outcome}); no session was created")
         else:
             self.session_id = self._state.session_id
             if session_id is not None and session_id != self.session_id:
