@@ -97,10 +97,14 @@ def quarantine(fs: FileSystem, dirpath: str, segment: str, offset: int, cut: byt
     qdir = os.path.join(dirpath, QUARANTINE_DIR)
     if not fs.is_dir(qdir):
         fs.mkdir(qdir)
-        fs.fsync_dir(dirpath)
+    # Synced every time, not only when made here: a recovery that crashed (or failed) after
+    # the mkdir or the rename left a name that exists but may not be durable yet, and the
+    # segment is about to be truncated on the strength of it.
+    fs.fsync_dir(dirpath)
     name = quarantine_name(segment, offset, cut)
     final = os.path.join(qdir, name)
     if fs.exists(final):
-        return os.path.join(QUARANTINE_DIR, name)
-    write_atomic(fs, final, cut)
+        fs.fsync_dir(qdir)
+    else:
+        write_atomic(fs, final, cut)
     return os.path.join(QUARANTINE_DIR, name)

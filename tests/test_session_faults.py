@@ -474,7 +474,6 @@ def torn_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Pat
     return root, seg.read_bytes(), valid
 
 
-@pytest.mark.xfail(strict=True, reason="recovery.quarantine bug, reported to the lead (see the reproducer below)")
 def test_quarantine_fault_sites(torn_template: tuple[pathlib.Path, bytes, int], tmp_path: pathlib.Path) -> None:
     template, seg_bytes, valid = torn_template
     cut = seg_bytes[valid:]
@@ -509,18 +508,17 @@ def test_quarantine_fault_sites(torn_template: tuple[pathlib.Path, bytes, int], 
     assert len(sites) >= 8
 
 
-@pytest.mark.xfail(strict=True, reason="journal/recovery.py: core module, reported to the lead")
 def test_quarantine_retry_truncates_before_the_copy_is_durable(
     torn_template: tuple[pathlib.Path, bytes, int], tmp_path: pathlib.Path
 ) -> None:
-    """Bug in journal/recovery.py ``quarantine``: a retry truncates before the copy is durable.
+    """Was a bug in journal/recovery.py ``quarantine``: a retry truncated before the copy was durable.
 
     Recovery fails at the fsync of quarantine/ right after the copy's rename (or at the fsync of
     the journal directory right after mkdir quarantine/). The open raises, the segment is
     untouched: so far so good. But the next open finds the quarantine file (or directory)
     already there, returns early without fsyncing it, and truncates the segment: a power loss
-    then can lose both the cut bytes in the segment and their only copy. Fix: fsync the
-    directory (and the journal directory) on the ``fs.exists(final)`` / ``is_dir`` paths too.
+    then could lose both the cut bytes in the segment and their only copy. Fixed: the
+    directories are fsync'd on the ``fs.exists(final)`` / ``is_dir`` paths too.
     """
     template, _seg_bytes, _valid = torn_template
     d = tmp_path / "d"
