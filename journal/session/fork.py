@@ -348,7 +348,7 @@ def fork(
     # the parent's prefix (or links to it) and nothing else, never renamed, never trusted.
     for stale in fs.listdir(parent_dir):
         if stale.startswith(tmp_prefix):
-            _remove_tree(fs, os.path.join(parent_dir, stale))
+            remove_tree(fs, os.path.join(parent_dir, stale))
     tmp = os.path.join(parent_dir, f"{tmp_prefix}{uuid.uuid4().hex[:8]}")
     fs.mkdir(tmp)
     try:
@@ -363,13 +363,13 @@ def fork(
             raise SessionError(f"the fork header was not written ({out}); nothing was forked")
         fs.rename(tmp, child_path)
     except BaseException:
-        _remove_tree(fs, tmp)
+        remove_tree(fs, tmp)
         raise
     fs.fsync_dir(os.path.dirname(os.path.abspath(child_path)))
     return ForkResult(child_path, sid, state.session_id, at_seq, depth, origin, out.seq, storage, checked_from, reason)
 
 
-def _remove_tree(fs: FileSystem, path: str) -> None:
+def remove_tree(fs: FileSystem, path: str) -> None:
     """Best effort: drop a half-built child (only its own files; links leave the parent intact)."""
     if isinstance(fs, OsFileSystem):
         shutil.rmtree(path, ignore_errors=True)

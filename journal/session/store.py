@@ -23,9 +23,11 @@ by something other than the store keeps a stale last seq until ``refresh(id)`` o
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -37,7 +39,7 @@ from .. import core
 from ..fs import FileSystem, OsFileSystem, take_lock
 from .artifacts import ArtifactStore
 from .errors import SessionError
-from .fork import ForkReducer, ForkResult, fork
+from .fork import ForkReducer, ForkResult, fork, remove_tree
 from .registry import Registry
 from .session import Session, new_session_id, utc_now
 from .snapshot import snapshot_path, write_atomic
@@ -161,12 +163,17 @@ class SessionStore:
         d = self._dir(SESSIONS_DIR, sid)
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
-        self.fs.mkdir(d)
-        self.fs.fsync_dir(self._dir(SESSIONS_DIR))
         options.setdefault("registry", self.registry)
-        opened = StoreSession.open(
-            os.path.join(d, JOURNAL_DIR), create=True, session_id=sid, workspace=workspace, fs=self.fs, **options
-        )
+        tmp = self._build_dir(sid)
+        try:
+            StoreSession.open(
+                os.path.join(tmp, JOURNAL_DIR), create=True, session_id=sid, workspace=workspace, fs=self.fs, **options
+            ).close()
+            self._publish(tmp, sid)
+        except BaseException:
+            remove_tree(self.fs, tmp)
+            raise
+        opened = StoreSession.open(os.path.join(d, JOURNAL_DIR), fs=self.fs, **options)
         s = self._attach(cast(StoreSession, opened), sid)
         now = utc_now()
         with self._closed_on_error(s), self._index() as idx:
@@ -224,27 +231,57 @@ class SessionStore:
         d = self._dir(SESSIONS_DIR, sid)
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
-        self.fs.mkdir(d)
-        self.fs.fsync_dir(self._dir(SESSIONS_DIR))
         snap = snapshot_path(os.path.join(os.path.dirname(parent), SNAPSHOTS_DIR), ForkReducer())
-        got = fork(
-            parent,
-            os.path.join(d, JOURNAL_DIR),
-            at_seq,
-            session_id=sid,
-            origin=origin,
-            workspace=workspace,
-            registry=self.registry,
-            snapshot=snap if self.fs.exists(snap) else None,
-            fs=self.fs,
-        )
+        tmp = self._build_dir(sid)
+        try:
+            got = fork(
+                parent,
+                os.path.join(tmp, JOURNAL_DIR),
+                at_seq,
+                session_id=sid,
+                origin=origin,
+                workspace=workspace,
+                registry=self.registry,
+                snapshot=snap if self.fs.exists(snap) else None,
+                fs=self.fs,
+            )
+            self._publish(tmp, sid)
+        except BaseException:
+            remove_tree(self.fs, tmp)
+            raise
+        got = dataclasses.replace(got, path=os.path.join(d, JOURNAL_DIR))
         with self._index() as idx:
             idx[sid] = self._read_info(sid)
         return got
 
+    def _build_dir(self, session_id: str) -> str:
+        """A temp directory where a new session is made whole before it gets its name.
+
+        Its name starts with a dot, so listings never show it; those of an earlier attempt for
+        the same id that crashed or failed are removed first (they were never published).
+        """
+        sessions = self._dir(SESSIONS_DIR)
+        prefix = f".{session_id}.new-"
+        for stale in self.fs.listdir(sessions):
+            if stale.startswith(prefix):
+                remove_tree(self.fs, os.path.join(sessions, stale))
+        tmp = os.path.join(sessions, prefix + uuid.uuid4().hex[:8])
+        self.fs.mkdir(tmp)
+        return tmp
+
+    def _publish(self, tmp: str, session_id: str) -> None:
+        self.fs.rename(tmp, self._dir(SESSIONS_DIR, session_id))
+        self.fs.fsync_dir(self._dir(SESSIONS_DIR))
+
     def archive(self, session_id: str) -> SessionInfo:
-        """Move an active session under archive/ (refused while a writer holds it)."""
+        """Move an active session under archive/ (refused while a writer holds it).
+
+        Archiving an archived session finishes what an interrupted archive may have left: the
+        move is made durable and the index updated.
+        """
         src = self._dir(SESSIONS_DIR, check_session_id(session_id))
+        if not self.fs.exists(src) and self.fs.exists(self._dir(ARCHIVE_DIR, session_id)):
+            return self._archived(session_id)
         if not self.fs.exists(src):
             raise SessionNotFoundError(session_id, "active ")
         lock = self.fs.try_lock(os.path.join(src, JOURNAL_DIR, core.LOCK_FILE))
@@ -254,11 +291,17 @@ class SessionStore:
             self.fs.rename(src, self._dir(ARCHIVE_DIR, session_id))
         finally:
             lock.release()
+        return self._archived(session_id)
+
+    def _archived(self, session_id: str) -> SessionInfo:
         self.fs.fsync_dir(self._dir(SESSIONS_DIR))
         self.fs.fsync_dir(self._dir(ARCHIVE_DIR))
         with self._index() as idx:
             old = idx.get(session_id) or self._read_info(session_id)
             idx[session_id] = info = _replace(old, status="archived", open=False)
+        # The index is a cache rebuilt from the directories, but an archive finished by a retry
+        # may find it already written (unchanged, so not rewritten) by a run whose sync failed.
+        self.fs.fsync_dir(self.root)
         return info
 
     # --- listing ------------------------------------------------------------------------
