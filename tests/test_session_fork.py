@@ -175,8 +175,12 @@ def test_a_fork_has_its_own_identity_when_reopened(parent: str, tmp_path: pathli
     with session.open(parent) as p:
         parent_id = p.state.session_id
     with session.open(child.path) as s:
-        assert s.state.session_id == child.session_id != parent_id
+        assert s.state.session_id == s.session_id == child.session_id != parent_id
         assert s.state.lineage["parentSessionId"] == parent_id and s.state.lineage["forkSeq"] == child.fork_seq
+        got = s.append("user.message", {"text": "the child's own future"})
+    with journal.open(child.path, readonly=True) as j:
+        rec = j.get(got.event.seq)
+        assert rec is not None and rec.event["sessionId"] == child.session_id
 
 
 def test_a_crashed_forks_temp_directory_is_cleared_by_the_next_fork(parent: str, tmp_path: pathlib.Path) -> None:
