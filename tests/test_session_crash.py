@@ -60,19 +60,12 @@ def test_power_loss_inside_fork_and_snapshot_save(session_workloads: None, name:
 @pytest.mark.parametrize("name", ["session-fork", "session-snapshot"])
 def test_every_crash_point_of_each_run_is_checked(session_workloads: None, name: str) -> None:
     """Each run's states fit the per-run budget, so the campaign checks all of them (exhaustive)."""
-    from journal.crashsim.model import Replay, crash_points, exhaustive
     from journal.crashsim.workloads import WORKLOADS
 
     for model in ("psow", "npsow"):
         for seed in range(11, 15):
             fs, _ = campaign.record_run(campaign.for_model(WORKLOADS[name], model), seed)
-            replay, points, total = Replay(fs.log, fs.base, fs.base_inodes), set(crash_points(fs.log)), 0
-            while True:
-                if replay.point in points:
-                    total += sum(1 for _ in exhaustive(replay, model, random.Random(0)))
-                if replay.point >= len(fs.log):
-                    break
-                replay.advance()
+            total = campaign.count_exhaustive(fs, model)
             assert 10 < total <= campaign.STATES_PER_RUN_MAX, (model, seed, total)
 
 

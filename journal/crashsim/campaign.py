@@ -172,10 +172,8 @@ def record_run(wl: Workload, seed: int) -> tuple[MemFileSystem, Ledger]:
     return fs, ctx.ledger
 
 
-def states_of_run(
-    fs: MemFileSystem, model: str, rng: random.Random, budget: int
-) -> Iterator[tuple[Replay, CrashState]]:
-    """The crash states of one recorded run: exhaustive if they fit ``budget``, else sampled."""
+def count_exhaustive(fs: MemFileSystem, model: str) -> int:
+    """How many crash states the exhaustive enumeration of one recorded run yields."""
     points = set(crash_points(fs.log))
     replay = Replay(fs.log, fs.base, fs.base_inodes)
     total = 0
@@ -183,8 +181,16 @@ def states_of_run(
         if replay.point in points:
             total += sum(1 for _ in exhaustive(replay, model, random.Random(0)))
         if replay.point >= len(fs.log):
-            break
+            return total
         replay.advance()
+
+
+def states_of_run(
+    fs: MemFileSystem, model: str, rng: random.Random, budget: int
+) -> Iterator[tuple[Replay, CrashState]]:
+    """The crash states of one recorded run: exhaustive if they fit ``budget``, else sampled."""
+    points = set(crash_points(fs.log))
+    total = count_exhaustive(fs, model)
     keep = min(1.0, budget / max(1, total))
     extra = 0 if keep >= 1.0 else max(1, budget // (4 * max(1, len(points))))
     replay = Replay(fs.log, fs.base, fs.base_inodes)
