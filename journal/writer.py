@@ -130,22 +130,36 @@ class Writer:
             return Committed(seq, "buffered")
 
     def _append_alone(self, enc: Encoded, level: Durability) -> Outcome | None:
-        """The uncontended case: no leader, nothing queued, no roll-over due. None otherwise.
+        """One unkeyed record at "flush" or "sync", with one hold of the mutex; None when the
+        general path must run (closed, failed, read-only, sector padding or roll-over due).
 
-        It leads at once and writes one frame with as little Python as possible: after an
-        fdatasync the CPU's caches are cold, and every instruction on this path then costs
-        several times what it does in a warm loop. Failures go through the group-commit
-        settle step, so their outcomes are exactly those of a one-record batch.
+        Contended, it joins the queue. Uncontended, it leads at once and writes one frame with
+        as little Python as possible: after an fdatasync the CPU's caches are cold, and every
+        instruction on this path then costs several times what it does in a warm loop.
+        Failures go through the group-commit settle step, so their outcomes are exactly those
+        of a one-record batch.
         """
         spec = enc.spec
+        queued: Request | None = None
         with self._mu:
+            if self._failed is not None or self._closed or self.readonly:
+                return None  # _submit raises the right error
             active = self._active
-            if (
-                self._leader
-                or self._queue
-                or self._failed is not None
-                or self._closed
-                or self.options.sector_bytes
+            if self._leader or self._queue:
+                # Contended, or buffered records wait: join the queue under this same hold of
+                # the mutex (with many threads a second acquisition costs more than the rest
+                # of the call), and lead if nobody does.
+                queued = Request([enc], self._next_seq, level)
+                self._next_seq += 1
+                self._queue.append(queued)
+                leading = not self._leader
+                if leading:
+                    self._leader = True
+                else:
+                    queued.wake = threading.Lock()
+                    queued.wake.acquire()
+            elif (
+                self.options.sector_bytes
                 or active is None
                 or (
                     self._active_count
@@ -154,10 +168,13 @@ class Writer:
                 )
             ):
                 return None
-            self._leader = True
-            seq = self._next_seq
-            self._next_seq = seq + 1
-        assert self._active_header is not None
+            else:
+                self._leader = True
+                seq = self._next_seq
+                self._next_seq = seq + 1
+        if queued is not None:
+            return self._await_turn(queued, leading)[0]
+        assert active is not None and self._active_header is not None
         sync = level == "sync"
         start = self._active_size
         results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
@@ -255,6 +272,17 @@ class Writer:
             else:
                 req.wake = threading.Lock()
                 req.wake.acquire()
+        self._await_turn(req, leading)
+        assert req.outcomes is not None
+        answers: dict[int, Outcome] = dict(dupes)
+        if dupes and self._failed is not None:
+            # The write this call waited on failed: what the duplicates point at is unknown too.
+            failed = self._failed
+            answers = {i: AckLost(d.seq, failed, items[i].digest, items[i].key) for i, d in dupes.items()}
+        return self._merge(items, carried if carried is not None else req.outcomes, answers)
+
+    def _await_turn(self, req: Request, leading: bool) -> list[Outcome]:
+        """Park a queued caller until its outcome is set or it is made leader; lead if so."""
         if not leading:
             assert req.wake is not None
             try:
@@ -264,13 +292,8 @@ class Writer:
                 raise
         if req.outcomes is None:
             self._lead(req)
-        assert req.outcomes is not None
-        answers: dict[int, Outcome] = dict(dupes)
-        if dupes and self._failed is not None:
-            # The write this call waited on failed: what the duplicates point at is unknown too.
-            failed = self._failed
-            answers = {i: AckLost(d.seq, failed, items[i].digest, items[i].key) for i, d in dupes.items()}
-        return self._merge(items, carried if carried is not None else req.outcomes, answers)
+        assert req.outcomes is not None and len(req.outcomes) == len(req.items)
+        return req.outcomes
 
     def _remember_key(self, key: str, seq: int) -> None:
         self._keys[key] = seq

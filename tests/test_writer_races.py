@@ -476,3 +476,52 @@ def test_interrupted_follower_does_not_wedge_the_writer(jpath: str) -> None:
         signal.signal(signal.SIGUSR1, old)
         j._closed = True  # close() could block on the wedged queue
         j._release()
+
+
+def test_sync_append_leads_when_only_buffered_records_are_queued(jpath: str) -> None:
+    """the writer (_append_alone): a sync append that finds the queue non-empty joins it under
+    the same hold of the mutex. Buffered records queue with no leader, so a version that parked
+    whenever the queue was non-empty waited for a leader that never came. Fix: lead when
+    nobody does."""
+    j = journal.open(jpath, create=True)
+    try:
+        assert isinstance(j.append({"b": 1}, durability="buffered"), journal.Committed)
+        box: list = []
+        t = _run(lambda: j.append({"s": 2}), box, "sync")
+        t.join(10)
+        assert not t.is_alive(), "a sync append behind buffered records never returned"
+        assert box == [("sync", journal.Committed(2, "sync"))]
+        assert [r.event for r in j.read()] == [{"b": 1}, {"s": 2}]
+    finally:
+        j.close()
+
+
+def test_contended_sync_appends_all_commit_in_order(jpath: str) -> None:
+    """the writer (_append_alone): with many threads every sync append joins the queue; mixed
+    with buffered appends from the same threads, every record commits once, seqs are contiguous
+    and each thread's records are in its own order."""
+    j = journal.open(jpath, create=True)
+    seqs: dict[int, list[int]] = {}
+
+    def worker(n: int) -> None:
+        got = seqs.setdefault(n, [])
+        for i in range(60):
+            out = j.append({"t": n, "i": i}, durability="buffered" if i % 5 == 0 else "sync")
+            assert isinstance(out, journal.Committed)
+            got.append(out.seq)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert not any(t.is_alive() for t in threads), "an append never returned"
+        assert sorted(s for v in seqs.values() for s in v) == list(range(1, 8 * 60 + 1))
+        records = list(j.read())
+        assert [r.seq for r in records] == list(range(1, 8 * 60 + 1))
+        for n, got in seqs.items():
+            assert got == sorted(got)
+            assert [r.event["i"] for r in records if r.event["t"] == n] == list(range(60))
+    finally:
+        j.close()
