@@ -92,6 +92,7 @@ class Journal(Writer):
         self._active: File | None = None
         self._active_header: fmt.SegmentHeader | None = None
         self._active_size = 0
+        self._reserved_end = 0
         self._active_count = 0
         self._index: list[tuple[int, int]] = []
         self._next_index_at = 0
@@ -119,11 +120,14 @@ class Journal(Writer):
         index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
         compress: bool = True,
         sector_bytes: int = 0,
+        reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT,
     ) -> Journal:
         """Open (and, for writing, lock and recover) the journal in directory ``path``."""
         if create and readonly:
             raise ValueError("create=True needs a writable journal; drop readonly=True")
-        options = Options(segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress, sector_bytes)
+        options = Options(
+            segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress, sector_bytes, reserve_bytes
+        )
         options.check()
         j = cls(os.fspath(path), fs or OsFileSystem(), options, readonly)
         try:
@@ -224,6 +228,7 @@ class Journal(Writer):
             self._active = create_segment(fs, self.path, header, self.options.sector_bytes)
             self._active_header = read_header(self._active, fmt.segment_name(1))
             self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
+            self._reserved_end = self._active_size
             self._next_index_at = self._active_size
             report.actions.append("created journal")
             report.segments = 1
@@ -252,7 +257,10 @@ class Journal(Writer):
         report.tail = decision.tail
         if decision.cut:
             cut = data[decision.valid_end :]
-            report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
+            if decision.tail != "zeros":
+                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
+            # else: zeros only (space a writer reserved, or a size the data never reached). They
+            # hold nothing; offset and length in the report describe them exactly.
             f.truncate(decision.valid_end)
             f.fdatasync()
             report.truncated_at = decision.valid_end
@@ -267,6 +275,7 @@ class Journal(Writer):
             # fdatasync returned, across writers (recovery's durable-point rule relies on it).
             f.fdatasync()
         self._active_size = decision.valid_end
+        self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
         self._active_count = len(data_frames)
         for fr in data_frames:
             self._note_frame(fr.seq, fr.offset)
@@ -481,6 +490,11 @@ class Journal(Writer):
                 self._closed = True
                 while self._leader:  # a batch in flight keeps its file open until it is done
                     self._cv.wait()
+            if self._active is not None and not self.readonly and self._failed is None:
+                try:
+                    self._unreserve()
+                except OSError:
+                    pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
             self._release()
         if self._failed is not None and failed_before is None:
             # The final flush of buffered records failed: they are lost, and the caller must know.

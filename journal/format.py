@@ -77,6 +77,9 @@ RECORD_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 IDEMPOTENCY_KEY_BYTES_MAX = 255
 SEGMENT_SIZE_BYTES_DEFAULT = 64 * 1024 * 1024
 INDEX_INTERVAL_BYTES_DEFAULT = 64 * 1024  # one sparse index entry per this many segment bytes
+# How far past its last record the writer sets the live segment's size ahead of time. The
+# space reads as zeros until written (a Stop.ZEROS at a frame boundary: nothing written yet).
+RESERVE_BYTES_DEFAULT = 1024 * 1024
 
 # --- seal footer ----------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ through the file layer. The rules, in the order they are checked:
   frame sits before a durable point: that is corruption of committed data, refuse, cut nothing;
 * damage with nothing durable after it is a torn tail: the bytes from the last complete frame
   on are copied to ``quarantine/`` (synced), then the segment is truncated and synced, before
-  any new append can land.
+  any new append can land. A tail of zero bytes only (the space a writer reserves ahead of its
+  records, left by one that did not close) is truncated without a copy: it holds nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +47,12 @@ class RecoveryReport:
             f"segments: {self.segments}, last seq: {self.last_seq}, live segment: {self.live_segment}"
             f" ({self.live_records} records), tail: {self.tail}",
         ]
-        if self.truncated_at is not None:
+        if self.truncated_at is not None and self.tail == "zeros":
+            lines.append(
+                f"zero-filled tail: cut {self.truncated_bytes} zero bytes at offset {self.truncated_at} "
+                "(space reserved by a writer that did not close; nothing to keep)"
+            )
+        elif self.truncated_at is not None:
             lines.append(
                 f"torn tail: cut {self.truncated_bytes} bytes at offset {self.truncated_at}; "
                 f"kept in {', '.join(self.quarantined)}"

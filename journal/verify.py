@@ -54,7 +54,13 @@ class VerifyReport:
             f"{self.path}: {self.verdict.upper()}",
             f"segments: {self.segments}, records: {self.records}, bytes: {self.size_bytes}, last seq: {self.last_seq}",
         ]
-        if self.torn_tail is not None:
+        if self.torn_tail is not None and self.torn_tail.reason == "zeros tail":
+            lines.append(f"zero-filled tail: {self.torn_tail.describe()}")
+            lines.append(
+                "  space a writer reserves after its last record: a writer has the journal open, or one did not"
+                " close; it holds nothing, and any writer's open (or `journal repair`) truncates it"
+            )
+        elif self.torn_tail is not None:
             lines.append(f"torn tail: {self.torn_tail.describe()}")
             lines.append("  `journal repair` (or any writer's open) cuts it and keeps the bytes in quarantine/")
         lines.extend(f"unfinished segment file: {t} (removed by recovery)" for t in self.temp_files)

@@ -23,6 +23,7 @@ BATCH_BYTES_MAX = 4 * 1024 * 1024  # one group-commit write never carries more t
 BATCH_RECORDS_MAX = 4096
 BUFFER_BYTES_MAX = 1024 * 1024  # buffered appends are written once this much is waiting
 KEYS_REMEMBERED_MAX = 1_000_000  # idempotency keys kept in memory (live segment and recent)
+RESERVE_OFF = 1 << 62  # _reserved_end after the file system refused to grow the live segment
 
 
 class Request:
@@ -78,7 +79,8 @@ class Writer:
     _segment_number: int
     _active: File | None
     _active_header: fmt.SegmentHeader | None
-    _active_size: int
+    _active_size: int  # where the next frame goes: the end of the last record, seal or padding
+    _reserved_end: int  # the live segment's file size: _active_size plus zeros set aside ahead
     _active_count: int
     _index: list[tuple[int, int]]
     _next_index_at: int
@@ -97,6 +99,36 @@ class Writer:
         if offset >= self._next_index_at:
             self._index.append((seq, offset))
             self._next_index_at = offset + self.options.index_interval_bytes
+
+    def _reserve(self, end: int) -> None:
+        """Set the live segment's size past ``end`` before a write that would grow it.
+
+        The data's own fdatasync makes the new size durable with it; until then a crash leaves
+        the old size or zeros, both of which recovery already reads as "nothing written here".
+        If the file system refuses (a full disk), the write grows the file itself as it would
+        without a reservation, and the next attempt waits for the next segment.
+        """
+        assert self._active is not None and end > self._reserved_end
+        step = self.options.reserve_bytes
+        if not step:
+            return
+        want = max(end, self._active_size + step)
+        want += -want % 4096
+        want = max(end, min(want, self.options.segment_size_bytes))  # never past a full segment
+        try:
+            self._active.truncate(want)
+        except OSError:
+            self._reserved_end = RESERVE_OFF  # not again in this segment
+            return
+        self._reserved_end = want
+
+    def _unreserve(self) -> None:
+        """Cut the reserved zeros off the live segment (seal and close): a segment at rest ends
+        at its last frame. Not synced here: a crash that keeps the zeros is harmless."""
+        assert self._active is not None
+        if self._active_size < self._reserved_end < RESERVE_OFF:
+            self._active.truncate(self._active_size)
+        self._reserved_end = self._active_size
 
     def _append_buffered(self, enc: Encoded) -> Outcome | None:
         """A buffered append: a seq and a place at the end of the queue, nothing more.
@@ -187,6 +219,8 @@ class Writer:
                 spec.stored,
                 self._active_header.salt,
             )
+            if start + len(data) > self._reserved_end:
+                self._reserve(start + len(data))
             try:
                 write_all(active, data, start)
             except OSError as exc:
@@ -452,6 +486,8 @@ class Writer:
             if want_sync and self._active is not None and self._unsynced:
                 assert self._active_header is not None
                 pad = self._padding(self._active_size)
+                if pad and self._active_size + len(pad) > self._reserved_end:
+                    self._reserve(self._active_size + len(pad))
                 try:
                     if pad:
                         write_all(self._active, pad, self._active_size)
@@ -489,6 +525,8 @@ class Writer:
         data_end = start + len(data)
         if want_sync and self.options.sector_bytes:
             data += self._padding(data_end, first_seq + len(specs) - 1)
+        if start + len(data) > self._reserved_end:
+            self._reserve(start + len(data))
         try:
             if len(data) > data_end - start or len(specs) > 1:
                 # Several frames: the first frame's header goes last. A lock-free reader then
@@ -543,6 +581,7 @@ class Writer:
         assert self._active is not None
         try:
             self._active.truncate(start)
+            self._reserved_end = start
             self._active.fdatasync()
         except OSError as exc:
             return ("failed", f"{reason}; rollback failed too: {exc}", errno_)
@@ -565,6 +604,11 @@ class Writer:
             ),
         )
         frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
+        if self._reserved_end > self._active_size:
+            # The footer must end the file (readers find it from the end), and a crash must
+            # not keep the footer but lose the cut: the cut is made durable first.
+            self._unreserve()
+            self._active.fdatasync()
         write_all(self._active, frame, self._active_size)
         self._active.fdatasync()
         self._unsynced = False
@@ -578,6 +622,7 @@ class Writer:
         self._active = create_segment(self._fs, self.path, header, self.options.sector_bytes)
         self._active_header = header
         self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
+        self._reserved_end = self._active_size
         self._active_count = 0
         self._index = []
         self._next_index_at = self._active_size

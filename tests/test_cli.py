@@ -184,6 +184,8 @@ def test_verify_and_salvage_each_damage(tmp_path: pathlib.Path, jdir: pathlib.Pa
         assert rep["problems"] and all("segment" in p and "offset" in p for p in rep["problems"])
     human = cli("verify", str(jdir), check=verify_code).stdout
     assert rep["verdict"].upper() in human
+    if kind == "zeros":  # said for what it is: reserved space that holds nothing
+        assert "zero-filled tail" in human and "holds nothing" in human
     out = tmp_path / "salvaged"
     report = cli_json("salvage", str(jdir), str(out), check=salvage_code)
     assert snapshot_files(jdir) == before, "verify and salvage never modify the source"

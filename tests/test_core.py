@@ -123,10 +123,17 @@ def test_torn_tail_cut_at_every_byte_of_the_last_frame(tmp_path: pathlib.Path) -
             f.truncate(cut)
         with journal.open(d) as j:
             rep = j.recovery
-            assert (rep.tail, rep.truncated_at, rep.truncated_bytes) == ("torn", last.offset, cut - last.offset)
+            # The checksum leads the header and the salt is random: its first bytes can be zero,
+            # and a tail of zero bytes only is cut without a copy (it holds nothing).
+            zeros = not any(whole[last.offset : cut])
+            tail = "zeros" if zeros else "torn"
+            assert (rep.tail, rep.truncated_at, rep.truncated_bytes) == (tail, last.offset, cut - last.offset)
             assert j.last_seq == 3 and [r.event for r in j.read()] == events(3, size=120)
-            kept = (d / rep.quarantined[0]).read_bytes()
-            assert kept == whole[last.offset : cut]  # the cut bytes are kept, never just deleted
+            if zeros:
+                assert rep.quarantined == []
+            else:
+                kept = (d / rep.quarantined[0]).read_bytes()
+                assert kept == whole[last.offset : cut]  # the cut bytes are kept, never just deleted
             assert j.append({"after": True}) == journal.Committed(4, "sync")
         files = snapshot_files(d)
         with journal.open(d) as j:  # a second recovery has nothing to do

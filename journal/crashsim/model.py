@@ -107,6 +107,11 @@ class Replay:
             self.cur_data[ino] = bytearray(files[path])
         self.dur_dirs = {d: dict(e) for d, e in self.cur_dirs.items()}
         self.dur_data: dict[int, bytes] = {i: bytes(b) for i, b in self.cur_data.items()}
+        # How far each file holds bytes that a write put there; past it, up to the size, only
+        # zeros a size extension made (a writer's reserved space). Trash there harms nothing
+        # synced, and a write landing there may leave zeros or stale garbage, as past the end.
+        self.cur_written: dict[int, int] = {i: len(b) for i, b in self.cur_data.items()}
+        self.dur_written: dict[int, int] = dict(self.cur_written)
         self.dir_pending: dict[str, list[int]] = {}
         self.ino_pending: dict[int, list[int]] = {}
         # Directory renames so far: (op index, old path, new path). The tables above are keyed
@@ -130,17 +135,21 @@ class Replay:
         if k == WRITE:
             buf = self.cur_data[op.ino]
             _write(buf, op.offset, op.data)
+            self.cur_written[op.ino] = max(self.cur_written.get(op.ino, 0), op.offset + len(op.data))
             self.ino_pending.setdefault(op.ino, []).append(i)
         elif k == TRUNCATE:
             _truncate(self.cur_data[op.ino], op.offset)
+            self.cur_written[op.ino] = min(self.cur_written.get(op.ino, 0), op.offset)
             self.ino_pending.setdefault(op.ino, []).append(i)
         elif k == SYNC:
             self.dur_data[op.ino] = bytes(self.cur_data[op.ino])
+            self.dur_written[op.ino] = self.cur_written.get(op.ino, 0)
             self.ino_pending.pop(op.ino, None)
         elif k == CREATE:
             self.cur_dirs[op.path][op.name] = op.ino
             self.cur_data[op.ino] = bytearray()
             self.dur_data[op.ino] = b""
+            self.cur_written[op.ino] = self.dur_written[op.ino] = 0
             self.dir_pending.setdefault(op.path, []).append(i)
         elif k == MKDIR:
             self.cur_dirs[op.path][op.name] = DIR_ENTRY
@@ -227,9 +236,10 @@ class Replay:
                         stack.append((path, sub))
                     continue
                 buf = bytearray(self.dur_data.get(node, b""))
-                durable_len = len(buf)
+                durable_len = min(len(buf), self.dur_written.get(node, len(buf)))
+                written = durable_len
                 for i in data_ops.get(node, []):
-                    _apply(buf, self.log[i], state.fates.get(i, Fate(KEEP)), rng)
+                    written = _apply(buf, self.log[i], state.fates.get(i, Fate(KEEP)), rng, written)
                 for t in trash_by_ino.get(node, []):
                     start, end = t.start, min(t.end, len(buf))
                     if start < end:
@@ -294,19 +304,29 @@ def _truncate(buf: bytearray, size: int) -> None:
         buf.extend(bytes(size - len(buf)))
 
 
-def _apply(buf: bytearray, op: Op, fate: Fate, rng: random.Random) -> None:
+def _apply(buf: bytearray, op: Op, fate: Fate, rng: random.Random, written: int) -> int:
+    """Apply one kept data operation; returns how far the file now holds written bytes."""
     if op.kind == TRUNCATE:
         _truncate(buf, op.offset)
-        return
+        return min(written, op.offset)
     end = op.offset + len(op.data)
     if fate.how == KEEP:
         _write(buf, op.offset, op.data)
-    elif fate.how == TEAR:
+        return max(written, end)
+    if fate.how == TEAR:
         _write(buf, op.offset + fate.lo, op.data[fate.lo : fate.hi])
-    elif fate.how in (ZEROS, GARBAGE) and end > len(buf):
-        old = len(buf)
-        fill = bytes(end - old) if fate.how == ZEROS else rng.randbytes(end - old)
-        buf.extend(fill)
+        return max(written, op.offset + fate.hi)
+    if fate.how in (ZEROS, GARBAGE):
+        # The size (or the blocks of never-written space) got there, the data did not: what
+        # the write would have covered past the last written byte reads as zeros or garbage.
+        lo = max(op.offset, min(written, len(buf)))
+        if end > lo:
+            if end > len(buf):
+                buf.extend(bytes(end - len(buf)))
+            if fate.how == GARBAGE:
+                buf[lo:end] = rng.randbytes(end - lo)
+            return max(written, end)
+    return written
 
 
 # --- state generation -------------------------------------------------------------------------

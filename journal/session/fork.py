@@ -353,7 +353,9 @@ def fork(
     fs.mkdir(tmp)
     try:
         storage = copy_prefix(fs, parent_path, tmp, at_seq, link=link)
-        with core.open(tmp, fs=fs) as cj:
+        # No reserved space: one record goes in, and the child must open with nothing to
+        # recover even if the cut at close never reached the disk.
+        with core.open(tmp, fs=fs, reserve_bytes=0) as cj:
             if cj.last_seq != at_seq or cj.recovery.actions:
                 raise SessionError(
                     f"the copied prefix ends at seq {cj.last_seq}, not {at_seq}: {cj.recovery.summary()}"
