@@ -31,6 +31,8 @@ from .events import KINDS, Event, make_events, size_summary
 from .stores import JournalStore, Store
 
 THREADS = 16
+ONE_WRITER_BASELINE = "JSONL write+fdatasync, one writer (baseline)"
+FLOOR = st.GroupCommitFloor.name
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -205,11 +207,11 @@ class Bench:
 
     def threads(self) -> None:
         events = self.events[: self.plan.thread_events]
-        chunks = list(st.iter_chunks(events, THREADS))
 
         def measure(s: Store, path: str) -> float:
             s.open(path)
-            barrier = threading.Barrier(THREADS + 1)
+            chunks = list(st.iter_chunks(events, 1 if s.name == ONE_WRITER_BASELINE else THREADS))
+            barrier = threading.Barrier(len(chunks) + 1)
             errors: list[BaseException] = []
 
             def worker(chunk: list[Event]) -> None:
@@ -232,7 +234,12 @@ class Bench:
                 raise errors[0]
             return len(events) / dt
 
-        self.rounds(f"{THREADS} threads, durable per event", self.usable(st.all_stores()), measure, "events/s")
+        # In the same rounds: the single JSONL writer the core engine's target is set against,
+        # and the least a Python group commit can do (what the GIL allows here).
+        baseline = st.JsonlStore(sync=True)
+        baseline.name = ONE_WRITER_BASELINE
+        stores = [*st.all_stores(), baseline, st.GroupCommitFloor()]
+        self.rounds(f"{THREADS} threads, durable per event", self.usable(stores), measure, "events/s")
 
     def bulk(self) -> None:
         events = self.events[: self.plan.bulk_events]
@@ -448,7 +455,7 @@ class Bench:
         with journal.open(path) as j:
             before = os.path.getsize(live_path)
             j.append(self.events[3], durability="flush")
-            after = os.path.getsize(live_path)
+        after = os.path.getsize(live_path)  # after close: the reserved space is cut off again
         # A torn write: the last frame reached the disk only halfway.
         os.truncate(live_path, before + (after - before) // 2)
         t0 = time.perf_counter()
@@ -530,11 +537,18 @@ def evaluate(r: Report) -> None:
         2,
         lower=True,
     )
-    j16, x1 = r.row(w16, "journal sync"), r.row(w1, "JSONL write+fdatasync")
-    if j16 is not None and x1 is not None and j16.values and x1.values:
+    add(
+        f"{THREADS} threads sync vs JSONL write+fdatasync with one writer",
+        r.ratio(w16, "journal sync", ONE_WRITER_BASELINE),
+        5,
+    )
+    floor = r.ratio(w16, FLOOR, ONE_WRITER_BASELINE)
+    kept = r.ratio(w16, "journal sync", FLOOR)
+    if floor is not None and kept is not None:
         r.notes.append(
-            f"journal sync with {THREADS} threads is {j16.median / x1.median:.1f}x JSONL write+fdatasync with one "
-            "writer (medians of the two workloads in this run)."
+            f"With {THREADS} threads the minimal Python group commit (one lock, one pwrite and one fdatasync "
+            f"per batch, nothing else) reaches {floor:.2f}x the single JSONL writer: the most any design "
+            f"on Python threads reached on this machine in this run. journal keeps {kept:.2f}x of it."
         )
     add("bytes on disk per event vs JSONL", r.ratio(wdisk, "journal sync", "JSONL buffered"), 0.6, lower=True)
 

@@ -279,6 +279,66 @@ class JsonlStore(Store):
         return event
 
 
+class GroupCommitFloor(Store):
+    """Not a store: the least a Python group commit can do, to say what threads can reach here.
+
+    json.dumps in the caller's thread, one lock, a list as the queue; the first caller leads,
+    writes every queued line with one pwrite and one fdatasync, wakes the others and hands
+    leadership to the first one still waiting. No framing, checksums, compression, outcomes,
+    roll-over or error handling. What it reaches with many threads is the ceiling that
+    CPython's GIL puts on any design of this kind on this machine; journal's figure over it
+    says how much of that ceiling the real writer keeps.
+    """
+
+    name = "minimal Python group commit (reference, not a store)"
+    durable = True
+    concurrency = "leader/follower queue: one pwrite + one fdatasync per batch"
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.offset = 0
+        self.lock = threading.Lock()
+        self.queue: list[list[Any]] = []  # [line, wake lock, done]
+        self.leading = False
+
+    def open(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.offset = 0
+
+    def append(self, event: Event) -> None:
+        wake = threading.Lock()
+        wake.acquire()
+        item = [dumps(event) + b"\n", wake, False]
+        with self.lock:
+            self.queue.append(item)
+            lead = not self.leading
+            self.leading = True
+        if not lead:
+            wake.acquire()  # released when written, or when made leader
+            if item[2]:
+                return
+        with self.lock:
+            batch, self.queue = self.queue, []  # holds this caller's line: leaders lead once
+        data = b"".join(b[0] for b in batch)
+        os.pwrite(self.fd, data, self.offset)
+        os.fdatasync(self.fd)
+        self.offset += len(data)
+        with self.lock:
+            for b in batch:
+                b[2] = True
+                if b[1] is not wake:
+                    b[1].release()
+            nxt = self.queue[0] if self.queue else None
+            self.leading = nxt is not None
+        if nxt is not None:
+            nxt[1].release()  # the next leader
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class SqliteStore(Store):
     def __init__(self, synchronous: str) -> None:
         self.synchronous = synchronous
