@@ -200,6 +200,10 @@ class Workload:
     prepare: Callable[[int, dict[str, Any]], tuple[Any, Ledger]] | None = None
 
 
+# The reserved space of the live segment, kept small under the harness: the images stay small
+# (every crash state copies and hashes them) and the reservation grows many times per run, so
+# crashes land around its extensions. Its logic does not depend on the size.
+CRASH_RESERVE_BYTES = 8192
 WORKLOADS: dict[str, Workload] = {}
 
 
@@ -222,7 +226,7 @@ def workload(
 # --- the engine's own workloads ----------------------------------------------------------------
 
 
-@workload("single")
+@workload("single", reserve_bytes=CRASH_RESERVE_BYTES)
 def single_appends(ctx: Ctx) -> None:
     """One record per call, mixed durability, mixed sizes and codecs."""
     j = ctx.open()
@@ -233,7 +237,7 @@ def single_appends(ctx: Ctx) -> None:
     j.close()
 
 
-@workload("batch")
+@workload("batch", reserve_bytes=CRASH_RESERVE_BYTES)
 def batches(ctx: Ctx) -> None:
     """append_many: one write (and at most one fdatasync) per batch."""
     j = ctx.open()
@@ -243,7 +247,7 @@ def batches(ctx: Ctx) -> None:
     j.close()
 
 
-@workload("group")
+@workload("group", reserve_bytes=CRASH_RESERVE_BYTES)
 def group_commit(ctx: Ctx) -> None:
     """Threads appending at once: their records share writes and fdatasyncs."""
     j = ctx.open()
@@ -312,7 +316,7 @@ def _torn_start(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
     return built.image, ctx.ledger
 
 
-@workload("recovery", prepare=_torn_start)
+@workload("recovery", prepare=_torn_start, reserve_bytes=CRASH_RESERVE_BYTES)
 def recovery_then_append(ctx: Ctx) -> None:
     """Open a journal with a torn tail (quarantine, truncate, sync), then append and roll on."""
     j = ctx.open(create=False)

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from ..core import Journal
 from ..crashsim.memfs import MemFileSystem
-from ..crashsim.workloads import JOURNAL_PATH, Ctx, Ledger, workload
+from ..crashsim.workloads import CRASH_RESERVE_BYTES, JOURNAL_PATH, Ctx, Ledger, workload
 from ..fs import FileSystem
 from ..reader import Record
 from . import fork as forking
@@ -256,7 +256,13 @@ def recover_and_check(fs: FileSystem, path: str, options: dict[str, Any], create
     return recs
 
 
-@workload("session-fork", recover=recover_and_check, prepare=_first_life, segment_size_bytes=SEGMENT_BYTES)
+@workload(
+    "session-fork",
+    recover=recover_and_check,
+    prepare=_first_life,
+    segment_size_bytes=SEGMENT_BYTES,
+    reserve_bytes=CRASH_RESERVE_BYTES,
+)
 def session_fork(ctx: Ctx) -> None:
     """Fork a finished session at a clean point: temp directory, copied prefix, header, rename."""
     _fork(ctx.fs, _plan(ctx.fs))

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from ..core import Journal
 from ..crashsim.memfs import MemFileSystem
-from ..crashsim.workloads import JOURNAL_PATH, Ctx, Ledger, workload
+from ..crashsim.workloads import CRASH_RESERVE_BYTES, JOURNAL_PATH, Ctx, Ledger, workload
 from ..fs import FileSystem, write_new
 from ..reader import Record
 from . import snapshot
@@ -153,7 +153,13 @@ def recover_and_check(fs: FileSystem, path: str, options: dict[str, Any], create
     return recs
 
 
-@workload("session-snapshot", recover=recover_and_check, prepare=_first_life, segment_size_bytes=SEGMENT_BYTES)
+@workload(
+    "session-snapshot",
+    recover=recover_and_check,
+    prepare=_first_life,
+    segment_size_bytes=SEGMENT_BYTES,
+    reserve_bytes=CRASH_RESERVE_BYTES,
+)
 def session_snapshot(ctx: Ctx) -> None:
     """Save a new snapshot over an old one: resume from it, temp file, fsync, rename, dir fsync."""
     j = ctx.open(create=False)

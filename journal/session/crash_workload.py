@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from ..core import Journal
 from ..crashsim.memfs import MemFileSystem
-from ..crashsim.workloads import JOURNAL_PATH, Ctx, Ledger, workload
+from ..crashsim.workloads import CRASH_RESERVE_BYTES, JOURNAL_PATH, Ctx, Ledger, workload
 from ..fs import FileSystem
 from ..reader import Record
 from .closers import RepairPolicy, plan_closers
@@ -122,7 +122,12 @@ def recover_and_check(fs: FileSystem, path: str, options: dict[str, Any], create
     return recs
 
 
-@workload("session-repair", recover=recover_and_check, prepare=_first_life)
+@workload(
+    "session-repair",
+    recover=recover_and_check,
+    prepare=_first_life,
+    reserve_bytes=CRASH_RESERVE_BYTES,
+)
 def session_repair(ctx: Ctx) -> None:
     """Open the cut session once: repair appends its closers in one synced batch."""
     s = Session.attach(cast(Journal, ctx.open(create=False)))
