@@ -199,6 +199,12 @@ class Cursor:
         self._expected = 0  # seq the next data frame must carry
         self._journal_id: bytes | None = None
         self._listed: list[SegmentName] = []  # the directory's segments when last listed
+        # (segment base seq, offset, file size) where the last read found only zeros after the
+        # last frame of the live segment: a writer's reserved space. While the size and the
+        # zero header there stay the same, nothing was written (the next frame goes exactly
+        # there, and a batch shows itself only when its first header lands), so a follower's
+        # poll reads one header instead of the whole reserved space again.
+        self._idle_at: tuple[int, int, int] | None = None
 
     def close(self) -> None:
         if self._cur is not None:
@@ -270,6 +276,13 @@ class Cursor:
             size = cur.refresh_seal()
             sealed = cur.seal
             end = sealed.seal_offset if sealed is not None else size
+            if (
+                sealed is None
+                and self._idle_at == (cur.seg.base_seq, self._offset, size)
+                and not any(cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, self._offset))
+            ):
+                return  # nothing written since the last look
+            self._idle_at = None
             for rec in self._read_span(cur, end, sealed is not None):
                 if rec.seq >= self.next_seq:
                     self.next_seq = rec.seq + 1
@@ -346,7 +359,8 @@ class Cursor:
             if res.stop == fmt.Stop.END:
                 want = READ_CHUNK_BYTES
                 continue
-            if res.stop in (fmt.Stop.TRUNCATED, fmt.Stop.ZEROS) and chunk_end < end:
+            whole_zero_header = res.stop == fmt.Stop.ZEROS and res.stop_offset + _HEADER <= chunk_end
+            if res.stop in (fmt.Stop.TRUNCATED, fmt.Stop.ZEROS) and chunk_end < end and not whole_zero_header:
                 # The chunk, not the file, ended inside a frame: read on, or read a frame
                 # larger than a chunk whole (scan has already capped its length).
                 if res.frames:
@@ -373,6 +387,9 @@ class Cursor:
         """Damage in the live segment is only "not yet written" if nothing durable follows it."""
         size = cur.file.size()
         rest = cur.file.pread(size - stop_offset, stop_offset)
+        if fmt.zeros_from(rest):
+            self._idle_at = (cur.seg.base_seq, stop_offset, size)  # reserved space, nothing else
+            return
         if fmt.scan(rest, 0, cur.header.salt, self._expected, frames_max=1).frames:
             # The frame is whole now: the first read caught a write half done. Not damage;
             # the next read picks it up.

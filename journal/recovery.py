@@ -89,7 +89,7 @@ def decide(data: bytes, header: fmt.SegmentHeader, segment: str, path: str) -> T
             last_seq + 1,
             f"{res.stop.name.lower()} frame before a durable (commit-marked) frame at offset {later}",
         )
-    tail = "zeros" if not any(data[res.stop_offset :]) else "torn"
+    tail = "zeros" if fmt.zeros_from(data, res.stop_offset) else "torn"
     return TailDecision(res.frames, res.stop_offset, False, True, tail)
 
 

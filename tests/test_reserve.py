@@ -127,3 +127,48 @@ def test_a_failed_write_gives_the_reservation_back(jpath: str) -> None:
         assert live_segment(jpath).stat().st_size > data_end(jpath)  # reserved again
     with journal.open(jpath) as j:
         assert [r.event for r in j.read()] == [{"n": 1}, {"n": 3}]
+
+
+def polls_max(idle_s: float, interval_s: float) -> int:
+    return int(idle_s / interval_s) + 1
+
+
+class _CountingFS(OsFileSystem):
+    """Counts the bytes its files' preads return."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_bytes = 0
+
+    def open_read(self, path: str):  # type: ignore[no-untyped-def]
+        f = super().open_read(path)
+        fs = self
+        inner = f.pread
+
+        def pread(size: int, offset: int) -> bytes:
+            data = inner(size, offset)
+            fs.read_bytes += len(data)
+            return data
+
+        f.pread = pread  # type: ignore[method-assign]
+        return f
+
+
+def test_an_idle_follower_does_not_reread_the_reserved_space(jpath: str) -> None:
+    """A follower at the end of the live segment looks at one frame header per poll, not at the
+    whole reserved space (an idle `tail -f` costs what it did before reservation)."""
+    with journal.open(jpath, create=True) as w:
+        w.append_many(events(3))
+        fs = _CountingFS()
+        with journal.open(jpath, readonly=True, fs=fs) as r:
+            stop = __import__("threading").Event()
+            got = [rec.seq for rec in r.follow(poll_interval_s=0.005, idle_timeout_s=0.5, stop=stop)]
+            assert got == [1, 2, 3]
+            # Opening reads the live segment once, the first poll reads on to its end and checks
+            # the tail once; every later poll reads a footer tail and one header. Without that,
+            # each of the ~100 polls here would read the 1 MiB of reserved space twice.
+            first_look = 3 * (RESERVE + 64 * 1024)
+            assert fs.read_bytes < first_look + polls_max(0.5, 0.005) * 4096, fs.read_bytes
+            # It still sees what comes next.
+            w.append({"type": "late"})
+            assert next(r.follow(after_seq=3, poll_interval_s=0.005)).event == {"type": "late"}
