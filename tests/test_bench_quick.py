@@ -32,3 +32,27 @@ def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
     for peer in ("LMDB sync", "RocksDB sync=True"):
         assert any(r["store"] == peer for r in data["rows"]) or peer in data["skipped"]
     assert os.listdir(scratch) == []  # the stores' files are removed
+
+
+def test_ab_compares_two_checkouts(tmp_path: Path) -> None:
+    """bench/ab.py runs each side from its own checkout and reports both medians and B/A."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / "ab.py"), str(root), str(root), "one-writer", "--rounds", "1",
+         "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith("B/A ") and "(one-writer, 1 rounds)" in lines[-1]
+    assert sum(1 for ln in lines if "median" in ln and "events/s" in ln) == 2
+    assert os.listdir(tmp_path) == []  # the scratch journals are removed
+    bad = subprocess.run(
+        [sys.executable, str(root / "bench" / "ab.py"), str(tmp_path), str(root), "one-writer"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "not a checkout of journal" in bad.stderr

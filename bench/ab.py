@@ -1,0 +1,106 @@
+"""A/B of two checkouts of journal on one workload, rounds alternating, one process per run.
+
+    git worktree add /tmp/before HEAD~1           # the commit to compare against
+    .venv/bin/python bench/ab.py /tmp/before . one-writer --rounds 8
+    .venv/bin/python bench/ab.py /tmp/before . threads --rounds 8
+
+Each run imports journal from its checkout in a fresh subprocess (so each side runs its own
+code, and its own C helper if built there; a checkout without one runs the pure path and the
+report says so), appends the benchmark's event mix to a journal in a scratch directory at sync
+durability, and prints events/s. The order of A and B flips every round, so a noisy moment lands
+on both sides; the result is the median of each side and the ratio B/A of the medians.
+
+Workloads: ``one-writer`` (3,000 sync appends from one thread) and ``threads`` (16,000 sync
+appends from 16 threads). ``--dir`` puts the scratch journals on the disk to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+RUN = r"""
+import os, sys, tempfile, threading, time
+sys.path.insert(0, sys.argv[1])
+import journal
+from journal.benchmark.events import make_events
+workload, scratch = sys.argv[2], sys.argv[3]
+threads, count = (1, 3000) if workload == "one-writer" else (16, 16000)
+events = make_events(count)
+path = tempfile.mkdtemp(dir=scratch)
+j = journal.open(os.path.join(path, "j"), create=True)
+for e in events[:10]:  # the first appends create files: not the steady state
+    j.append(e)
+chunks = [events[i::threads] for i in range(threads)]
+barrier = threading.Barrier(threads + 1)
+
+def work(chunk):
+    barrier.wait()
+    for e in chunk:
+        out = j.append(e)
+        assert isinstance(out, journal.Committed), out
+
+ts = [threading.Thread(target=work, args=(c,)) for c in chunks]
+for t in ts:
+    t.start()
+barrier.wait()
+t0 = time.perf_counter()
+for t in ts:
+    t.join()
+rate = count / (time.perf_counter() - t0)
+j.close()
+print(rate, "native" if journal.native_available() else "pure")
+"""
+
+WORKLOADS = ("one-writer", "threads")
+
+
+def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:
+    proc = subprocess.run(
+        [python, "-c", RUN, os.path.abspath(checkout), workload, scratch],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"the run from {checkout} failed:\n{proc.stderr[-3000:]}")
+    rate, path = proc.stdout.split()[-2:]
+    return float(rate), path
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", help="checkout A (the baseline)")
+    ap.add_argument("b", help="checkout B (the change)")
+    ap.add_argument("workload", choices=WORKLOADS)
+    ap.add_argument("--rounds", type=int, default=8, help="rounds of A and B (default 8)")
+    ap.add_argument("--dir", default=None, help="where the scratch journals go (default: a temp dir)")
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    for c in (args.a, args.b):
+        if not os.path.isdir(os.path.join(c, "journal")):
+            ap.error(f"{c} is not a checkout of journal (no journal/ in it)")
+    rates: dict[str, list[float]] = {"A": [], "B": []}
+    paths: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
+        for r in range(args.rounds):
+            order = [("A", args.a), ("B", args.b)] if r % 2 == 0 else [("B", args.b), ("A", args.a)]
+            for side, checkout in order:
+                rate, paths[side] = run_once(sys.executable, checkout, args.workload, scratch)
+                rates[side].append(rate)
+            print(f"round {r + 1}/{args.rounds}: A {rates['A'][-1]:,.0f}/s, B {rates['B'][-1]:,.0f}/s", flush=True)
+    med = {side: statistics.median(v) for side, v in rates.items()}
+    for side, checkout in (("A", args.a), ("B", args.b)):
+        shown = ", ".join(f"{v:,.0f}" for v in rates[side])
+        print(f"{side} {checkout} ({paths[side]} path): median {med[side]:,.0f} events/s [{shown}]")
+    print(f"B/A {med['B'] / med['A']:.3f} ({args.workload}, {args.rounds} rounds)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
