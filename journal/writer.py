@@ -183,13 +183,7 @@ class Writer:
                 # of the call), and lead if nobody does.
                 queued = Request([enc], self._next_seq, level)
                 self._next_seq += 1
-                self._queue.append(queued)
-                leading = not self._leader
-                if leading:
-                    self._leader = True
-                else:
-                    queued.wake = threading.Lock()
-                    queued.wake.acquire()
+                leading = self._enqueue(queued)
             elif (
                 self.options.sector_bytes
                 or active is None
@@ -299,13 +293,7 @@ class Writer:
                 return self._merge(items, [], dupes)  # nothing to write or sync, nothing in flight
             else:
                 carried = None
-            self._queue.append(req)
-            leading = not self._leader
-            if leading:
-                self._leader = True
-            else:
-                req.wake = threading.Lock()
-                req.wake.acquire()
+            leading = self._enqueue(req)
         self._await_turn(req, leading)
         assert req.outcomes is not None
         answers: dict[int, Outcome] = dict(dupes)
@@ -314,6 +302,16 @@ class Writer:
             failed = self._failed
             answers = {i: AckLost(d.seq, failed, items[i].digest, items[i].key) for i, d in dupes.items()}
         return self._merge(items, carried if carried is not None else req.outcomes, answers)
+
+    def _enqueue(self, req: Request) -> bool:
+        """Queue ``req`` under the mutex; True if its caller leads, else it gets a lock to park on."""
+        self._queue.append(req)
+        if not self._leader:
+            self._leader = True
+            return True
+        req.wake = threading.Lock()
+        req.wake.acquire()
+        return False
 
     def _await_turn(self, req: Request, leading: bool) -> list[Outcome]:
         """Park a queued caller until its outcome is set or it is made leader; lead if so."""
