@@ -23,6 +23,9 @@ import subprocess
 import sys
 import tempfile
 
+# Self-contained on purpose: it runs against any checkout, including ones older than today's
+# journal/benchmark/runner.py (whose threads workload it mirrors), so it imports only the
+# public API and the event mix.
 RUN = r"""
 import os, sys, tempfile, threading, time
 sys.path.insert(0, sys.argv[1])
