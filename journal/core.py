@@ -93,6 +93,7 @@ class Journal(Writer):
         self._active_header: fmt.SegmentHeader | None = None
         self._active_size = 0
         self._reserved_end = 0
+        self._reserve_refused = False
         self._active_count = 0
         self._index: list[tuple[int, int]] = []
         self._next_index_at = 0
@@ -195,7 +196,7 @@ class Journal(Writer):
             last_seq=self._last_seq,
             live_segment=last.name,
             live_records=len(data_frames),
-            tail="sealed" if res.stop == fmt.Stop.SEALED else ("clean" if res.stop == fmt.Stop.END else "torn"),
+            tail=_readonly_tail(res, data),
         )
 
     def _open_writer(self, create: bool, lock_timeout_s: float) -> None:
@@ -257,10 +258,11 @@ class Journal(Writer):
         report.tail = decision.tail
         if decision.cut:
             cut = data[decision.valid_end :]
-            if decision.tail != "zeros":
-                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
-            # else: zeros only (space a writer reserved, or a size the data never reached). They
-            # hold nothing; offset and length in the report describe them exactly.
+            # Zero bytes at the end of the cut (the reserved space after a torn frame, or all of
+            # it for a zero tail) hold nothing: the report's offset and length describe them.
+            kept = cut.rstrip(b"\0")
+            if kept:
+                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, kept))
             f.truncate(decision.valid_end)
             f.fdatasync()
             report.truncated_at = decision.valid_end
@@ -509,6 +511,17 @@ class Journal(Writer):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def _readonly_tail(res: fmt.ScanResult, data: bytes) -> str:
+    """What a read-only open found after the live segment's last frame (it changes nothing)."""
+    if res.stop == fmt.Stop.SEALED:
+        return "sealed"
+    if res.stop == fmt.Stop.END:
+        return "clean"
+    if fmt.zeros_from(data, res.stop_offset):
+        return "zeros"  # a writer's reserved space (it has the journal open, or did not close)
+    return "torn"
 
 
 def open(  # noqa: A001 - the public contract is journal.open

@@ -395,10 +395,27 @@ class Cursor:
             # the next read picks it up.
             return
         later = fmt.find_durable_point(rest, 0, cur.header.salt, self._expected - 1)
-        if later is not None:
+        if later is not None and not self._frame_now_at(cur, stop_offset):
             raise CorruptionError(
                 cur.seg.name,
                 stop_offset,
                 self._expected,
                 f"invalid frame before a durable (commit-marked) frame at offset {stop_offset + later}",
             )
+
+    def _frame_now_at(self, cur: _OpenSegment, offset: int) -> bool:
+        """Whether a whole frame starts at ``offset`` now, read afresh.
+
+        A long pread is copied page by page while the writer appends: its first page can show
+        the zeros before a frame landed and its later pages the batches written after it. Those
+        batches were written only once that frame was whole, so if it is whole now the read
+        raced the writer; if it still is not, the damage is real.
+        """
+        head = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
+        if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+            return False
+        stored_len = fmt.read_frame_header(head, 0)[1]
+        if stored_len > min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + 512):
+            return False
+        buf = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
+        return bool(fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=1).frames)

@@ -25,7 +25,7 @@ from typing import Any
 from . import format as fmt
 from .errors import CorruptionError, NewerFormatError
 from .fs import OsFileSystem
-from .recovery import decide
+from .recovery import TailDecision, decide
 from .salvage import JournalWalk, Loss, Progress, SegmentWalk, quarantine_files, walk_journal
 from .segment import read_seal
 
@@ -143,7 +143,7 @@ def classify(walk: JournalWalk) -> VerifyReport:
         rep.problems.extend(live.losses)
     else:
         try:
-            decision = decide(data, live.header, live.name, os.path.join(path, live.name))
+            decision, data = _decide_live(data, live.header, live.name, os.path.join(path, live.name))
         except NewerFormatError as exc:
             rep.verdict = NEWER
             rep.notes.append(str(exc))
@@ -171,6 +171,27 @@ def classify(walk: JournalWalk) -> VerifyReport:
         elif rep.torn_tail is not None or rep.temp_files:
             rep.verdict = TORN
     return rep
+
+
+LIVE_READS_MAX = 3  # reads of a live segment before damage in it is believed
+
+
+def _decide_live(data: bytes, header: fmt.SegmentHeader, name: str, path: str) -> tuple[TailDecision, bytes]:
+    """recovery.decide on the live segment, read again if it looks corrupt.
+
+    A writer may be appending while verify reads: a long read is copied page by page, so its
+    first pages can show the zeros before a frame landed and its later pages the batches
+    written after it, which looks like damage before a durable frame. Damage that is still
+    there in a fresh read is real.
+    """
+    for attempt in range(LIVE_READS_MAX):
+        try:
+            return decide(data, header, name, path), data
+        except CorruptionError:
+            if attempt == LIVE_READS_MAX - 1:
+                raise
+            data = _read(path)
+    raise AssertionError("unreachable")
 
 
 def _read(path: str) -> bytes:

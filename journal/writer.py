@@ -23,7 +23,6 @@ BATCH_BYTES_MAX = 4 * 1024 * 1024  # one group-commit write never carries more t
 BATCH_RECORDS_MAX = 4096
 BUFFER_BYTES_MAX = 1024 * 1024  # buffered appends are written once this much is waiting
 KEYS_REMEMBERED_MAX = 1_000_000  # idempotency keys kept in memory (live segment and recent)
-RESERVE_OFF = 1 << 62  # _reserved_end after the file system refused to grow the live segment
 
 
 class Request:
@@ -81,6 +80,7 @@ class Writer:
     _active_header: fmt.SegmentHeader | None
     _active_size: int  # where the next frame goes: the end of the last record, seal or padding
     _reserved_end: int  # the live segment's file size: _active_size plus zeros set aside ahead
+    _reserve_refused: bool  # the file system refused to grow the live segment: stop trying
     _active_count: int
     _index: list[tuple[int, int]]
     _next_index_at: int
@@ -106,11 +106,11 @@ class Writer:
         The data's own fdatasync makes the new size durable with it; until then a crash leaves
         the old size or zeros, both of which recovery already reads as "nothing written here".
         If the file system refuses (a full disk), the write grows the file itself as it would
-        without a reservation, and the next attempt waits for the next segment.
+        without a reservation, and reservation stops for this segment.
         """
         assert self._active is not None and end > self._reserved_end
         step = self.options.reserve_bytes
-        if not step:
+        if not step or self._reserve_refused:
             return
         want = max(end, self._active_size + step)
         want += -want % 4096
@@ -118,17 +118,21 @@ class Writer:
         try:
             self._active.truncate(want)
         except OSError:
-            self._reserved_end = RESERVE_OFF  # not again in this segment
+            # Whatever size the failed call left is cut at seal and close, which look at the
+            # file's real size rather than at _reserved_end.
+            self._reserve_refused = True
             return
         self._reserved_end = want
 
-    def _unreserve(self) -> None:
-        """Cut the reserved zeros off the live segment (seal and close): a segment at rest ends
-        at its last frame. Not synced here: a crash that keeps the zeros is harmless."""
+    def _unreserve(self) -> bool:
+        """Cut whatever follows the last frame off the live segment (seal and close): a segment at
+        rest ends at its last frame. Not synced here. True if it cut something."""
         assert self._active is not None
-        if self._active_size < self._reserved_end < RESERVE_OFF:
+        cut = self._active.size() > self._active_size  # the file's size, not what we believe it is
+        if cut:
             self._active.truncate(self._active_size)
         self._reserved_end = self._active_size
+        return cut
 
     def _append_buffered(self, enc: Encoded) -> Outcome | None:
         """A buffered append: a seq and a place at the end of the queue, nothing more.
@@ -602,10 +606,9 @@ class Writer:
             ),
         )
         frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
-        if self._reserved_end > self._active_size:
+        if self._unreserve():
             # The footer must end the file (readers find it from the end), and a crash must
             # not keep the footer but lose the cut: the cut is made durable first.
-            self._unreserve()
             self._active.fdatasync()
         write_all(self._active, frame, self._active_size)
         self._active.fdatasync()
@@ -621,6 +624,7 @@ class Writer:
         self._active_header = header
         self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
         self._reserved_end = self._active_size
+        self._reserve_refused = False
         self._active_count = 0
         self._index = []
         self._next_index_at = self._active_size

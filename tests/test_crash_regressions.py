@@ -99,3 +99,30 @@ def test_sector_padding_covers_the_segment_header() -> None:
     assert not built.damaged_synced
     j2 = Journal.open("/j", fs=MemFileSystem.from_image(built.image), **{opt: 4096})
     assert list(j2.read()) == []
+
+
+def test_model_fills_never_written_space_like_the_end_of_a_file() -> None:
+    """The crash model's zeros/garbage fate covers, from the last byte ever written to the
+    write's end, space a size extension made (a writer's reserved zeros) as it covers space past
+    the end of the file; bytes written before stay as they were."""
+    import random
+
+    from journal.crashsim.memfs import WRITE, Op
+    from journal.crashsim.model import GARBAGE, KEEP, ZEROS, Fate, _apply
+
+    head = b"h" * 64
+    for size in (64, 8192):  # the file ends at its last written byte, or has reserved zeros
+        buf = bytearray(head + bytes(size - 64))
+        op = Op(WRITE, "/f", 1, 100, b"x" * 50)  # a gap of 36 bytes before the write
+        written = _apply(buf, op, Fate(GARBAGE), random.Random(1), 64)
+        assert written == 150 and len(buf) == max(size, 150)
+        assert buf[:64] == head and any(buf[64:150]) and not any(buf[150:])
+        buf = bytearray(head + bytes(size - 64))
+        assert _apply(buf, op, Fate(ZEROS), random.Random(1), 64) == 150 and buf[:64] == head
+        assert not any(buf[64:]) and len(buf) == max(size, 150)
+        buf = bytearray(head + bytes(size - 64))
+        assert _apply(buf, op, Fate(KEEP), random.Random(1), 64) == 150 and buf[100:150] == b"x" * 50
+    # A write that lands inside written bytes and drops: nothing changes.
+    buf = bytearray(b"w" * 200)
+    assert _apply(buf, Op(WRITE, "/f", 1, 10, b"y" * 20), Fate(GARBAGE), random.Random(1), 200) == 200
+    assert buf == bytearray(b"w" * 200)

@@ -172,3 +172,180 @@ def test_an_idle_follower_does_not_reread_the_reserved_space(jpath: str) -> None
             # It still sees what comes next.
             w.append({"type": "late"})
             assert next(r.follow(after_seq=3, poll_interval_s=0.005)).event == {"type": "late"}
+
+
+# --- found in review: races and error paths of the reservation ------------------------------
+
+PAGE = 4096
+
+
+class _SplitPreadFS(OsFileSystem):
+    """The first long pread of the live tail returns its first page as it was, lets ``during``
+    run (a writer appending), then returns the later pages as they are: what a page-by-page
+    copy racing a pwrite can show."""
+
+    def __init__(self, during) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.during = during
+        self.fired = False
+
+    def open_read(self, path: str):  # type: ignore[no-untyped-def]
+        f = super().open_read(path)
+        inner = f.pread
+        fs = self
+
+        def pread(size: int, offset: int) -> bytes:
+            boundary = (offset // PAGE + 1) * PAGE
+            if (
+                not fs.fired
+                and offset > fmt.SEGMENT_HEADER_SIZE_BYTES
+                and size > boundary - offset
+                and not any(inner(fmt.FRAME_HEADER_SIZE_BYTES, offset))
+            ):
+                fs.fired = True
+                first = inner(boundary - offset, offset)
+                fs.during()
+                return first + inner(size - len(first), boundary)
+            return inner(size, offset)
+
+        f.pread = pread  # type: ignore[method-assign]
+        return f
+
+
+def _three_more(w: journal.Journal):  # type: ignore[no-untyped-def]
+    def during() -> None:
+        w.append(b"a" * 6000)  # lands where the reader saw zeros
+        w.append(b"b" * 6000)  # commit-marked, on a later page
+        w.append({"n": 4})  # a higher seq: proves the one before was durable
+
+    return during
+
+
+def test_a_reader_racing_appends_into_reserved_space_reports_no_corruption(jpath: str) -> None:
+    from journal.reader import Cursor
+
+    with journal.open(jpath, create=True, compress=False) as w:
+        w.append({"n": 1})
+        fs = _SplitPreadFS(_three_more(w))
+        cur = Cursor(fs, jpath, 0, fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
+        try:
+            assert [r.seq for r in cur.read()] == [1]
+            assert fs.fired, "the race was not staged"
+            assert [r.seq for r in cur.read()] == [2, 3, 4]
+        finally:
+            cur.close()
+
+
+def test_verify_racing_appends_into_reserved_space_reports_no_corruption(jpath: str) -> None:
+    from journal import verify as V
+
+    with journal.open(jpath, create=True, compress=False) as w:
+        w.append({"n": 1})
+        during = _three_more(w)
+        orig = V._read
+        calls = []
+
+        def split_read(p: str) -> bytes:
+            calls.append(p)
+            with open(p, "rb") as f:
+                first = f.read(PAGE)
+                if len(calls) == 1:
+                    during()
+                return first + f.read()
+
+        V._read = split_read  # type: ignore[assignment]
+        try:
+            rep = V.verify(jpath)
+        finally:
+            V._read = orig  # type: ignore[assignment]
+        assert len(calls) >= 2, "verify believed the torn read"
+        assert rep.verdict != "corrupt" and not rep.problems
+
+
+def test_a_reservation_that_fails_after_growing_the_file_is_still_cut_at_seal(jpath: str) -> None:
+    """A file system may report an error after the size changed: seal and close look at the
+    file's real size, so the footer still ends the sealed segment."""
+
+    class GrowThenFail(OsFileSystem):
+        armed = False
+
+        def open_write(self, path: str, create: bool):  # type: ignore[no-untyped-def]
+            f = super().open_write(path, create)
+            inner = f.truncate
+            fs = self
+
+            def truncate(size: int) -> None:
+                grow = size > f.size()
+                inner(size)
+                if fs.armed and grow:
+                    fs.armed = False
+                    raise OSError(errno.EINTR, "reported after the size changed", f.path)
+
+            f.truncate = truncate  # type: ignore[method-assign]
+            return f
+
+    fs = GrowThenFail()
+    with journal.open(jpath, create=True, fs=fs, compress=False, segment_size_bytes=65536, reserve_bytes=8192) as j:
+        i = 0
+        while j._active_size < 58000:
+            j.append({"n": i, "pad": "q" * 300})
+            i += 1
+        fs.armed = True  # the next reservation (capped at the segment size) errs after growing
+        for _ in range(60):
+            assert isinstance(j.append({"n": i, "pad": "q" * 300}), journal.Committed)
+            i += 1
+        assert not fs.armed, "the failure was never injected"
+    sealed = segments(jpath)[0]
+    data = sealed.read_bytes()
+    header = fmt.decode_segment_header(data)
+    res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+    assert res.stop == fmt.Stop.SEALED and res.stop_offset == len(data)
+    with journal.open(jpath) as j:
+        assert j.last_seq == i and j.recovery.actions == []
+
+
+def test_a_refused_reservation_in_group_commits_and_roll_over(jpath: str) -> None:
+    fs = FaultyFileSystem(OsFileSystem())
+    with journal.open(jpath, create=True, fs=fs, segment_size_bytes=4096, reserve_bytes=4096) as j:
+        fs.fail("truncate", errno.ENOSPC, after=fs.calls["truncate"], times=1000)
+        for k in range(20):
+            outs = j.append_many(events(15, 15 * k))  # header-last batches
+            assert all(isinstance(o, journal.Committed) for o in outs)
+        j.sync()
+        assert fs.injected
+        fs.clear()
+    assert len(segments(jpath)) > 3
+    for seg in segments(jpath)[:-1]:
+        data = seg.read_bytes()
+        header = fmt.decode_segment_header(data)
+        res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+        assert res.stop == fmt.Stop.SEALED and res.stop_offset == len(data)
+    with journal.open(jpath) as j:
+        assert j.recovery.actions == [] and [r.event for r in j.read()] == events(300)
+
+
+def test_a_read_only_open_names_a_writers_reserved_space(jpath: str) -> None:
+    with journal.open(jpath, create=True) as w:
+        w.append_many(events(2))
+        with journal.open(jpath, readonly=True) as r:
+            assert r.recovery.tail == "zeros"
+    with journal.open(jpath, readonly=True) as r:
+        assert r.recovery.tail == "clean"
+
+
+def test_the_same_follower_sees_a_record_after_idle_polls(jpath: str) -> None:
+    import threading
+
+    with journal.open(jpath, create=True) as w:
+        w.append_many(events(3))
+        with journal.open(jpath, readonly=True) as r:
+            stop = threading.Event()
+            follow = r.follow(poll_interval_s=0.005, stop=stop)
+            assert [next(follow).seq for _ in range(3)] == [1, 2, 3]
+            timer = threading.Timer(0.2, lambda: w.append({"type": "late"}))  # after idle polls
+            timer.start()
+            try:
+                assert next(follow).event == {"type": "late"}
+            finally:
+                timer.join()
+                stop.set()

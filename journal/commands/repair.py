@@ -51,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         if check.torn_tail is not None:
             t = check.torn_tail
-            data["byteLevel"].append(f"would cut {t.length_bytes} bytes ({t.reason}) at {t.segment} offset "
-                                     f"{t.offset}, keeping them in quarantine/")
+            kept = "zero bytes only: nothing to keep" if t.reason == "zeros tail" else "keeping them in quarantine/"
+            data["byteLevel"].append(
+                f"would cut {t.length_bytes} bytes ({t.reason}) at {t.segment} offset {t.offset}, {kept}"
+            )
         data["byteLevel"].extend(f"would remove unfinished segment file {n}" for n in check.temp_files)
         j = journal.open(args.path, readonly=True)
     else:

@@ -317,9 +317,10 @@ def _apply(buf: bytearray, op: Op, fate: Fate, rng: random.Random, written: int)
         _write(buf, op.offset + fate.lo, op.data[fate.lo : fate.hi])
         return max(written, op.offset + fate.hi)
     if fate.how in (ZEROS, GARBAGE):
-        # The size (or the blocks of never-written space) got there, the data did not: what
-        # the write would have covered past the last written byte reads as zeros or garbage.
-        lo = max(op.offset, min(written, len(buf)))
+        # The size (or the blocks of never-written space) got there, the data did not: from
+        # the last written byte to the write's end (a gap before the write included) the file
+        # reads as zeros or garbage.
+        lo = min(written, len(buf))
         if end > lo:
             if end > len(buf):
                 buf.extend(bytes(end - len(buf)))
