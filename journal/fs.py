@@ -162,6 +162,25 @@ class OsFileSystem:
         return int(text) if text.isdigit() else None
 
 
+def flock_holder(path: str) -> int | None:
+    """The pid holding an exclusive flock on ``path``, read from Linux's /proc/locks; None if
+    nobody does, or if that cannot be known here. It takes no lock: a writer opening at the same
+    moment is never turned away by a look."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.replace("->", " ").split()
+        # "1: FLOCK  ADVISORY  WRITE 2155 fe:00:5357654 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == where:
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
+
+
 def take_lock(fs: FileSystem, path: str, timeout_s: float) -> Lock | None:
     """Try the lock until ``timeout_s`` has passed (0: try once)."""
     assert timeout_s >= 0

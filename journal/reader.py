@@ -326,6 +326,10 @@ class Cursor:
         while self._offset < end:
             offset = self._offset
             buf = cur.file.pread(min(end - offset, want), offset)
+            if not buf:
+                # The file ends before ``end`` now: the writer cut its reserved space off (to
+                # seal, or to close). The next read starts from the new size.
+                return
             chunk_end = offset + len(buf)
             frames_max = max(1, self.next_seq - self._expected + self._few) if self._few else 1 << 62
             res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=frames_max)

@@ -101,12 +101,19 @@ def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) 
     min_size = fmt.SEGMENT_HEADER_SIZE_BYTES + fmt.FRAME_HEADER_SIZE_BYTES + fmt.SEAL_TAIL_SIZE_BYTES
     if file_size < min_size:
         return None
-    seal_offset = fmt.seal_tail_offset(f.pread(fmt.SEAL_TAIL_SIZE_BYTES, file_size - fmt.SEAL_TAIL_SIZE_BYTES))
+    # A reader's file_size can be stale: the writer cuts its reserved space off the live segment
+    # before it writes the seal, so every read here may come back short. Not sealed (yet), then.
+    tail = f.pread(fmt.SEAL_TAIL_SIZE_BYTES, file_size - fmt.SEAL_TAIL_SIZE_BYTES)
+    if len(tail) < fmt.SEAL_TAIL_SIZE_BYTES:
+        return None
+    seal_offset = fmt.seal_tail_offset(tail)
     if not fmt.SEGMENT_HEADER_SIZE_BYTES <= seal_offset <= file_size - fmt.FRAME_HEADER_SIZE_BYTES:
         return None
     # Check the would-be seal frame's header before reading the rest: in a live segment the last
     # 8 bytes are payload, and reading "the footer" they point at would read the whole tail.
     head = f.pread(fmt.FRAME_HEADER_SIZE_BYTES, seal_offset)
+    if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+        return None
     _, stored_len, _, _, flags, _, marker = fmt.read_frame_header(head, 0)
     if (
         marker != fmt.FRAME_MARKER
@@ -115,6 +122,8 @@ def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) 
     ):
         return None
     buf = f.pread(file_size - seal_offset, seal_offset)
+    if len(buf) < file_size - seal_offset:
+        return None
     res = fmt.scan(buf, 0, header.salt, 0, base_offset=seal_offset, frames_max=1)
     # A genuine seal fails the seq expectation of 0 (it carries the last seq), so look at the
     # frame directly once the checksum has held.

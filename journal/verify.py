@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import format as fmt
+from .core import LOCK_FILE
 from .errors import CorruptionError, NewerFormatError
-from .fs import OsFileSystem
+from .fs import OsFileSystem, flock_holder
 from .recovery import TailDecision, decide
 from .salvage import JournalWalk, Loss, Progress, SegmentWalk, quarantine_files, walk_journal
 from .segment import read_seal
@@ -152,7 +153,14 @@ def classify(walk: JournalWalk) -> VerifyReport:
             rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
             rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
         else:
-            if decision.cut:
+            holder = flock_holder(os.path.join(path, LOCK_FILE)) if decision.tail == "zeros" else None
+            if holder is not None:
+                # Zeros after the last frame while a writer holds the lock: its reserved space.
+                rep.notes.append(
+                    f"{len(data) - decision.valid_end} bytes of zeros after the last record of {live.name}: "
+                    f"space reserved by the writer that has the journal open (pid {holder}), not damage"
+                )
+            elif decision.cut:
                 data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
                 tail_first = data_frames[-1].seq + 1 if data_frames else live.header.base_seq
                 rep.torn_tail = Loss(live.name, decision.valid_end, len(data) - decision.valid_end,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import pathlib
 import shutil
 
@@ -349,3 +350,69 @@ def test_the_same_follower_sees_a_record_after_idle_polls(jpath: str) -> None:
             finally:
                 timer.join()
                 stop.set()
+
+
+class _ShrinkAfterSizeFS(OsFileSystem):
+    """size() reports the file as it is, then (once armed) the file is cut to ``cut_to``: what
+    a reader sees when the writer cuts its reserved space between the reader's size() and its
+    preads (the writer does so to seal and to close)."""
+
+    def __init__(self, skip_calls: int) -> None:
+        super().__init__()
+        self.cut_to: int | None = None
+        self.skip_calls = skip_calls  # size() calls to let pass before the cut
+
+    def open_read(self, path: str):  # type: ignore[no-untyped-def]
+        f = super().open_read(path)
+        inner = f.size
+        fs = self
+
+        def size() -> int:
+            n = inner()
+            if fs.cut_to is not None and fs.skip_calls:
+                fs.skip_calls -= 1
+            elif fs.cut_to is not None and n > fs.cut_to:
+                os.truncate(path, fs.cut_to)
+                fs.cut_to = None
+            return n
+
+        f.size = size  # type: ignore[method-assign]
+        return f
+
+
+@pytest.mark.parametrize("skip_calls", [0, 1])  # the cut under the seek's size(), or the read's
+def test_a_reader_whose_file_shrinks_under_it_neither_fails_nor_spins(jpath: str, skip_calls: int) -> None:
+    """Was a bug: the reserved space is cut off before the seal is written, so a follower's
+    stale size made read_seal assert on a short read, and a span read could loop on an empty
+    pread until the seal landed (forever, had the writer died in between)."""
+    from journal.reader import Cursor
+
+    with journal.open(jpath, create=True) as w:
+        w.append_many(events(5))
+        end = data_end(jpath)
+        fs = _ShrinkAfterSizeFS(skip_calls)
+        cur = Cursor(fs, jpath, 0, fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
+        try:
+            fs.cut_to = end
+            assert [r.seq for r in cur.read()] == [1, 2, 3, 4, 5]
+            assert fs.cut_to is None, "the cut was not staged"
+            w.append({"n": 6})
+            assert [r.seq for r in cur.read()] == [6]
+        finally:
+            cur.close()
+
+
+def test_read_seal_with_a_stale_size_says_not_sealed(jpath: str) -> None:
+    from journal.segment import read_header, read_seal
+
+    with journal.open(jpath, create=True) as w:
+        w.append_many(events(3))
+    seg = live_segment(jpath)
+    fs = OsFileSystem()
+    f = fs.open_read(str(seg))
+    try:
+        header = read_header(f, seg.name)
+        for stale in (f.size() + 8, f.size() + 4096, f.size() + RESERVE):
+            assert read_seal(f, header, seg.name, stale) is None
+    finally:
+        f.close()
