@@ -258,11 +258,12 @@ class Journal(Writer):
         report.tail = decision.tail
         if decision.cut:
             cut = data[decision.valid_end :]
-            # Zero bytes at the end of the cut (the reserved space after a torn frame, or all of
-            # it for a zero tail) hold nothing: the report's offset and length describe them.
-            kept = cut.rstrip(b"\0")
-            if kept:
-                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, kept))
+            if decision.tail != "zeros":
+                # Kept whole, reserved zeros after a torn frame included: where the torn frame
+                # ends cannot be told from its bytes, and zeros inside it are its bytes too.
+                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
+            # else: zero bytes only (a writer's reserved space, left by one that did not close).
+            # They hold nothing; the report's offset and length describe them exactly.
             f.truncate(decision.valid_end)
             f.fdatasync()
             report.truncated_at = decision.valid_end

@@ -172,9 +172,15 @@ def flock_holder(path: str) -> int | None:
             lines = f.read().splitlines()
     except OSError:
         return None
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return holder_in_proc_locks(lines, f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}")
+
+
+def holder_in_proc_locks(lines: list[str], where: str) -> int | None:
+    """The pid of the exclusive flock on the file ``where`` ("maj:min:inode") in /proc/locks."""
     for line in lines:
-        fields = line.replace("->", " ").split()
+        if "->" in line:
+            continue  # a process waiting for the lock, not holding it
+        fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 2155 fe:00:5357654 0 EOF"
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == where:
             return int(fields[4]) if fields[4].isdigit() else None

@@ -290,14 +290,20 @@ class Cursor:
                     limit -= 1
                     if limit == 0:
                         return
-            if self._offset < end:
-                return  # live segment: the rest is not yet written
             if sealed is None:
                 # The live segment ends here for now; move on only once it has been sealed.
                 size = cur.refresh_seal()
                 if cur.seal is None:
-                    return
-                continue
+                    if any(s.base_seq > cur.seg.base_seq for s in self._listed):
+                        # A later segment exists, so this one was sealed before it was made (the
+                        # writer seals, syncs, then creates the next): its footer is damaged.
+                        raise CorruptionError(
+                            cur.seg.name, size, None, "segment before the live one has no valid seal footer"
+                        )
+                    return  # the rest is not yet written
+                continue  # sealed since: read on up to its footer
+            if self._offset < end:
+                return
             # Segments only ever get added at the end: list the directory again only when the
             # names seen so far are used up (a long read lists it once, not once per segment).
             later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
@@ -419,7 +425,9 @@ class Cursor:
         if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
             return False
         stored_len = fmt.read_frame_header(head, 0)[1]
-        if stored_len > min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + 512):
+        # Only the format's hard cap: a frame over this reader's record size limit is still a
+        # whole frame (the next read raises RecordTooLargeError for it, not corruption).
+        if stored_len > fmt.FRAME_STORED_BYTES_LIMIT:
             return False
         buf = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
         return bool(fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=1).frames)

@@ -9,8 +9,8 @@ through the file layer. The rules, in the order they are checked:
   frame sits before a durable point: that is corruption of committed data, refuse, cut nothing;
 * damage with nothing durable after it is a torn tail: the bytes from the last complete frame
   on are copied to ``quarantine/`` (synced), then the segment is truncated and synced, before
-  any new append can land. The cut's trailing zero bytes (the space a writer reserves ahead of
-  its records, left by one that did not close) are not copied: they hold nothing.
+  any new append can land. A tail of zero bytes only (the space a writer reserves ahead of its
+  records, left by one that did not close) is truncated without a copy: it holds nothing.
 """
 
 from __future__ import annotations

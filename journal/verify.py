@@ -19,6 +19,7 @@ disagree; the rest comes from ``salvage.walk_journal``, which also says where ea
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from .core import LOCK_FILE
 from .errors import CorruptionError, NewerFormatError
 from .fs import OsFileSystem, flock_holder
 from .recovery import TailDecision, decide
-from .salvage import JournalWalk, Loss, Progress, SegmentWalk, quarantine_files, walk_journal
+from .salvage import JournalWalk, Loss, Progress, SegmentWalk, quarantine_files, walk_journal, walk_segment
 from .segment import read_seal
 
 CLEAN = "clean"
@@ -128,51 +129,57 @@ def classify(walk: JournalWalk) -> VerifyReport:
     rep.quarantined = quarantine_files(path)
     rep.problems.extend(walk.between)
     live = walk.segments[-1]
+    for seg in walk.segments[:-1]:
+        rep.problems.extend(seg.losses)
+        if seg.header is not None and seg.header_trusted and not seg.losses:
+            _check_seal(path, seg, rep.problems)
+    # The live segment: exactly what the writer's recovery would decide. It is read again here
+    # and everything said of it comes from that one read: a writer appending, closing or rolling
+    # over since the walk read it changes its bytes (the reserved space is cut at both).
+    data = _read(os.path.join(path, live.name))
+    decision: TailDecision | None = None
+    failure: CorruptionError | NewerFormatError | None = None
+    if live.header is not None and live.header_trusted:
+        decision, failure, data = _decide_live(data, live.header, live.name, os.path.join(path, live.name))
+        live = walk_segment(live.name, data)
+        walk.segments[-1] = live
     for seg in walk.segments:
         rep.size_bytes += seg.size_bytes
         rep.records += len(seg.records)
         if seg.last_seq is not None:
             rep.last_seq = max(rep.last_seq, seg.last_seq)
-        if seg is live:
-            continue
-        rep.problems.extend(seg.losses)
-        if seg.header is not None and seg.header_trusted and not seg.losses:
-            _check_seal(path, seg, rep.problems)
-    # The live segment: exactly what the writer's recovery would decide.
-    data = _read(os.path.join(path, live.name))
     if live.header is None or not live.header_trusted:
         rep.problems.extend(live.losses)
+    elif isinstance(failure, NewerFormatError):
+        rep.verdict = NEWER
+        rep.notes.append(str(failure))
+        rep.problems.extend(live.losses)
+    elif isinstance(failure, CorruptionError):
+        exc = failure
+        rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
+        rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
     else:
-        try:
-            decision, data = _decide_live(data, live.header, live.name, os.path.join(path, live.name))
-        except NewerFormatError as exc:
-            rep.verdict = NEWER
-            rep.notes.append(str(exc))
-            rep.problems.extend(live.losses)
-        except CorruptionError as exc:
-            rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
-            rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
+        assert decision is not None
+        holder = flock_holder(os.path.join(path, LOCK_FILE)) if decision.tail == "zeros" else None
+        if holder is not None:
+            # Zeros after the last frame while a writer holds the lock: its reserved space.
+            rep.notes.append(
+                f"{len(data) - decision.valid_end} bytes of zeros after the last record of {live.name}: "
+                f"space reserved by the writer that has the journal open (pid {holder}), not damage"
+            )
+        elif decision.cut:
+            data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+            tail_first = data_frames[-1].seq + 1 if data_frames else live.header.base_seq
+            rep.torn_tail = Loss(live.name, decision.valid_end, len(data) - decision.valid_end,
+                                 f"{decision.tail} tail", tail_first, None)
+            # Records past a torn tail were never acknowledged as durable; recovery cuts them.
+            rep.records = sum(len(s.records) for s in walk.segments[:-1]) + len(data_frames)
+            rep.last_seq = max((r.seq for s in walk.segments for r in s.records
+                                if s is not live or r.seq < tail_first), default=0)
         else:
-            holder = flock_holder(os.path.join(path, LOCK_FILE)) if decision.tail == "zeros" else None
-            if holder is not None:
-                # Zeros after the last frame while a writer holds the lock: its reserved space.
-                rep.notes.append(
-                    f"{len(data) - decision.valid_end} bytes of zeros after the last record of {live.name}: "
-                    f"space reserved by the writer that has the journal open (pid {holder}), not damage"
-                )
-            elif decision.cut:
-                data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
-                tail_first = data_frames[-1].seq + 1 if data_frames else live.header.base_seq
-                rep.torn_tail = Loss(live.name, decision.valid_end, len(data) - decision.valid_end,
-                                     f"{decision.tail} tail", tail_first, None)
-                # Records past a torn tail were never acknowledged as durable; recovery cuts them.
-                rep.records = sum(len(s.records) for s in walk.segments[:-1]) + len(data_frames)
-                rep.last_seq = max((r.seq for s in walk.segments for r in s.records
-                                    if s is not live or r.seq < tail_first), default=0)
-            else:
-                rep.problems.extend(live.losses)
-            if decision.sealed:
-                _check_seal(path, live, rep.problems)
+            rep.problems.extend(live.losses)
+        if decision.sealed:
+            _check_seal(path, live, rep.problems)
     if rep.verdict != NEWER:
         if rep.problems:
             rep.verdict = CORRUPT
@@ -182,23 +189,36 @@ def classify(walk: JournalWalk) -> VerifyReport:
 
 
 LIVE_READS_MAX = 3  # reads of a live segment before damage in it is believed
+LIVE_REREAD_WAIT_S = 0.02  # before reading a live writer's torn-looking tail again (then twice that)
 
 
-def _decide_live(data: bytes, header: fmt.SegmentHeader, name: str, path: str) -> tuple[TailDecision, bytes]:
-    """recovery.decide on the live segment, read again if it looks corrupt.
+def _decide_live(
+    data: bytes, header: fmt.SegmentHeader, name: str, path: str
+) -> tuple[TailDecision | None, CorruptionError | NewerFormatError | None, bytes]:
+    """recovery.decide on the live segment, read again while it looks damaged.
 
-    A writer may be appending while verify reads: a long read is copied page by page, so its
-    first pages can show the zeros before a frame landed and its later pages the batches
-    written after it, which looks like damage before a durable frame. Damage that is still
-    there in a fresh read is real.
+    Returns the decision (or the error) and the bytes it was made on. A writer may be appending
+    while verify reads: a long read is copied page by page, so its first pages can show the
+    zeros before a frame landed and its later pages the batches written after it, which looks
+    like damage before a durable frame; and a batch is written body first and its first header
+    last, so between the two writes a live writer's tail looks torn. Damage that is still there
+    in a fresh read is real; a torn tail is only read again while a writer holds the lock.
     """
+    lock = os.path.join(os.path.dirname(path), LOCK_FILE)
     for attempt in range(LIVE_READS_MAX):
+        last = attempt == LIVE_READS_MAX - 1
         try:
-            return decide(data, header, name, path), data
-        except CorruptionError:
-            if attempt == LIVE_READS_MAX - 1:
-                raise
-            data = _read(path)
+            decision = decide(data, header, name, path)
+        except NewerFormatError as exc:
+            return None, exc, data
+        except CorruptionError as exc:
+            if last:
+                return None, exc, data
+        else:
+            if decision.tail != "torn" or last or flock_holder(lock) is None:
+                return decision, None, data
+            time.sleep(LIVE_REREAD_WAIT_S * (attempt + 1))  # give the batch's header time to land
+        data = _read(path)
     raise AssertionError("unreachable")
 
 

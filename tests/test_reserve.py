@@ -7,6 +7,8 @@ import errno
 import os
 import pathlib
 import shutil
+import threading
+import time
 
 import pytest
 
@@ -416,3 +418,133 @@ def test_read_seal_with_a_stale_size_says_not_sealed(jpath: str) -> None:
             assert read_seal(f, header, seg.name, stale) is None
     finally:
         f.close()
+
+
+# --- found in the second review ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["close", "roll-over"])
+def test_verify_while_the_writer_closes_or_rolls_over_is_not_corrupt(tmp_path: pathlib.Path, action: str) -> None:
+    """Was a bug: verify's walk saw the reserved zeros, the writer then cut them (close) or
+    sealed (roll-over), and verify mixed the two reads into "zeroed bytes" and "no valid seal
+    footer" problems. Everything it says of the live segment now comes from one read."""
+    from journal import verify as V
+
+    path = str(tmp_path / "j")
+    w = journal.open(path, create=True, compress=False, segment_size_bytes=65536)
+    for i in range(3):
+        w.append({"n": i})
+    orig = V._read
+    done = []
+
+    def between(p: str) -> bytes:  # runs after the walk's read, before verify's own
+        if not done:
+            done.append(p)
+            if action == "close":
+                w.close()
+            else:
+                i = 0
+                while len(segments(path)) < 2:
+                    w.append({"fill": "x" * 2000, "i": i})
+                    i += 1
+        return orig(p)
+
+    V._read = between  # type: ignore[assignment]
+    try:
+        rep = V.verify(path)
+    finally:
+        V._read = orig  # type: ignore[assignment]
+        w.close()
+    assert done and rep.verdict in (V.CLEAN, V.TORN) and not rep.problems, [p.describe() for p in rep.problems]
+    assert V.verify(path).verdict == V.CLEAN
+
+
+def test_verify_during_a_header_last_batch_reads_again(jpath: str) -> None:
+    """A batch's body is written before its first header: in between, a live writer's tail
+    looks torn. With the lock held verify reads again and finds the batch whole."""
+    from journal import verify as V
+
+    reports = []
+
+    class VerifyBeforeHeader(OsFileSystem):
+        armed = False
+
+        def open_write(self, path: str, create: bool):  # type: ignore[no-untyped-def]
+            f = super().open_write(path, create)
+            inner = f.pwrite
+            fs = self
+
+            def pwrite(data, offset: int) -> int:  # type: ignore[no-untyped-def]
+                n = inner(data, offset)
+                if fs.armed and len(data) > fmt.FRAME_HEADER_SIZE_BYTES:  # the body: its header comes next
+                    fs.armed = False
+                    threading.Thread(target=lambda: reports.append(V.verify(jpath))).start()
+                    time.sleep(0.03)  # the header lands while verify looks again
+                return n
+
+            f.pwrite = pwrite  # type: ignore[method-assign]
+            return f
+
+    fs = VerifyBeforeHeader()
+    with journal.open(jpath, create=True, fs=fs) as w:
+        w.append({"n": 0})
+        fs.armed = True
+        w.append_many([{"n": i} for i in range(1, 6)])
+        deadline = time.monotonic() + 10
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert reports, "verify never ran"
+    assert reports[0].verdict == V.CLEAN and reports[0].torn_tail is None, reports[0].summary()
+
+
+def test_a_blocked_waiter_is_not_the_lock_holder() -> None:
+    from journal.fs import holder_in_proc_locks
+
+    lines = [
+        "1: POSIX  ADVISORY  WRITE 100 fe:00:77 0 EOF",
+        "2: FLOCK  ADVISORY  READ 200 fe:00:77 0 EOF",
+        "2: -> FLOCK  ADVISORY  WRITE 300 fe:00:77 0 EOF",
+        "3: FLOCK  ADVISORY  WRITE 400 fe:00:78 0 EOF",
+    ]
+    assert holder_in_proc_locks(lines, "fe:00:77") is None  # shared holder, blocked writer
+    assert holder_in_proc_locks(lines, "fe:00:78") == 400
+    assert holder_in_proc_locks([], "fe:00:78") is None
+
+
+def test_a_racing_reader_with_a_lower_record_limit_gets_the_right_error(jpath: str) -> None:
+    """Was a bug: the reread of the frame at a damaged offset refused frames over the reader's
+    own record limit, so a race turned RecordTooLargeError into corruption of committed data."""
+    from journal.reader import Cursor
+
+    with journal.open(jpath, create=True, compress=False) as w:
+        w.append({"n": 1})
+
+        def during() -> None:
+            w.append(b"a" * 9000)  # over the reader's limit below
+            w.append(b"b" * 6000)
+            w.append({"n": 4})
+
+        fs = _SplitPreadFS(during)
+        cur = Cursor(fs, jpath, 0, 4096)
+        try:
+            with pytest.raises(journal.RecordTooLargeError):
+                for _ in range(3):
+                    list(cur.read())
+            assert fs.fired
+        finally:
+            cur.close()
+
+
+def test_a_damaged_footer_before_a_later_segment_is_reported_not_skipped(jpath: str) -> None:
+    """Was a bug (older than the reservation): a non-last segment whose seal footer is damaged
+    was read as the live segment, and read() stopped at its end without a word."""
+    with journal.open(jpath, create=True, compress=False, segment_size_bytes=8192) as w:
+        for i in range(200):
+            w.append({"i": i, "pad": "x" * 100}, durability="flush")
+    first = segments(jpath)[0]
+    data = bytearray(first.read_bytes())
+    data[-12] ^= 0xFF  # inside the footer's payload
+    first.write_bytes(bytes(data))
+    with journal.open(jpath, readonly=True) as j:
+        with pytest.raises(journal.CorruptionError, match="no valid seal footer"):
+            list(j.read())
