@@ -52,6 +52,6 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    cffi_modules=["journal/_native_build.py:ffibuilder"],
+    cffi_modules=["journal/engine/_native_build.py:ffibuilder"],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -32,8 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import journal  # noqa: E402
-from journal import format as fmt  # noqa: E402
-from journal import native  # noqa: E402
+from journal.engine import format as fmt  # noqa: E402
+from journal.engine import native  # noqa: E402
 
 SALT = 0x1234_5678_9ABC_DEF0
 MB = 1e6

@@ -17,7 +17,7 @@ import sys
 
 import xxhash
 
-from journal import format as fmt
+from journal.engine import format as fmt
 
 PARAMS = struct.Struct("<QQHBB")
 

@@ -9,8 +9,11 @@
 See docs/GUARANTEES.md for what each durability level and each outcome promise.
 """
 
-from .core import Journal, Options, open  # noqa: A004 - the public contract is journal.open
-from .errors import (
+from journal.engine.core import Journal, Options, open  # noqa: A004 - the public contract is journal.open
+from journal.engine.native import native_available
+from journal.engine.reader import Record
+from journal.engine.recovery import RecoveryReport
+from journal.errors import (
     CorruptionError,
     EventNotSerializableError,
     JournalClosedError,
@@ -25,10 +28,7 @@ from .errors import (
     RecordTooLargeError,
     SequenceError,
 )
-from .native import native_available
-from .outcomes import AckLost, Committed, NotCommitted, Outcome
-from .reader import Record
-from .recovery import RecoveryReport
+from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
 
 __version__ = "0.1.0"
 

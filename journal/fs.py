@@ -1,7 +1,7 @@
 """The one file layer. Every open, write, sync, truncate, rename, unlink and lock goes through it.
 
 The engine never calls ``os`` for file work directly. Tests wrap a FileSystem to inject faults
-at any call (journal.faults), and the crash simulator replaces it with one that records every
+at any call (journal.crashsim.faults), and the crash simulator replaces it with one that records every
 byte (journal.crashsim), so what they see is exactly what reaches a disk.
 """
 

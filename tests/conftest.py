@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from journal import format as fmt
+from journal.engine import format as fmt
 
 
 def segments(path: str | os.PathLike[str]) -> list[pathlib.Path]:

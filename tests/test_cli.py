@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 
 import journal
-from journal import format as fmt
-from journal.commands import common
-from journal.progress import Progress
-
-from .conftest import segments, snapshot_files
+from journal.cli import common
+from journal.cli.progress import Progress
+from journal.engine import format as fmt
+from tests.conftest import segments, snapshot_files
 
 SEGMENT_BYTES = 8192
 RECORDS = 450  # five segments of about a hundred records

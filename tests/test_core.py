@@ -10,10 +10,9 @@ import stat
 import pytest
 
 import journal
-from journal import format as fmt
+from journal.engine import format as fmt
 from journal.fs import OsFileSystem
-
-from .conftest import frames_of, live_segment, segments, snapshot_files
+from tests.conftest import frames_of, live_segment, segments, snapshot_files
 
 
 def events(n: int, start: int = 0, size: int = 40) -> list[dict[str, object]]:
@@ -391,7 +390,7 @@ def test_leftover_temp_segment_with_data_is_quarantined_first(jpath: str) -> Non
 
 
 def test_leftover_padded_temp_segment_is_just_removed(jpath: str) -> None:
-    from journal.segment import header_padding, new_header
+    from journal.engine.segment import header_padding, new_header
 
     with journal.open(jpath, create=True) as j:
         j.append({"a": 1})

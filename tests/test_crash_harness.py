@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from journal.core import Journal
 from journal.crashsim import campaign, faultsweep, killtest
-from journal.crashsim.workloads import WORKLOADS
+from journal.crashsim.workloads.core import WORKLOADS
+from journal.engine.core import Journal
 
 CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
 STATES_PER_PAIR = 20_000 if CAMPAIGN else 2_100
@@ -104,8 +104,8 @@ def acks_before_fdatasync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A broken engine: a new segment's rename is never made durable with a directory fsync."""
-    import journal.segment as segment
-    import journal.writer as writer
+    import journal.engine.segment as segment
+    import journal.engine.writer as writer
 
     original = segment.create_segment
 
@@ -219,8 +219,8 @@ def test_command_summary_and_exit_code(tmp_path: pathlib.Path) -> None:
 
 
 def test_injected_fault_api_is_unchanged() -> None:
+    from journal.crashsim.faults import FaultyFileSystem
     from journal.crashsim.memfs import MemFileSystem
-    from journal.faults import FaultyFileSystem
 
     fs = FaultyFileSystem(MemFileSystem())
     fs.fail("fdatasync", errno.EIO, after=0)

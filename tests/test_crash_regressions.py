@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 import random
 
-from journal.core import Journal
 from journal.crashsim.campaign import sector_option
 from journal.crashsim.memfs import SYNC, WRITE, MemFileSystem
 from journal.crashsim.model import DROP, KEEP, CrashState, Fate, Replay, Trash
+from journal.engine.core import Journal
 from journal.errors import CorruptionError
 
 

@@ -9,10 +9,9 @@ import threading
 import pytest
 
 import journal
-from journal.faults import FaultyFileSystem
+from journal.crashsim.faults import FaultyFileSystem
 from journal.fs import OsFileSystem
-
-from .conftest import segments, snapshot_files
+from tests.conftest import segments, snapshot_files
 
 
 def faulty() -> FaultyFileSystem:

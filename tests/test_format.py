@@ -10,7 +10,7 @@ import pytest
 import xxhash
 import zstandard
 
-from journal import format as fmt
+from journal.engine import format as fmt
 
 VECTORS = json.loads((pathlib.Path(__file__).parent / "vectors" / "format_v1.json").read_text())
 SALT = VECTORS["salt"]

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 import journal
+from journal.engine.reader import Cursor
 from journal.fs import OsFileSystem
-from journal.reader import Cursor
 
 
 def _event(i: int) -> dict[str, object]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from journal import importers, session
-from journal.importers import MalformedLineError
+from journal import session
+from journal.session import importers
+from journal.session.importers import MalformedLineError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import journal
-
-from .conftest import frames_of, live_segment
+from tests.conftest import frames_of, live_segment
 
 EVENTS = st.one_of(
     st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=300), st.booleans()), max_size=4),

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import journal
-from journal import format as fmt
-from journal import native
+from journal.engine import format as fmt
+from journal.engine import native
 
 U64_MAX = (1 << 64) - 1
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,7 +258,7 @@ def test_selection_is_automatic_and_exported() -> None:
 
 def test_journal_pure_env_forces_the_pure_path() -> None:
     code = (
-        "import journal, journal.format as f, journal.native as n; "
+        "import journal, journal.engine.format as f, journal.engine.native as n; "
         "print(journal.native_available(), f.scan is f.py_scan, f.encode_batch is f.py_encode_batch, "
         "n.native_status())"
     )

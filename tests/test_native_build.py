@@ -16,8 +16,8 @@ def test_build_with_a_failing_compiler_warns_and_succeeds(tmp_path: Path) -> Non
     for name in ("setup.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "native", tmp_path / "native")
-    (tmp_path / "journal").mkdir()
-    shutil.copy(ROOT / "journal" / "_native_build.py", tmp_path / "journal" / "_native_build.py")
+    (tmp_path / "journal" / "engine").mkdir(parents=True)
+    shutil.copy(ROOT / "journal" / "engine" / "_native_build.py", tmp_path / "journal" / "engine" / "_native_build.py")
     env = dict(os.environ, CC="false", LDSHARED="false")  # a compiler that exists and always fails
     res = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
@@ -29,13 +29,13 @@ def test_build_with_a_failing_compiler_warns_and_succeeds(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr
     warning = [ln for ln in res.stderr.splitlines() if "the C helper was not built" in ln]
     assert len(warning) == 1, res.stderr
-    assert not list((tmp_path / "journal").glob("_journal_native*"))
+    assert not list((tmp_path / "journal").rglob("_journal_native*"))
 
 
 def test_missing_module_falls_back_to_pure_with_one_warning_line(tmp_path: Path) -> None:
     # A copy of the package without the compiled module: what a compiler-less install leaves.
     shutil.copytree(ROOT / "journal", tmp_path / "journal", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    code = "import journal, journal.format as f; print(journal.native_available(), f.scan is f.py_scan)"
+    code = "import journal, journal.engine.format as f; print(journal.native_available(), f.scan is f.py_scan)"
     env = {k: v for k, v in os.environ.items() if k != "JOURNAL_PURE"}
     # -S skips the .pth files, so the editable install's finder cannot map journal back here.
     paths = sysconfig.get_paths()

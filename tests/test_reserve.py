@@ -13,11 +13,10 @@ import time
 import pytest
 
 import journal
-from journal import format as fmt
-from journal.faults import FaultyFileSystem
+from journal.crashsim.faults import FaultyFileSystem
+from journal.engine import format as fmt
 from journal.fs import OsFileSystem
-
-from .conftest import live_segment, segments
+from tests.conftest import live_segment, segments
 
 RESERVE = fmt.RESERVE_BYTES_DEFAULT
 
@@ -225,7 +224,7 @@ def _three_more(w: journal.Journal):  # type: ignore[no-untyped-def]
 
 
 def test_a_reader_racing_appends_into_reserved_space_reports_no_corruption(jpath: str) -> None:
-    from journal.reader import Cursor
+    from journal.engine.reader import Cursor
 
     with journal.open(jpath, create=True, compress=False) as w:
         w.append({"n": 1})
@@ -240,7 +239,7 @@ def test_a_reader_racing_appends_into_reserved_space_reports_no_corruption(jpath
 
 
 def test_verify_racing_appends_into_reserved_space_reports_no_corruption(jpath: str) -> None:
-    from journal import verify as V
+    from journal.engine import verify as V
 
     with journal.open(jpath, create=True, compress=False) as w:
         w.append({"n": 1})
@@ -387,7 +386,7 @@ def test_a_reader_whose_file_shrinks_under_it_neither_fails_nor_spins(jpath: str
     """Was a bug: the reserved space is cut off before the seal is written, so a follower's
     stale size made read_seal assert on a short read, and a span read could loop on an empty
     pread until the seal landed (forever, had the writer died in between)."""
-    from journal.reader import Cursor
+    from journal.engine.reader import Cursor
 
     with journal.open(jpath, create=True) as w:
         w.append_many(events(5))
@@ -405,7 +404,7 @@ def test_a_reader_whose_file_shrinks_under_it_neither_fails_nor_spins(jpath: str
 
 
 def test_read_seal_with_a_stale_size_says_not_sealed(jpath: str) -> None:
-    from journal.segment import read_header, read_seal
+    from journal.engine.segment import read_header, read_seal
 
     with journal.open(jpath, create=True) as w:
         w.append_many(events(3))
@@ -428,7 +427,7 @@ def test_verify_while_the_writer_closes_or_rolls_over_is_not_corrupt(tmp_path: p
     """Was a bug: verify's walk saw the reserved zeros, the writer then cut them (close) or
     sealed (roll-over), and verify mixed the two reads into "zeroed bytes" and "no valid seal
     footer" problems. Everything it says of the live segment now comes from one read."""
-    from journal import verify as V
+    from journal.engine import verify as V
 
     path = str(tmp_path / "j")
     w = journal.open(path, create=True, compress=False, segment_size_bytes=65536)
@@ -462,7 +461,7 @@ def test_verify_while_the_writer_closes_or_rolls_over_is_not_corrupt(tmp_path: p
 def test_verify_during_a_header_last_batch_reads_again(jpath: str) -> None:
     """A batch's body is written before its first header: in between, a live writer's tail
     looks torn. With the lock held verify reads again and finds the batch whole."""
-    from journal import verify as V
+    from journal.engine import verify as V
 
     reports = []
 
@@ -514,7 +513,7 @@ def test_a_blocked_waiter_is_not_the_lock_holder() -> None:
 def test_a_racing_reader_with_a_lower_record_limit_gets_the_right_error(jpath: str) -> None:
     """Was a bug: the reread of the frame at a damaged offset refused frames over the reader's
     own record limit, so a race turned RecordTooLargeError into corruption of committed data."""
-    from journal.reader import Cursor
+    from journal.engine.reader import Cursor
 
     with journal.open(jpath, create=True, compress=False) as w:
         w.append({"n": 1})

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 campaign = pytest.importorskip("journal.crashsim.campaign")
-crash_workload = pytest.importorskip("journal.session.crash_workload")
+crash_workload = pytest.importorskip("journal.crashsim.workloads.session_repair")
 
 STATES = int(os.environ.get("JOURNAL_SESSION_CRASH_STATES", "250"))
 # Fork and snapshot traces are short (about 20-40 states each): 600 states is 15-30 runs, that
@@ -24,8 +24,8 @@ def session_workloads() -> Iterator[None]:
     """Register session-fork and session-snapshot. Imported here, not at collection: registered
     earlier, they would join tests/test_crash_harness.py's every-workload campaign at 2,100
     states per model each (over a minute); here they get their own budget."""
-    importlib.import_module("journal.session.crash_fork")
-    importlib.import_module("journal.session.crash_snapshot")
+    importlib.import_module("journal.crashsim.workloads.session_fork")
+    importlib.import_module("journal.crashsim.workloads.session_snapshot")
     yield
 
 
@@ -60,7 +60,7 @@ def test_power_loss_inside_fork_and_snapshot_save(session_workloads: None, name:
 @pytest.mark.parametrize("name", ["session-fork", "session-snapshot"])
 def test_every_crash_point_of_each_run_is_checked(session_workloads: None, name: str) -> None:
     """Each run's states fit the per-run budget, so the campaign checks all of them (exhaustive)."""
-    from journal.crashsim.workloads import WORKLOADS
+    from journal.crashsim.workloads.core import WORKLOADS
 
     for model in ("psow", "npsow"):
         for seed in range(11, 15):
@@ -77,8 +77,8 @@ def _violations(name: str, states: int = 120) -> list[str]:
 def test_the_fork_check_catches_a_child_renamed_before_its_entries_are_durable(
     session_workloads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from journal.engine import copy as prefix
     from journal.session import fork as forking
-    from journal.session import prefix
 
     class NoDirSync:
         def __init__(self, fs: Any) -> None:
@@ -100,8 +100,8 @@ def test_the_fork_check_catches_a_child_renamed_before_its_entries_are_durable(
 def test_the_fork_check_catches_a_fork_that_writes_the_parent(
     session_workloads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from journal.engine import copy as prefix
     from journal.session import fork as forking
-    from journal.session import prefix
 
     def touching(fs: Any, src: str, dst: str, at_seq: int, link: bool = True) -> Any:
         seg = sorted(n for n in fs.listdir(src) if n.endswith(".seg"))[-1]

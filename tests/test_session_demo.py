@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from journal.session.demo import run_story
+from journal.cli.demo_session import run_story
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 import journal
-from journal.faults import FaultyFileSystem, _Rule
+from journal.crashsim.faults import FaultyFileSystem, _Rule
 from journal.fs import OsFileSystem
 from journal.session import artifacts as art
 from journal.session import fork as forking
@@ -41,9 +41,8 @@ from journal.session.reducer import SessionReducer
 from journal.session.registry import Registry
 from journal.session.session import Appended
 from journal.session.store import SessionStore
-
-from .conftest import live_segment, snapshot_files
-from .session_gen import FIXED_TIME, add_turns, write_session
+from tests.conftest import live_segment, snapshot_files
+from tests.session_gen import FIXED_TIME, add_turns, write_session
 
 REG = Registry()
 SWEPT_OPS = (

@@ -18,9 +18,8 @@ from journal.session.reducer import SessionReducer
 from journal.session.registry import Registry
 from journal.session.replay import fold
 from journal.session.state import SessionState
-
-from .conftest import snapshot_files
-from .session_gen import FIXED_TIME, add_turns, write_session
+from tests.conftest import snapshot_files
+from tests.session_gen import FIXED_TIME, add_turns, write_session
 
 
 def state_upto(path: str, seq: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import session as S
-from journal.format import SEGMENT_HEADER_SIZE_BYTES
+from journal.engine.format import SEGMENT_HEADER_SIZE_BYTES
 
 SESSION_ID = "s-prop"
 EXAMPLES = int(os.environ.get("JOURNAL_SESSION_EXAMPLES", "20"))

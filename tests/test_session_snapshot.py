@@ -17,8 +17,7 @@ from journal.session import branch, snapshot
 from journal.session import fork as forking
 from journal.session.reducer import SessionReducer
 from journal.session.registry import Registry
-
-from .session_gen import add_turns, write_session
+from tests.session_gen import add_turns, write_session
 
 REG = Registry()
 

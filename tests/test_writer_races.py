@@ -13,12 +13,11 @@ import time
 import pytest
 
 import journal
-from journal import format as fmt
-from journal.faults import FaultyFileSystem
+from journal.crashsim.faults import FaultyFileSystem
+from journal.engine import format as fmt
+from journal.engine.reader import Cursor
 from journal.fs import OsFileSystem
-from journal.reader import Cursor
-
-from .conftest import frames_of, live_segment
+from tests.conftest import frames_of, live_segment
 
 
 class _GateFile:

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import journal
-from journal import native
-
-from . import stores as st
-from .events import KINDS, Event, make_events, size_summary
-from .stores import JournalStore, Store
+from journal.benchmark import stores as st
+from journal.benchmark.events import KINDS, Event, make_events, size_summary
+from journal.benchmark.stores import JournalStore, Store
+from journal.engine import native
 
 THREADS = 16
 ONE_WRITER_BASELINE = "JSONL write+fdatasync, one writer (baseline)"

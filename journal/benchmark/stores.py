@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import journal
-from journal import format as fmt
-from journal import native
+from journal.engine import format as fmt
+from journal.engine import native
 
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 Event = dict[str, Any]

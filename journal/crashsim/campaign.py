@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checker import Expect, check_image
-from .memfs import Image, MemFileSystem
-from .model import CrashState, Replay, crash_points, exhaustive, sample
-from .workloads import WORKLOADS, Ctx, Ledger, Workload
+from journal.crashsim.checker import Expect, check_image
+from journal.crashsim.memfs import Image, MemFileSystem
+from journal.crashsim.model import CrashState, Replay, crash_points, exhaustive, sample
+from journal.crashsim.workloads.core import WORKLOADS, Ctx, Ledger, Workload
 
 STATES_PER_RUN_MAX = 300  # beyond this a run's states are sampled, so seeds vary the traces
 DEEP_EVERY = 25  # every Nth checked state also checks appends after recovery
@@ -52,7 +52,7 @@ class _SeededSecrets:
 def deterministic(seed: int) -> Iterator[None]:
     """Make the engine's random salts and journal ids a function of ``seed`` (they are not part
     of any crash behaviour, but they are part of every byte, so a seed must fix them)."""
-    from .. import core, segment
+    from journal.engine import core, segment
 
     shim = _SeededSecrets(random.Random(seed ^ 0x5EED))
     saved = [(m, m.__dict__["secrets"]) for m in (core, segment) if "secrets" in m.__dict__]
@@ -72,7 +72,7 @@ SECTOR_BYTES = 4096
 
 
 def sector_option() -> str | None:
-    from ..core import Journal
+    from journal.engine.core import Journal
 
     params = inspect.signature(Journal.open).parameters
     return next((name for name in SECTOR_OPTIONS if name in params), None)

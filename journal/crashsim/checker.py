@@ -21,12 +21,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import Journal
-from ..errors import CorruptionError
-from ..outcomes import Committed, NotCommitted
-from .memfs import Image, MemFileSystem
-from .model import Replay, crash_points, exhaustive, sample
-from .workloads import JOURNAL_PATH, Ledger, Workload
+from journal.crashsim.memfs import Image, MemFileSystem
+from journal.crashsim.model import Replay, crash_points, exhaustive, sample
+from journal.crashsim.workloads.core import JOURNAL_PATH, Ledger, Workload
+from journal.engine.core import Journal
+from journal.errors import CorruptionError
+from journal.outcomes import Committed, NotCommitted
 
 
 @dataclass

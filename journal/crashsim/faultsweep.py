@@ -22,14 +22,14 @@ import errno as errno_mod
 import random
 from dataclasses import dataclass, field
 
-from ..core import Journal
-from ..faults import FaultyFileSystem
-from ..outcomes import AckLost, Committed, NotCommitted
-from .campaign import deterministic
-from .checker import Expect, check_records
-from .memfs import Image, MemFileSystem
-from .model import CrashState, Replay
-from .workloads import JOURNAL_PATH, WORKLOADS, Ctx, Ledger, Workload
+from journal.crashsim.campaign import deterministic
+from journal.crashsim.checker import Expect, check_records
+from journal.crashsim.faults import FaultyFileSystem
+from journal.crashsim.memfs import Image, MemFileSystem
+from journal.crashsim.model import CrashState, Replay
+from journal.crashsim.workloads.core import JOURNAL_PATH, WORKLOADS, Ctx, Ledger, Workload
+from journal.engine.core import Journal
+from journal.outcomes import AckLost, Committed, NotCommitted
 
 # (operation, errno) pairs swept at every call site; the second tuple entry of a plan is an
 # extra rule that fails the first later call of another operation (the rollback path).

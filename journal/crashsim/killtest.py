@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import Journal
-from ..outcomes import AckLost, Committed, Outcome
+from journal.engine.core import Journal
+from journal.outcomes import AckLost, Committed, Outcome
 
 KILL_DELAY_S_MAX = 0.04
 CHILD_THREADS = 3

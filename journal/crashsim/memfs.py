@@ -20,7 +20,7 @@ import posixpath
 import threading
 from dataclasses import dataclass, field
 
-from ..fs import File, Lock
+from journal.fs import File, Lock
 
 # What a crash image is: file path -> bytes, plus the set of directory paths.
 Image = tuple[dict[str, bytes], frozenset[str]]

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .memfs import CREATE, DIR_ENTRY, DIRSYNC, MKDIR, RENAME, SYNC, TRUNCATE, UNLINK, WRITE, Image, Op
+from journal.crashsim.memfs import CREATE, DIR_ENTRY, DIRSYNC, MKDIR, RENAME, SYNC, TRUNCATE, UNLINK, WRITE, Image, Op
 
 _V = TypeVar("_V")
 

@@ -3,7 +3,7 @@
 It uses only the core's public API (journal.open, append, read). See docs/SESSIONS.md.
 """
 
-from .closers import (
+from journal.session.closers import (
     EXPIRED,
     INTERRUPTED,
     ORPHANED,
@@ -14,8 +14,8 @@ from .closers import (
     JobPolicy,
     RepairPolicy,
 )
-from .envelope import SCHEMA_VERSION, Event
-from .errors import (
+from journal.session.envelope import SCHEMA_VERSION, Event
+from journal.session.errors import (
     DuplicateSeqError,
     EnvelopeError,
     NewerSchemaError,
@@ -26,13 +26,13 @@ from .errors import (
     SessionError,
     UnknownEventTypeError,
 )
-from .gate import GateDecision, Reason, ResumeChecks, evaluate
-from .reducer import Reducer, SessionReducer
-from .registry import BUILTIN_TYPES, DurabilityClass, EventType, Registry, Role
-from .repair import RepairReport, repair
-from .replay import Replayed, Snapshot, make_snapshot, replay, replay_events
-from .session import Appended, Session, open  # noqa: A004 - mirrors journal.open
-from .state import SessionState
+from journal.session.gate import GateDecision, Reason, ResumeChecks, evaluate
+from journal.session.reducer import Reducer, SessionReducer
+from journal.session.registry import BUILTIN_TYPES, DurabilityClass, EventType, Registry, Role
+from journal.session.repair import RepairReport, repair
+from journal.session.replay import Replayed, Snapshot, make_snapshot, replay, replay_events
+from journal.session.session import Appended, Session, open  # noqa: A004 - mirrors journal.open
+from journal.session.state import SessionState
 
 __all__ = [
     "BUILTIN_TYPES",

@@ -30,9 +30,9 @@ from typing import Any
 
 import zstandard
 
-from ..core import Journal
-from ..fs import FileSystem, OsFileSystem, write_atomic
-from .errors import SessionError
+from journal.engine.core import Journal
+from journal.fs import FileSystem, OsFileSystem, write_atomic
+from journal.session.errors import SessionError
 
 SCHEME = "artifact://"
 REF_RE = re.compile(r"artifact://([0-9a-f]{64})")

@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .envelope import Event
-from .errors import SessionError
-from .reducer import Reducer, SessionReducer
-from .registry import EventType, Registry, Role
-from .session import Appended, Session
+from journal.session.envelope import Event
+from journal.session.errors import SessionError
+from journal.session.reducer import Reducer, SessionReducer
+from journal.session.registry import EventType, Registry, Role
+from journal.session.session import Appended, Session
 
 
 def _builtin(name: str) -> EventType:

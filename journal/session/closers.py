@@ -13,8 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from .dangling import Dangling, OpenTool, data_id
-from .envelope import Event
+from journal.session.dangling import Dangling, OpenTool, data_id
+from journal.session.envelope import Event
 
 REPAIR_VERSION = 1
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"

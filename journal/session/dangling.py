@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .envelope import Event
-from .registry import EventType, Role
+from journal.session.envelope import Event
+from journal.session.registry import EventType, Role
 
 
 @dataclass

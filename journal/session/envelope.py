@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..reader import Record
-from .errors import EnvelopeError, NewerSchemaError, UnknownEventTypeError
-from .registry import EventType, Registry
+from journal.engine.reader import Record
+from journal.session.errors import EnvelopeError, NewerSchemaError, UnknownEventTypeError
+from journal.session.registry import EventType, Registry
 
 SCHEMA_VERSION = 1
 

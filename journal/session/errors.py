@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import JournalError
+from journal.errors import JournalError
 
 
 class SessionError(JournalError):

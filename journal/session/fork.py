@@ -29,15 +29,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import core
-from ..fs import FileSystem, OsFileSystem
-from ..outcomes import Committed
-from .envelope import Event, check_for_append, decode
-from .errors import SessionError
-from .prefix import PrefixCopy, copy_prefix
-from .registry import EventType, Registry, Role
-from .session import new_session_id, utc_now
-from .snapshot import resume
+from journal.engine import core
+from journal.engine.copy import PrefixCopy, copy_prefix
+from journal.fs import FileSystem, OsFileSystem
+from journal.outcomes import Committed
+from journal.session.envelope import Event, check_for_append, decode
+from journal.session.errors import SessionError
+from journal.session.registry import EventType, Registry, Role
+from journal.session.session import new_session_id, utc_now
+from journal.session.snapshot import resume
 
 PREVIEW_CHARS = 60
 NEAREST_MAX = 3  # clean points named on each side in a refusal

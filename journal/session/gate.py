@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .state import SessionState
+from journal.session.state import SessionState
 
 Severity = Literal["pause", "info"]
 

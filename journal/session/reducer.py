@@ -10,9 +10,19 @@ from __future__ import annotations
 
 from typing import Any, Generic, Protocol, TypeVar
 
-from .envelope import Event
-from .registry import EventType, Role
-from .state import RESULT_STATUSES, Approval, Attempt, Compaction, Entry, Job, SessionState, Span, ToolCall
+from journal.session.envelope import Event
+from journal.session.registry import EventType, Role
+from journal.session.state import (
+    RESULT_STATUSES,
+    Approval,
+    Attempt,
+    Compaction,
+    Entry,
+    Job,
+    SessionState,
+    Span,
+    ToolCall,
+)
 
 S = TypeVar("S")
 

@@ -12,7 +12,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from ..outcomes import Durability
+from journal.outcomes import Durability
 
 
 class DurabilityClass(enum.Enum):

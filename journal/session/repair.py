@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..core import Journal
-from ..outcomes import Committed
-from ..recovery import RecoveryReport
-from .closers import Closer, RepairPolicy, plan_closers
-from .dangling import Dangling, find_dangling
-from .envelope import Event, decode
-from .errors import RepairIncompleteError
-from .registry import EventType, Registry
+from journal.engine.core import Journal
+from journal.engine.recovery import RecoveryReport
+from journal.outcomes import Committed
+from journal.session.closers import Closer, RepairPolicy, plan_closers
+from journal.session.dangling import Dangling, find_dangling
+from journal.session.envelope import Event, decode
+from journal.session.errors import RepairIncompleteError
+from journal.session.registry import EventType, Registry
 
 
 @dataclass

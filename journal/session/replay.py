@@ -16,11 +16,11 @@ from typing import Any, Generic, TypeVar
 
 import xxhash
 
-from ..core import Journal
-from .envelope import Event, decode
-from .errors import DuplicateSeqError, SequenceGapError
-from .reducer import Reducer
-from .registry import EventType, Registry
+from journal.engine.core import Journal
+from journal.session.envelope import Event, decode
+from journal.session.errors import DuplicateSeqError, SequenceGapError
+from journal.session.reducer import Reducer
+from journal.session.registry import EventType, Registry
 
 S = TypeVar("S")
 

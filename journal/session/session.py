@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import core
-from ..outcomes import DURABILITY_RANK, Committed, Durability, Outcome
-from .closers import RepairPolicy
-from .envelope import Event, check_for_append, decode
-from .errors import NotASessionError, ProtocolError, SessionError
-from .gate import GateDecision, ResumeChecks, evaluate
-from .reducer import Reducer, SessionReducer
-from .registry import EventType, Registry, Role
-from .repair import RepairReport, repair
-from .replay import Replayed, Snapshot, replay
-from .state import SessionState
+from journal.engine import core
+from journal.outcomes import DURABILITY_RANK, Committed, Durability, Outcome
+from journal.session.closers import RepairPolicy
+from journal.session.envelope import Event, check_for_append, decode
+from journal.session.errors import NotASessionError, ProtocolError, SessionError
+from journal.session.gate import GateDecision, ResumeChecks, evaluate
+from journal.session.reducer import Reducer, SessionReducer
+from journal.session.registry import EventType, Registry, Role
+from journal.session.repair import RepairReport, repair
+from journal.session.replay import Replayed, Snapshot, replay
+from journal.session.state import SessionState
 
 Clock = Callable[[], str]
 

@@ -36,14 +36,14 @@ from typing import Any, Generic, TypeVar
 
 import xxhash
 
-from ..core import Journal
-from ..fs import FileSystem, OsFileSystem
-from ..fs import write_atomic as fs_write_atomic
-from .envelope import Event, decode
-from .errors import SessionError
-from .reducer import Reducer
-from .registry import EventType, Registry
-from .replay import Replayed, fold
+from journal.engine.core import Journal
+from journal.fs import FileSystem, OsFileSystem
+from journal.fs import write_atomic as fs_write_atomic
+from journal.session.envelope import Event, decode
+from journal.session.errors import SessionError
+from journal.session.reducer import Reducer
+from journal.session.registry import EventType, Registry
+from journal.session.replay import Replayed, fold
 
 S = TypeVar("S")
 

@@ -35,14 +35,14 @@ from typing import Any, cast
 
 import xxhash
 
-from .. import core
-from ..fs import FileSystem, OsFileSystem, take_lock
-from .artifacts import ArtifactStore
-from .errors import SessionError
-from .fork import ForkReducer, ForkResult, fork, remove_tree
-from .registry import Registry
-from .session import Session, new_session_id, utc_now
-from .snapshot import snapshot_path, write_atomic
+from journal.engine import core
+from journal.fs import FileSystem, OsFileSystem, take_lock
+from journal.session.artifacts import ArtifactStore
+from journal.session.errors import SessionError
+from journal.session.fork import ForkReducer, ForkResult, fork, remove_tree
+from journal.session.registry import Registry
+from journal.session.session import Session, new_session_id, utc_now
+from journal.session.snapshot import snapshot_path, write_atomic
 
 INDEX_FILE = "index.json"
 INDEX_LOCK = "INDEX.lock"

@@ -11,7 +11,7 @@ import pathlib
 
 import zstandard
 
-from journal import format as fmt
+from journal.engine import format as fmt
 
 JOURNAL_ID = bytes(range(16))
 SALT = 0x0123456789ABCDEF & ((1 << 63) - 1)

@@ -1,0 +1,85 @@
+"""The `journal` command. Each subcommand lives in its own module with configure() and run().
+
+A subcommand module keeps heavy imports inside run(), so building the parser stays fast and
+a missing optional dependency of one subcommand never breaks another. Typed errors become the
+documented exit codes here (journal/cli/common.py, docs/CLI.md), with the error's own
+message, which says what to do, on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+
+# name -> (module, one-line help). The module defines configure(parser) and run(args) -> int.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("journal.cli.info", "segments, records, size, last seq, format version, frame path"),
+    "cat": ("journal.cli.cat", "print records as JSON lines (--after-seq, --limit, --type)"),
+    "tail": ("journal.cli.tail", "print the last records; -f follows a live journal"),
+    "verify": ("journal.cli.verify", "read-only check of every frame and structure; exit code = verdict"),
+    "repair": ("journal.cli.repair", "byte-level recovery and session closers (--dry-run shows them)"),
+    "salvage": ("journal.cli.salvage", "copy what is recoverable from a damaged journal into a new one"),
+    "import": ("journal.cli.import_", "import a JSONL, Codex, pi or Claude Code session log"),
+    "export": ("journal.cli.export", "write an imported journal back in its original format"),
+    "sessions": ("journal.cli.sessions", "list the sessions of a session store"),
+    "fork": ("journal.cli.fork", "fork a session at a clean boundary into a new session journal"),
+    "demo": ("journal.cli.demo", "write, kill -9 a writer mid-batch, recover, and explain the outcomes"),
+}
+
+
+def _optional(name: str, module: str, help_text: str) -> None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is absent
+        found = False
+    if found:
+        SUBCOMMANDS[name] = (module, help_text)
+
+
+_optional("crash-test", "journal.cli.crash_test", "run the crash-injection campaign")
+_optional("bench", "journal.cli.bench", "throughput against the stores a user would otherwise pick")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="journal",
+        description="A crash-safe append-only journal for agent session event logs. See docs/CLI.md.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).configure(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from journal.cli.common import INTERRUPTED, exit_code_for
+    from journal.errors import JournalError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        code: int = importlib.import_module(args._module).run(args)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except BrokenPipeError:
+        # `journal cat ... | head`: the reader left; that is not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except (JournalError, FileNotFoundError, FileExistsError, IsADirectoryError, ValueError) as exc:
+        sys.stderr.write(f"journal {args.command}: {exc}\n")
+        return exit_code_for(exc)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""What every subcommand shares: exit codes, the ``--json`` flag, output, and error mapping.
+
+Exit codes are part of the command's interface (scripts branch on them); docs/CLI.md lists
+them and every ``--help`` ends with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+OK = 0  # done; verify: clean
+ERROR = 1  # an error not covered below (the message on stderr says what to do)
+USAGE = 2  # bad arguments (argparse's own code)
+DAMAGED = 3  # committed journal data is damaged, or an import source has a malformed line
+NOT_FOUND = 4  # no such journal or file, or the directory is not a journal
+LOCKED = 5  # another process holds the journal's writer lock
+NEWER_FORMAT = 6  # written by a newer format or schema than this version reads
+TORN = 7  # verify: only a torn tail after the last durable point (`journal repair` cuts it)
+LOST = 8  # salvage: the copy is made, but some records could not be recovered (see the report)
+INTERRUPTED = 130  # Ctrl-C
+
+EXIT_CODES_EPILOG = """exit codes:
+  0  success (verify: clean)
+  1  other error (the message says what to do)
+  2  bad arguments
+  3  damaged: corruption in committed journal data, or a malformed line in an import source
+  4  not found: no such journal or file, or not a journal
+  5  locked: another process is the journal's writer
+  6  newer format: written by a newer version of the format or schema
+  7  verify: torn tail only (`journal repair` cuts it; nothing durable is lost)
+  8  salvage: copy made, but records were lost (the report says which and where)
+  130 interrupted"""
+
+
+def configure_common(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (parser.epilog + "\n\n" if parser.epilog else "") + EXIT_CODES_EPILOG
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+
+
+def emit(args: argparse.Namespace, human: str, data: Any) -> None:
+    """Human text by default; with --json, the JSON document instead."""
+    if getattr(args, "json", False):
+        sys.stdout.write(dumps(data) + "\n")
+    else:
+        sys.stdout.write(human.rstrip("\n") + "\n")
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Map a typed error to the documented exit code."""
+    from journal.errors import (
+        CorruptionError,
+        JournalLockedError,
+        JournalNotFoundError,
+        NewerFormatError,
+        NotAJournalError,
+    )
+
+    if isinstance(exc, CorruptionError):
+        return DAMAGED
+    if isinstance(exc, (JournalNotFoundError, NotAJournalError, FileNotFoundError)):
+        return NOT_FOUND
+    if isinstance(exc, JournalLockedError):
+        return LOCKED
+    if isinstance(exc, NewerFormatError):
+        return NEWER_FORMAT
+    from journal.session.errors import NewerSchemaError
+    from journal.session.store import SessionNotFoundError
+
+    if isinstance(exc, NewerSchemaError):
+        return NEWER_FORMAT
+    if isinstance(exc, SessionNotFoundError):
+        return NOT_FOUND
+    return ERROR
+
+
+def record_json(rec: Any) -> dict[str, Any]:
+    """A record as one JSON object: seq, the event (or base64 bytes), and its flags."""
+    import base64
+
+    out: dict[str, Any] = {"seq": rec.seq}
+    if rec.is_bytes:
+        out["bytes"] = base64.b64encode(rec.payload).decode("ascii")
+    else:
+        out["event"] = rec.event
+    if rec.synthetic:
+        out["synthetic"] = True
+    if rec.key is not None:
+        out["key"] = rec.key
+    return out
+
+
+def event_type(rec: Any) -> str | None:
+    if rec.is_bytes:
+        return None
+    ev = rec.event
+    t = ev.get("type") if isinstance(ev, dict) else None
+    return t if isinstance(t, str) else None

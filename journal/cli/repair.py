@@ -1,0 +1,83 @@
+"""`journal repair PATH`: byte-level recovery, then (for a session) structural repair.
+
+Byte level: open the journal for writing, which runs recovery: a torn tail after the last
+durable point is copied into ``quarantine/`` and cut; an unfinished segment file is removed.
+Corruption of committed data is refused (exit 3): that is `journal salvage`'s job.
+Structural (session journals): the session layer appends its deterministic synthetic closers
+for every dangling tool call, approval, attempt, compaction, job, step and turn.
+``--dry-run`` changes nothing and prints what each level would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from journal.cli.common import DAMAGED, ERROR, OK, configure_common, emit
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="the journal directory")
+    parser.add_argument("--dry-run", action="store_true", help="change nothing; say what would be done")
+    parser.add_argument("--core-only", action="store_true", help="byte-level recovery only, no session closers")
+    configure_common(parser)
+
+
+def _is_session(j: Any) -> bool:
+    first = next(iter(j.read()), None)
+    return (first is not None and not first.is_bytes and isinstance(first.event, dict)
+            and first.event.get("type") == "session.started")
+
+
+def run(args: argparse.Namespace) -> int:
+    import journal
+    from journal.cli.progress import Progress
+    from journal.engine.verify import CORRUPT, verify
+    from journal.session import Registry, repair
+    from journal.session.errors import SessionError
+
+    bar = Progress(sys.stderr, "repair")
+    check = verify(args.path, progress=bar)
+    bar.end()
+    data: dict[str, Any] = {"dryRun": args.dry_run, "verdict": check.verdict, "byteLevel": [], "structural": None}
+    lines: list[str] = []
+    if check.verdict == CORRUPT:
+        data["problems"] = [p.to_json() for p in check.problems]
+        emit(args, check.summary() + "\nrepair refuses to cut committed data; run `journal salvage "
+             f"{args.path} NEW_PATH` to copy what is recoverable", data)
+        return DAMAGED
+    if args.dry_run:
+        if check.torn_tail is not None:
+            t = check.torn_tail
+            kept = "zero bytes only: nothing to keep" if t.reason == "zeros tail" else "keeping them in quarantine/"
+            data["byteLevel"].append(
+                f"would cut {t.length_bytes} bytes ({t.reason}) at {t.segment} offset {t.offset}, {kept}"
+            )
+        data["byteLevel"].extend(f"would remove unfinished segment file {n}" for n in check.temp_files)
+        j = journal.open(args.path, readonly=True)
+    else:
+        j = journal.open(args.path)
+        data["byteLevel"] = list(j.recovery.actions)
+        data["quarantined"] = list(j.recovery.quarantined)
+    try:
+        lines.extend(f"byte-level: {a}" for a in data["byteLevel"] or ["nothing to do"])
+        if not args.core_only and _is_session(j):
+            try:
+                rep = repair(j, Registry(), dry_run=args.dry_run)
+            except SessionError as exc:
+                lines.append(f"structural: not done: {exc}")
+                data["structural"] = {"error": str(exc)}
+                emit(args, "\n".join(lines), data)
+                return ERROR
+            closers = [ln.strip() for ln in rep.summary().splitlines() if ln.startswith("  ")]
+            data["structural"] = {"closers": closers, "count": len(rep.closers), "scanned": rep.events_scanned}
+            verb = "would append" if args.dry_run else "appended"
+            lines.append(f"structural: {verb} {len(rep.closers)} synthetic closer(s) after {rep.events_scanned} events")
+            lines.extend(f"  {c}" for c in closers)
+        elif not args.core_only:
+            lines.append("structural: not a session journal")
+    finally:
+        j.close()
+    emit(args, "\n".join(lines), data)
+    return OK

@@ -1,0 +1,138 @@
+"""Build a journal directory that holds the first records of another one, up to a seq.
+
+This is the storage half of a fork; it knows segments and frames, nothing about agents.
+
+A sealed segment never changes again, so a prefix that covers it whole shares it: a hard link
+where the file system allows one, a copy otherwise. Only the segment that holds the last wanted
+record is cut: its header and its frames up to that record are copied byte for byte into a new,
+unsealed segment, which becomes the new journal's live segment. The bytes keep the segment's
+header (journal id, segment number, base seq, salt), so every copied frame still passes its
+salted checksum and the result is exactly what the writer would have left had it stopped at
+that record. The cost is one segment at most, whatever the length of the sealed history.
+
+Every segment of the new journal carries the source's journal id, because linked segments
+cannot be rewritten and the core checks that consecutive segments share it. A journal's
+identity as a session is its events (see journal/session/fork.py), not that id.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+
+from journal.engine import format as fmt
+from journal.engine.reader import raise_for_stop
+from journal.engine.segment import list_segments, read_header, read_seal
+from journal.errors import CorruptionError
+from journal.fs import File, FileSystem, OsFileSystem, write_all, write_new
+
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
+# errnos that mean "no hard link here": another device, a file system without links, a limit.
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS})
+
+
+@dataclass
+class PrefixCopy:
+    """What building the prefix did; the byte counts are what fork cost in I/O."""
+
+    segments_linked: list[str] = field(default_factory=list)
+    segments_copied: list[str] = field(default_factory=list)  # whole sealed segments, where links failed
+    cut_segment: str | None = None  # the segment whose first records became the new live segment
+    bytes_copied: int = 0
+
+
+def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = True) -> PrefixCopy:
+    """Fill the existing empty directory ``dst`` with the records 1..at_seq of journal ``src``.
+
+    Files are fsync'd and so is ``dst``; ``src`` is only read (and linked to). Raises
+    CorruptionError if a segment that is needed is damaged, ValueError if ``src`` ends before
+    ``at_seq``.
+    """
+    assert at_seq >= 1
+    out = PrefixCopy()
+    segments = list_segments(fs, src)
+    if not segments:
+        raise ValueError(f"{src!r} holds no segment")
+    for i, seg in enumerate(segments):
+        if seg.base_seq > at_seq:
+            break
+        path = os.path.join(src, seg.name)
+        f = fs.open_read(path)
+        try:
+            header = read_header(f, seg.name)
+            size = f.size()
+            seal = read_seal(f, header, seg.name, size)
+            if seal is None and i < len(segments) - 1:
+                raise CorruptionError(seg.name, 0, None, "segment before the live one has no valid seal footer")
+            if seal is not None and seal.last_seq <= at_seq:
+                if link and _try_link(fs, path, os.path.join(dst, seg.name)):
+                    out.segments_linked.append(seg.name)
+                else:
+                    _copy_file(fs, f, size, os.path.join(dst, seg.name))
+                    out.segments_copied.append(seg.name)
+                    out.bytes_copied += size
+                if seal.last_seq == at_seq:
+                    break
+                continue
+            # The wanted record is inside this segment: copy its header and frames up to it.
+            limit = size if seal is None else seal.seal_offset
+            if seal is not None:
+                # The sparse index bounds how much must be read: the first entry past at_seq.
+                limit = min([off for s, off in seal.entries if s > at_seq] + [limit])
+            data = f.pread(limit, 0)
+        finally:
+            f.close()
+        end = _end_of(data, header, seg.name, src, at_seq, sealed=seal is not None)
+        write_new(fs, os.path.join(dst, seg.name), memoryview(data)[:end])
+        out.cut_segment = seg.name
+        out.bytes_copied += end
+        break
+    if not (out.segments_linked or out.segments_copied or out.cut_segment):
+        raise ValueError(f"journal {src!r} holds no record at seq {at_seq}")
+    fs.fsync_dir(dst)
+    return out
+
+
+def _end_of(data: bytes, header: fmt.SegmentHeader, segment: str, src: str, at_seq: int, sealed: bool) -> int:
+    """The offset just past the frame of ``at_seq`` in ``data`` (the segment from offset 0)."""
+    res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+    for frame in res.frames:
+        if frame.seq == at_seq and frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
+            return frame.end
+    last = res.frames[-1].seq if res.frames else header.base_seq - 1
+    if sealed or res.stop in (fmt.Stop.SEQ, fmt.Stop.FLAGS):
+        raise_for_stop(res, segment, src, last)
+        raise CorruptionError(segment, res.stop_offset, last, f"segment ends before seq {at_seq}")
+    raise ValueError(f"journal {src!r} ends at seq {last}, before seq {at_seq}")
+
+
+def _try_link(fs: FileSystem, src: str, dst: str) -> bool:
+    linker = getattr(fs, "link", None)
+    if callable(linker):
+        linker(src, dst)
+        return True
+    if not isinstance(fs, OsFileSystem):
+        return False  # a simulated file system without links: copy through it, so it sees the bytes
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        if exc.errno in _NO_LINK:
+            return False
+        raise
+    return True
+
+
+def _copy_file(fs: FileSystem, f: File, size: int, dst: str) -> None:
+    out = fs.open_write(dst, create=True)
+    try:
+        offset = 0
+        while offset < size:
+            chunk = f.pread(min(COPY_CHUNK_BYTES, size - offset), offset)
+            if not chunk:
+                raise OSError(errno.EIO, f"{f.path} shrank while it was copied")
+            write_all(out, chunk, offset)
+            offset += len(chunk)
+        out.fsync()
+    finally:
+        out.close()

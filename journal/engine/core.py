@@ -1,0 +1,543 @@
+"""The Journal: open and recover, append with group commit and three outcomes, read, follow.
+
+Life of an append (the writer and recovery are mirror images; see docs/GUARANTEES.md):
+
+1. The caller's thread encodes the event (JSON, zstd, key) outside any lock.
+2. Under the journal mutex it gets the next seq and joins the queue. A buffered append returns
+   Committed(buffered) here: its bytes sit in memory until a later write carries them.
+3. If no thread is writing, this one becomes the leader: it takes a bounded batch from the
+   front of the queue, frames it with the live segment's salt (one buffer), writes it (one
+   pwrite; a batch of several frames writes its first header last, so a reader never sees a
+   part of it), and, if any member asked for "sync", fdatasyncs once, marking the last frame
+   with the commit flag. Followers park on their own lock; the leader wakes each with its
+   outcome, and wakes one of those still queued as the next leader. No timer delays a batch:
+   whatever queued while the previous leader was in the kernel forms the next batch. A lone
+   append skips the queue (_append_alone) and consecutive buffered appends share one queued
+   request (_append_buffered).
+4. A failed write is truncated back to the last good length and that truncation is synced;
+   only then do the batch's members get NotCommitted. A failed fdatasync (or a failed rollback)
+   fail-stops the journal: members get AckLost, later appends raise JournalFailStoppedError.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import xxhash
+
+from journal.engine import format as fmt
+from journal.engine.encoding import encode_event
+from journal.engine.options import Options
+from journal.engine.reader import Cursor, Record, SegmentCache
+from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
+from journal.engine.segment import (
+    create_segment,
+    header_padding,
+    list_segments,
+    list_temp_files,
+    new_header,
+    read_header,
+    read_seal,
+)
+from journal.engine.writer import Request, Writer, chunks
+from journal.errors import (
+    CorruptionError,
+    JournalError,
+    JournalFailStoppedError,
+    JournalIOError,
+    JournalLockedError,
+    JournalNotFoundError,
+    NotAJournalError,
+)
+from journal.fs import File, FileSystem, Lock, OsFileSystem, take_lock
+from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+
+LOCK_FILE = "LOCK"
+FOLLOW_POLL_INTERVAL_S = 0.02
+
+
+def _only_header(data: bytes) -> bool:
+    """Whether a segment file holds a header (and its sector padding) and nothing else."""
+    try:
+        header = fmt.decode_segment_header(data)
+    except fmt.HeaderError:
+        return len(data) == 0
+    res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+    return res.stop == fmt.Stop.END and all(f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_PADDING for f in res.frames)
+
+
+def _check_durability(durability: str) -> Durability:
+    if durability not in DURABILITY_LEVELS:
+        raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
+    return durability
+
+
+class Journal(Writer):
+    """A segmented, checksummed, append-only journal in one directory. See journal.open()."""
+
+    def __init__(self, path: str, fs: FileSystem, options: Options, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.options = options
+        self.recovery = RecoveryReport()
+        self._fs = fs
+        self._mu = threading.Lock()
+        self._cv = threading.Condition(self._mu)
+        self._queue: deque[Request] = deque()
+        self._leader = False
+        self._failed: str | None = None
+        self._closed = False
+        self._lock: Lock | None = None
+        self._journal_id = b""
+        self._segment_number = 0
+        self._active: File | None = None
+        self._active_header: fmt.SegmentHeader | None = None
+        self._active_size = 0
+        self._reserved_end = 0
+        self._reserve_refused = False
+        self._active_count = 0
+        self._index: list[tuple[int, int]] = []
+        self._next_index_at = 0
+        self._last_seq = 0  # highest seq written to the OS (or, read-only, found at open)
+        self._next_seq = 1  # next seq to hand out (counts buffered and queued records)
+        self._buffered_bytes = 0
+        self._unsynced = False  # bytes written since the last fdatasync
+        self._get_mu = threading.Lock()
+        self._segments = SegmentCache(fs, path)  # open segments kept for get()
+        self._keys: dict[str, int] = {}  # idempotency key -> seq, of records written (or buffered)
+        self._pending_keys: dict[str, tuple[Request, int]] = {}  # keys of records on their way
+
+    # --- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        create: bool = False,
+        readonly: bool = False,
+        lock_timeout_s: float = 0.0,
+        fs: FileSystem | None = None,
+        segment_size_bytes: int = fmt.SEGMENT_SIZE_BYTES_DEFAULT,
+        record_size_bytes_max: int = fmt.RECORD_SIZE_BYTES_MAX_DEFAULT,
+        index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
+        compress: bool = True,
+        sector_bytes: int = 0,
+        reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT,
+    ) -> Journal:
+        """Open (and, for writing, lock and recover) the journal in directory ``path``."""
+        if create and readonly:
+            raise ValueError("create=True needs a writable journal; drop readonly=True")
+        options = Options(
+            segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress, sector_bytes, reserve_bytes
+        )
+        options.check()
+        j = cls(os.fspath(path), fs or OsFileSystem(), options, readonly)
+        try:
+            if readonly:
+                j._open_readonly()
+            else:
+                j._open_writer(create, lock_timeout_s)
+        except OSError as exc:
+            j._release()
+            if isinstance(exc, JournalError):
+                raise
+            raise JournalIOError(j.path, exc) from exc
+        except BaseException:
+            j._release()
+            raise
+        return j
+
+    def _check_dir(self, create: bool) -> list[Any]:
+        fs, path = self._fs, self.path
+        if fs.exists(path) and not fs.is_dir(path):
+            raise NotAJournalError(path, "it is a file, not a directory")
+        if not fs.exists(path):
+            if not create:
+                raise JournalNotFoundError(path)
+            # Like mkdir -p, each new directory made durable in its parent.
+            missing = []
+            d = os.path.abspath(path)
+            while not fs.exists(d):
+                missing.append(d)
+                d = os.path.dirname(d)
+            if not fs.is_dir(d):
+                raise NotAJournalError(path, f"{d} is a file, not a directory")
+            for d in reversed(missing):
+                fs.mkdir(d)
+                fs.fsync_dir(os.path.dirname(d))
+        segments = list_segments(fs, path)
+        if not segments:
+            foreign = [n for n in fs.listdir(path) if n not in (LOCK_FILE, QUARANTINE_DIR) and not n.endswith(".tmp")]
+            if foreign:
+                raise NotAJournalError(path, f"it holds other files ({', '.join(foreign[:3])}) and no segment")
+            if not create:
+                raise NotAJournalError(path, "it holds no segment")
+        return segments
+
+    def _open_readonly(self) -> None:
+        segments = self._check_dir(create=False)
+        last = segments[-1]
+        f = self._fs.open_read(os.path.join(self.path, last.name))
+        try:
+            header = read_header(f, last.name)
+            size = f.size()
+            data = f.pread(size, 0)
+        finally:
+            f.close()
+        res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+        data_frames = [fr for fr in res.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        self._active_header = header  # read-only: the live segment, for get()'s index hints
+        self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
+        for fr in data_frames:
+            self._note_frame(fr.seq, fr.offset)
+        self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
+        self._next_seq = self._last_seq + 1
+        self.recovery = RecoveryReport(
+            segments=len(segments),
+            last_seq=self._last_seq,
+            live_segment=last.name,
+            live_records=len(data_frames),
+            tail=_readonly_tail(res, data),
+        )
+
+    def _open_writer(self, create: bool, lock_timeout_s: float) -> None:
+        fs = self._fs
+        segments = self._check_dir(create)
+        lock_path = os.path.join(self.path, LOCK_FILE)
+        self._lock = take_lock(fs, lock_path, lock_timeout_s)
+        if self._lock is None:
+            raise JournalLockedError(self.path, fs.read_lock_owner(lock_path))
+        report = RecoveryReport()
+        self.recovery = report
+        for tmp in list_temp_files(fs, self.path):
+            # A segment that never got its name holds a header and no record.
+            tmp_path = os.path.join(self.path, tmp)
+            f = fs.open_read(tmp_path)
+            try:
+                size = f.size()
+                data = f.pread(size, 0)
+            finally:
+                f.close()
+            if not _only_header(data):
+                report.quarantined.append(quarantine(fs, self.path, tmp, 0, data))
+            fs.unlink(tmp_path)
+            fs.fsync_dir(self.path)
+            report.actions.append(f"removed unfinished segment {tmp} ({size} bytes)")
+        segments = list_segments(fs, self.path)
+        if not segments:
+            self._journal_id = secrets.token_bytes(16)
+            header = new_header(self._journal_id, 0, 1)
+            self._active = create_segment(fs, self.path, header, self.options.sector_bytes)
+            self._active_header = read_header(self._active, fmt.segment_name(1))
+            self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
+            self._reserved_end = self._active_size
+            self._next_index_at = self._active_size
+            report.actions.append("created journal")
+            report.segments = 1
+            report.live_segment = fmt.segment_name(1)
+            report.tail = "empty"
+            report.last_seq = 0
+            return
+        last = segments[-1]
+        f = fs.open_write(os.path.join(self.path, last.name), create=False)
+        self._active = f
+        header = read_header(f, last.name)
+        self._active_header = header
+        self._journal_id = header.journal_id
+        self._segment_number = header.segment_number
+        if len(segments) > 1:
+            self._check_previous(segments[-2], header)
+        size = f.size()
+        data = f.pread(size, 0)
+        decision = decide(data, header, last.name, f.path)
+        data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
+        self._next_seq = self._last_seq + 1
+        report.segments = len(segments)
+        report.live_segment = last.name
+        report.live_records = len(data_frames)
+        report.tail = decision.tail
+        if decision.cut:
+            cut = data[decision.valid_end :]
+            if decision.tail != "zeros":
+                # Kept whole, reserved zeros after a torn frame included: where the torn frame
+                # ends cannot be told from its bytes, and zeros inside it are its bytes too.
+                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
+            # else: zero bytes only (a writer's reserved space, left by one that did not close).
+            # They hold nothing; the report's offset and length describe them exactly.
+            f.truncate(decision.valid_end)
+            f.fdatasync()
+            report.truncated_at = decision.valid_end
+            report.truncated_bytes = len(cut)
+            report.actions.append(
+                f"cut {decision.tail} tail of {len(cut)} bytes at {last.name} offset {decision.valid_end}"
+            )
+        else:
+            # What a killed writer left in the page cache becomes durable before anything new
+            # is appended: every record found here may then be reported at "sync" (duplicates,
+            # resolve()), and a commit frame followed by a higher seq keeps meaning that its
+            # fdatasync returned, across writers (recovery's durable-point rule relies on it).
+            f.fdatasync()
+        self._active_size = decision.valid_end
+        self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
+        self._active_count = len(data_frames)
+        for fr in data_frames:
+            self._note_frame(fr.seq, fr.offset)
+            if fr.flags & fmt.FLAG_KEYED:
+                key_len = data[fr.payload_offset]
+                raw_key = data[fr.payload_offset + 1 : fr.payload_offset + 1 + key_len]
+                self._keys[raw_key.decode("utf-8", "surrogateescape")] = fr.seq
+        if decision.sealed:
+            f.close()
+            self._active = None
+            self._active_header = None
+        report.last_seq = self._last_seq
+
+    def _check_previous(self, prev: Any, header: fmt.SegmentHeader) -> None:
+        f = self._fs.open_read(os.path.join(self.path, prev.name))
+        try:
+            prev_header = read_header(f, prev.name)
+            seal = read_seal(f, prev_header, prev.name, f.size())
+        finally:
+            f.close()
+        if prev_header.journal_id != header.journal_id:
+            raise CorruptionError(prev.name, 0, None, "segment belongs to a different journal (journal id differs)")
+        if seal is None:
+            raise CorruptionError(prev.name, 0, None, "segment before the live one has no valid seal footer")
+        if seal.last_seq + 1 != header.base_seq:
+            raise CorruptionError(
+                prev.name,
+                seal.seal_offset,
+                seal.last_seq,
+                f"sequence gap: next segment starts at seq {header.base_seq}",
+            )
+        # Retries after a reopen dedupe against the sealed segment too, without reading it.
+        for seq, key in seal.keys:
+            self._keys[key.decode("utf-8", "surrogateescape")] = seq
+
+    # --- public API ---------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq handed out (0 for an empty journal); includes buffered records."""
+        return self._next_seq - 1
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(
+        self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
+    ) -> Outcome:
+        """Append one event (a JSON-serializable dict, or bytes); returns its outcome."""
+        level = _check_durability(durability)
+        enc = encode_event(event, idempotency_key, synthetic, self.options)
+        if idempotency_key is None:
+            out = self._append_buffered(enc) if level == "buffered" else self._append_alone(enc, level)
+            if out is not None:
+                return out
+        return self._submit([enc], level)[0]
+
+    def append_many(
+        self,
+        events: Iterable[Any],
+        durability: str = "sync",
+        idempotency_keys: Iterable[str | None] | None = None,
+        synthetic: bool = False,
+    ) -> list[Outcome]:
+        """Append events in order with one write and (at "sync") one fdatasync per batch."""
+        level = _check_durability(durability)
+        events = list(events)
+        keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
+        if len(keys) != len(events):
+            raise ValueError("idempotency_keys must have one entry per event")
+        encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=True)]
+        outcomes: list[Outcome] = []
+        for chunk in chunks(encoded):
+            if outcomes and self._failed is not None:
+                # An earlier chunk fail-stopped the journal: its outcomes (AckLost, to resolve
+                # later) are kept; the rest were never written.
+                reason = f"journal fail-stopped before this record was written: {self._failed}"
+                outcomes.extend([NotCommitted(reason)] * len(chunk))
+                continue
+            outcomes.extend(self._submit(chunk, level))
+        assert len(outcomes) == len(encoded)
+        return outcomes
+
+    def flush(self) -> None:
+        """Write buffered records to the OS. Raises JournalFailStoppedError if that failed."""
+        self._submit([], "flush")
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+
+    def sync(self) -> None:
+        """Write buffered records and fdatasync: everything appended so far is durable.
+
+        Raises JournalFailStoppedError if the write or the fdatasync failed.
+        """
+        self._submit([], "sync")
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+
+    def read(self, after_seq: int = 0) -> Iterator[Record]:
+        """Records with seq > after_seq, in seq order, as they are on disk now."""
+        self._check_open()
+        if not self.readonly:
+            self.flush()  # a reader of this handle sees its own buffered appends
+        # Seeking into the live segment starts from the in-memory index, not from its header.
+        hint = self._index_hint(after_seq + 1)
+        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max, hint)
+        try:
+            yield from cursor.read()
+        finally:
+            cursor.close()
+
+    def follow(
+        self,
+        after_seq: int = 0,
+        poll_interval_s: float = FOLLOW_POLL_INTERVAL_S,
+        idle_timeout_s: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Record]:
+        """Yield records as they are committed, forever (or until ``stop`` is set or idle)."""
+        self._check_open()
+        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max)
+        idle_since = time.monotonic()
+        try:
+            while not (stop is not None and stop.is_set()):
+                got = False
+                for rec in cursor.read():
+                    got = True
+                    yield rec
+                now = time.monotonic()
+                if got:
+                    idle_since = now
+                elif idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
+                    return
+                if not got:
+                    if stop is not None:
+                        stop.wait(poll_interval_s)
+                    else:
+                        time.sleep(poll_interval_s)
+        finally:
+            cursor.close()
+
+    def get(self, seq: int) -> Record | None:
+        """The record at ``seq``, or None if the journal does not hold it.
+
+        Sealed segments are entered through their footer's sparse index, the live segment
+        through the one kept in memory, and only a small chunk around the record is read.
+        """
+        if seq < 1:
+            return None
+        self._check_open()
+        if not self.readonly:
+            self.flush()
+        with self._get_mu:  # one point read at a time: they share the open-segment cache
+            self._check_open()
+            hint = self._index_hint(seq)
+            cursor = Cursor(self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments)
+            try:
+                for rec in cursor.read(limit=1):
+                    return rec if rec.seq == seq else None
+            finally:
+                cursor.close()
+        return None
+
+    def _index_hint(self, seq: int) -> tuple[int, int, int] | None:
+        """(live segment base seq, seq, offset) of the last index point at or before ``seq``.
+
+        Read without the mutex while a leader may be rolling segments over: the reader checks
+        the frame at the hinted offset before trusting it, so a stale pair only costs a scan.
+        """
+        header, index = self._active_header, self._index
+        if header is None or not index or seq < header.base_seq:
+            return None
+        i = bisect.bisect_right(index, (seq, 1 << 64)) - 1
+        if i < 0:
+            return None
+        hint_seq, offset = index[i]
+        return (header.base_seq, hint_seq, offset)
+
+    def resolve(self, outcome: Outcome) -> Outcome:
+        """Turn an AckLost into Committed or NotCommitted by reading the journal.
+
+        Only meaningful on a journal opened after the failure (recovery has run, so a record
+        that is not there now never will be).
+        """
+        if not isinstance(outcome, AckLost):
+            return outcome
+        self._check_open()
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        if outcome.key is not None and outcome.key in self._keys:
+            return Committed(self._keys[outcome.key], "sync", duplicate=True, reason="resolved by idempotency key")
+        rec = self.get(outcome.seq)
+        if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
+            return Committed(outcome.seq, "sync", reason="resolved: the record is in the journal")
+        if rec is None:
+            return NotCommitted("resolved: the journal ends before this record's seq")
+        return NotCommitted("resolved: another record holds this record's seq")
+
+    def close(self) -> None:
+        """Write buffered records (flush level) and release the lock. Idempotent."""
+        if self._closed:
+            return
+        failed_before = self._failed
+        try:
+            if not self.readonly and self._failed is None:
+                self._submit([], "flush")
+        finally:
+            with self._mu:
+                self._closed = True
+                while self._leader:  # a batch in flight keeps its file open until it is done
+                    self._cv.wait()
+            if self._active is not None and not self.readonly and self._failed is None:
+                try:
+                    self._unreserve()
+                except OSError:
+                    pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
+            self._release()
+        if self._failed is not None and failed_before is None:
+            # The final flush of buffered records failed: they are lost, and the caller must know.
+            raise JournalFailStoppedError(self._failed)
+
+    def _release(self) -> None:
+        with self._get_mu:
+            self._segments.close()
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def _readonly_tail(res: fmt.ScanResult, data: bytes) -> str:
+    """What a read-only open found after the live segment's last frame (it changes nothing)."""
+    if res.stop == fmt.Stop.SEALED:
+        return "sealed"
+    if res.stop == fmt.Stop.END:
+        return "clean"
+    if fmt.zeros_from(data, res.stop_offset):
+        return "zeros"  # a writer's reserved space (it has the journal open, or did not close)
+    return "torn"
+
+
+def open(  # noqa: A001 - the public contract is journal.open
+    path: str | os.PathLike[str], create: bool = False, readonly: bool = False, **kwargs: Any
+) -> Journal:
+    """Open the journal in directory ``path``; see Journal.open for the options."""
+    return Journal.open(path, create=create, readonly=readonly, **kwargs)
+
+
+__all__ = ["Journal", "JournalError", "Options", "open"]

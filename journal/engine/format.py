@@ -1,0 +1,492 @@
+"""The on-disk format of a journal: every constant and every byte layout, in one place.
+
+docs/FORMAT.md is the prose version of this module; tests/vectors/format_v1.json pins the
+bytes. Everything here is a pure function of bytes (no I/O), so the writer, the readers,
+recovery, the crash simulator and the C helper all agree by construction.
+
+A journal is a directory of segment files named ``<base_seq:020d>.seg``. A segment is:
+
+    segment header (64 bytes)
+    frame*                       each: frame header (32 bytes) + stored payload
+    [seal frame]                 only in a sealed segment; its payload ends with its own offset
+
+All integers are little-endian and fixed-width. The frame checksum is XXH64, seeded with the
+segment's random salt, over the frame header from byte 8 on and the stored payload. The salt
+makes a frame left over from another segment (a recycled or copied file) fail its checksum
+instead of reading as a valid record.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import xxhash
+
+FORMAT_VERSION = 1
+
+SEGMENT_SUFFIX = ".seg"
+SEGMENT_NAME_DIGITS = 20  # a u64 base seq in decimal fits in 20 digits, so name order is seq order
+
+# --- segment header -------------------------------------------------------------------------
+
+SEGMENT_MAGIC = b"JRNLSEG\x00"
+# magic, format version, header size, header flags (reserved, 0), journal id, segment number,
+# base seq, salt. Then the XXH64 (seed 0) of those 56 bytes.
+_SEGMENT_HEADER_BODY = struct.Struct("<8sHHI16sQQQ")
+SEGMENT_HEADER_SIZE_BYTES = _SEGMENT_HEADER_BODY.size + 8
+assert SEGMENT_HEADER_SIZE_BYTES == 64
+
+# --- frame header ---------------------------------------------------------------------------
+
+# checksum, stored length, raw length, seq, flags, dictionary id, marker
+_FRAME_HEADER = struct.Struct("<QIIQHHI")
+_FRAME_TAIL = struct.Struct("<IIQHHI")  # the header after its checksum
+FRAME_HEADER_SIZE_BYTES = _FRAME_HEADER.size
+assert FRAME_HEADER_SIZE_BYTES == 32
+FRAME_CHECKSUMMED_FROM = 8  # the checksum covers header bytes [8, 32) and the stored payload
+FRAME_MARKER = 0x3146524A  # b"JRF1" little-endian: lets a resync find candidate frames quickly
+FRAME_MARKER_BYTES = struct.pack("<I", FRAME_MARKER)
+FRAME_MARKER_OFFSET = 28
+
+# Flags (u16). Bits not named here must be zero; a valid frame with other bits set was written
+# by a newer format and is refused rather than misread.
+FLAG_CODEC_MASK = 0x0003
+CODEC_RAW = 0x0000
+CODEC_ZSTD = 0x0001
+FLAG_KIND_MASK = 0x000C
+KIND_DATA = 0x0000
+KIND_SEAL = 0x0004
+KIND_PADDING = 0x0008
+FLAG_COMMIT = 0x0010  # last frame of a batch that was fdatasync'd: marks a durable point
+FLAG_KEYED = 0x0020  # stored payload starts with u8 key length + idempotency key (not compressed)
+FLAG_BYTES = 0x0040  # payload is opaque bytes; otherwise it is UTF-8 JSON
+FLAG_SYNTHETIC = 0x0080  # written by a repair, not by the application
+FLAGS_KNOWN = FLAG_CODEC_MASK | FLAG_KIND_MASK | FLAG_COMMIT | FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC
+CODECS_KNOWN = (CODEC_RAW, CODEC_ZSTD)
+KINDS_KNOWN = (KIND_DATA, KIND_SEAL, KIND_PADDING)
+
+# --- limits ---------------------------------------------------------------------------------
+
+# A hard cap the scanner applies before it trusts a length: no frame payload is ever larger,
+# whatever a journal was configured with. The configured record_size_bytes_max is lower.
+FRAME_STORED_BYTES_LIMIT = 256 * 1024 * 1024
+RECORD_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
+IDEMPOTENCY_KEY_BYTES_MAX = 255
+SEGMENT_SIZE_BYTES_DEFAULT = 64 * 1024 * 1024
+INDEX_INTERVAL_BYTES_DEFAULT = 64 * 1024  # one sparse index entry per this many segment bytes
+# How far past its last record the writer sets the live segment's size ahead of time. The
+# space reads as zeros until written (a Stop.ZEROS at a frame boundary: nothing written yet).
+RESERVE_BYTES_DEFAULT = 1024 * 1024
+
+# --- seal footer ----------------------------------------------------------------------------
+
+# The seal frame's payload: record count, first seq, last seq, index interval in bytes, number
+# of index entries, number of idempotency keys; then index entries of (seq, offset); then key
+# entries of (seq, key length, key); then the seal frame's own offset as the last 8 bytes of
+# the file, so a reader finds the footer from the end without scanning. The keys let a writer
+# reopening the journal dedupe retries against the sealed segment without reading it.
+_SEAL_HEAD = struct.Struct("<QQQIII")
+_SEAL_ENTRY = struct.Struct("<QQ")
+_U64 = struct.Struct("<Q")
+_SEAL_KEY = struct.Struct("<QB")  # seq, key length; then the key bytes
+_SALT_INPUT = struct.Struct("<QQ")
+SEAL_TAIL_SIZE_BYTES = 8
+
+
+class SegmentHeader(NamedTuple):
+    version: int
+    journal_id: bytes
+    segment_number: int
+    base_seq: int
+    salt: int
+
+
+class HeaderError(ValueError):
+    """A segment header that cannot be trusted; ``reason`` says why."""
+
+    def __init__(self, reason: str, version: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.version = version
+
+
+def segment_salt(journal_id: bytes, segment_number: int, base_seq: int) -> int:
+    """The salt of a segment: distinct per journal (random id) and per segment, and derived,
+    not drawn, so that writing the same records again (a repair redone after a crash, a
+    roll-over retried) gives the same bytes. 63 bits keep it a positive C int64 as well."""
+    assert len(journal_id) == 16
+    return xxhash.xxh64_intdigest(journal_id + _SALT_INPUT.pack(segment_number, base_seq), seed=0) & (2**63 - 1)
+
+
+def segment_name(base_seq: int) -> str:
+    assert 1 <= base_seq < 10**SEGMENT_NAME_DIGITS
+    return f"{base_seq:0{SEGMENT_NAME_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base seq a segment file name encodes, or None if the name is not a segment's."""
+    stem, dot, suffix = name.partition(".")
+    if "." + suffix != SEGMENT_SUFFIX or not dot:
+        return None
+    if len(stem) != SEGMENT_NAME_DIGITS or not stem.isdigit() or not stem.isascii():
+        return None
+    base_seq = int(stem)
+    return base_seq if base_seq >= 1 else None
+
+
+def encode_segment_header(header: SegmentHeader) -> bytes:
+    assert len(header.journal_id) == 16
+    assert header.base_seq >= 1 and header.segment_number >= 0
+    body = _SEGMENT_HEADER_BODY.pack(
+        SEGMENT_MAGIC,
+        header.version,
+        SEGMENT_HEADER_SIZE_BYTES,
+        0,
+        header.journal_id,
+        header.segment_number,
+        header.base_seq,
+        header.salt,
+    )
+    out = body + _U64.pack(xxhash.xxh64_intdigest(body, seed=0))
+    assert len(out) == SEGMENT_HEADER_SIZE_BYTES
+    return out
+
+
+def decode_segment_header(data: bytes | memoryview) -> SegmentHeader:
+    """Decode and verify a segment header; raises HeaderError saying what is wrong."""
+    if len(data) < SEGMENT_HEADER_SIZE_BYTES:
+        raise HeaderError(f"segment header is {len(data)} bytes, expected {SEGMENT_HEADER_SIZE_BYTES}")
+    body = bytes(data[: _SEGMENT_HEADER_BODY.size])
+    magic, version, header_size, header_flags, journal_id, number, base_seq, salt = _SEGMENT_HEADER_BODY.unpack(body)
+    if magic != SEGMENT_MAGIC:
+        raise HeaderError("bad segment magic: not a journal segment")
+    (checksum,) = _U64.unpack_from(data, _SEGMENT_HEADER_BODY.size)
+    if checksum != xxhash.xxh64_intdigest(body, seed=0):
+        raise HeaderError("segment header checksum mismatch")
+    if version > FORMAT_VERSION:
+        raise HeaderError(f"segment written by format version {version}", version=version)
+    if version < 1 or header_size != SEGMENT_HEADER_SIZE_BYTES or header_flags != 0 or base_seq < 1:
+        raise HeaderError("segment header fields out of range")
+    return SegmentHeader(version, journal_id, number, base_seq, salt)
+
+
+# --- frames ---------------------------------------------------------------------------------
+
+
+def flags_supported(flags: int, dict_id: int) -> bool:
+    """Whether this version can read a frame with these flags (dictionaries are reserved)."""
+    return (
+        flags & ~FLAGS_KNOWN == 0
+        and (flags & FLAG_CODEC_MASK) in CODECS_KNOWN
+        and (flags & FLAG_KIND_MASK) in KINDS_KNOWN
+        and dict_id == 0
+    )
+
+
+def frame_checksum(header_tail: bytes | memoryview, payload: bytes | memoryview, salt: int) -> int:
+    h = xxhash.xxh64(seed=salt)
+    h.update(header_tail)
+    h.update(payload)
+    return h.intdigest()
+
+
+def encode_frame(seq: int, flags: int, raw_len: int, stored: bytes, salt: int, dict_id: int = 0) -> bytes:
+    """One frame: header + stored payload. ``stored`` is already compressed/keyed."""
+    assert flags & ~FLAGS_KNOWN == 0, "unknown flag bits"
+    assert len(stored) <= FRAME_STORED_BYTES_LIMIT
+    assert seq >= 0 and 0 <= raw_len <= 0xFFFFFFFF and 0 <= dict_id <= 0xFFFF
+    tail = _FRAME_TAIL.pack(len(stored), raw_len, seq, flags, dict_id, FRAME_MARKER) + stored
+    return _U64.pack(xxhash.xxh64_intdigest(tail, seed=salt)) + tail
+
+
+class FrameSpec(NamedTuple):
+    """What the writer hands the frame encoder: everything but the seq and the salt."""
+
+    flags: int
+    raw_len: int
+    stored: bytes
+
+
+def encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_last: bool) -> bytes:
+    """Frames for consecutive seqs from ``first_seq``; the last one carries FLAG_COMMIT if asked.
+
+    This is the hot append path that the C helper replaces; the bytes must be identical.
+    """
+    parts: list[bytes] = []
+    last = len(specs) - 1
+    for i, spec in enumerate(specs):
+        flags = spec.flags | (FLAG_COMMIT if commit_last and i == last else 0)
+        parts.append(encode_frame(first_seq + i, flags, spec.raw_len, spec.stored, salt))
+    return b"".join(parts)
+
+
+def zeros_from(data: bytes, start: int = 0) -> bool:
+    """True if every byte of ``data`` from ``start`` on is zero (a reserved or zero-filled tail).
+
+    bytes.count runs in C: ten times ``any()`` over a MiB of reserved space.
+    """
+    assert 0 <= start <= len(data)
+    return data.count(0, start) == len(data) - start
+
+
+class Stop(enum.IntEnum):
+    """Why a scan stopped. The numeric values are shared with the C helper."""
+
+    END = 0  # the buffer ended exactly at a frame boundary
+    TRUNCATED = 1  # a header or payload runs past the end of the buffer: not yet written, or torn
+    ZEROS = 2  # the next header is all zero bytes: preallocated or size-extended space
+    CHECKSUM = 3  # bad marker, impossible length, or checksum mismatch: torn or corrupt
+    SEQ = 4  # a valid frame whose seq is not the next one: a gap or a duplicate
+    FLAGS = 5  # a valid frame with unknown flag bits or codec: written by a newer format
+    SEALED = 6  # a valid seal frame; the segment ends here
+
+
+class Frame(NamedTuple):
+    offset: int  # of the frame header within the segment
+    seq: int
+    flags: int
+    raw_len: int
+    stored_len: int
+
+    @property
+    def payload_offset(self) -> int:
+        return self.offset + FRAME_HEADER_SIZE_BYTES
+
+    @property
+    def end(self) -> int:
+        return self.offset + FRAME_HEADER_SIZE_BYTES + self.stored_len
+
+
+@dataclass
+class ScanResult:
+    frames: list[Frame]
+    stop: Stop
+    stop_offset: int  # where the first frame that is not returned starts
+    stop_seq: int  # the seq found in the offending frame (0 if it could not be read)
+
+    @property
+    def next_seq_hint(self) -> int:
+        return self.frames[-1].seq + 1 if self.frames else 0
+
+
+def scan(
+    buf: bytes | memoryview,
+    start: int,
+    salt: int,
+    expected_seq: int,
+    base_offset: int = 0,
+    frames_max: int = 1 << 62,
+) -> ScanResult:
+    """Walk frames in ``buf`` from ``start`` and validate each; stop at the first that fails.
+
+    ``base_offset`` is the segment offset of ``buf[0]`` (frame offsets are segment offsets).
+    Bounds are checked before a length is used, and the checksum before any field is trusted.
+    Data frames must carry ``expected_seq``, ``expected_seq + 1``, ...; padding and seal frames
+    carry the seq of the record before them. This is the hot scan path the C helper replaces.
+    """
+    mv = memoryview(buf)
+    size = len(mv)
+    pos = start
+    frames: list[Frame] = []
+    unpack = _FRAME_HEADER.unpack_from
+    while len(frames) < frames_max:
+        if pos == size:
+            return ScanResult(frames, Stop.END, pos + base_offset, 0)
+        if size - pos < FRAME_HEADER_SIZE_BYTES:
+            if not any(mv[pos:size]):
+                return ScanResult(frames, Stop.ZEROS, pos + base_offset, 0)
+            return ScanResult(frames, Stop.TRUNCATED, pos + base_offset, 0)
+        checksum, stored_len, raw_len, seq, flags, dict_id, marker = unpack(mv, pos)
+        if marker != FRAME_MARKER:
+            if not any(mv[pos : pos + FRAME_HEADER_SIZE_BYTES]):
+                return ScanResult(frames, Stop.ZEROS, pos + base_offset, 0)
+            return ScanResult(frames, Stop.CHECKSUM, pos + base_offset, 0)
+        if stored_len > FRAME_STORED_BYTES_LIMIT:
+            return ScanResult(frames, Stop.CHECKSUM, pos + base_offset, 0)
+        end = pos + FRAME_HEADER_SIZE_BYTES + stored_len
+        if end > size:
+            return ScanResult(frames, Stop.TRUNCATED, pos + base_offset, 0)
+        h = xxhash.xxh64(mv[pos + FRAME_CHECKSUMMED_FROM : end], seed=salt)
+        if h.intdigest() != checksum:
+            return ScanResult(frames, Stop.CHECKSUM, pos + base_offset, 0)
+        # The frame is genuine from here on: its fields can be trusted.
+        kind = flags & FLAG_KIND_MASK
+        if not flags_supported(flags, dict_id):
+            return ScanResult(frames, Stop.FLAGS, pos + base_offset, seq)
+        if kind == KIND_DATA:
+            if seq != expected_seq:
+                return ScanResult(frames, Stop.SEQ, pos + base_offset, seq)
+            expected_seq += 1
+        elif seq != expected_seq - 1:
+            return ScanResult(frames, Stop.SEQ, pos + base_offset, seq)
+        frames.append(Frame(pos + base_offset, seq, flags, raw_len, stored_len))
+        pos = end
+        if kind == KIND_SEAL:
+            return ScanResult(frames, Stop.SEALED, pos + base_offset, seq)
+    return ScanResult(frames, Stop.END, pos + base_offset, 0)
+
+
+def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
+    """Offset (in ``buf``) of the first genuine commit-marked or seal frame at or after ``start``
+    whose seq is above ``after_seq``, if any.
+
+    The marker narrows the candidates and the salted 64-bit checksum rules out false positives.
+    This is the search primitive; ``find_durable_point`` decides what a found frame proves.
+    """
+    # The pure twin stays pure (the C helper rebinds ``scan``; the twin must not depend on it).
+    return _find_genuine(buf, start, salt, after_seq, commit_only=True, pure=True)
+
+
+def _find_genuine(
+    buf: bytes | memoryview, start: int, salt: int, after_seq: int, commit_only: bool, pure: bool = False
+) -> int | None:
+    mv = memoryview(buf)
+    data = buf if isinstance(buf, bytes) else bytes(mv)
+    pos = start + FRAME_MARKER_OFFSET
+    while True:
+        pos = data.find(FRAME_MARKER_BYTES, pos)
+        if pos < 0:
+            return None
+        frame_at = pos - FRAME_MARKER_OFFSET
+        pos += 1
+        if frame_at < start:
+            continue
+        single = scan_one(mv, frame_at, salt, pure)
+        if single is None or single[0] <= after_seq:
+            continue
+        flags = single[1]
+        if not commit_only or flags & FLAG_COMMIT or flags & FLAG_KIND_MASK == KIND_SEAL:
+            return frame_at
+
+
+def scan_one(buf: bytes | memoryview, pos: int, salt: int, pure: bool = False) -> tuple[int, int] | None:
+    """(seq, flags) of a genuine frame at ``pos`` (checksum verified), or None."""
+    # A genuine frame stops a scan expecting seq 0 as SEQ (or FLAGS): its checksum held.
+    res = (py_scan if pure else scan)(buf, pos, salt, 0, frames_max=1)
+    if res.stop not in (Stop.SEQ, Stop.SEALED, Stop.FLAGS) or res.stop_offset != pos:
+        return None
+    (flags,) = struct.unpack_from("<H", buf, pos + 24)
+    return res.stop_seq, flags
+
+
+def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
+    """Offset of a frame at or after ``start`` that proves the bytes before it were fdatasync'd.
+
+    A commit-marked frame alone proves nothing: its batch may have been in flight when the power
+    failed, with the commit frame on disk and earlier bytes of the same batch (or of unsynced
+    batches before it) lost. But the writer never writes a batch before the previous batch's
+    fdatasync has returned, so a genuine frame with a higher seq anywhere after a commit frame
+    proves that commit frame's fdatasync completed. Recovery uses this to tell a torn tail
+    (nothing proven durable after the damage: cut it) from corruption of committed data.
+    """
+    commit_at = find_later_commit(buf, start, salt, after_seq)
+    if commit_at is None:
+        return None
+    commit_seq = read_frame_header(buf, commit_at)[3]
+    commit_end = commit_at + FRAME_HEADER_SIZE_BYTES + read_frame_header(buf, commit_at)[1]
+    # Usually the very next frame is the proof; search the rest only if it is not.
+    nxt = scan_one(buf, commit_end, salt) if len(buf) - commit_end >= FRAME_HEADER_SIZE_BYTES else None
+    if nxt is not None and nxt[0] > commit_seq:
+        return commit_at
+    if _find_genuine(buf, commit_end, salt, commit_seq, commit_only=False) is not None:
+        return commit_at
+    return None
+
+
+# --- seal footer ----------------------------------------------------------------------------
+
+
+class SealInfo(NamedTuple):
+    record_count: int
+    first_seq: int
+    last_seq: int
+    index_interval_bytes: int
+    entries: list[tuple[int, int]]  # sparse index (seq, offset), ascending
+    seal_offset: int
+    keys: list[tuple[int, bytes]]  # (seq, idempotency key) of every keyed record
+
+
+def encode_seal_payload(
+    record_count: int,
+    first_seq: int,
+    last_seq: int,
+    index_interval_bytes: int,
+    index: list[tuple[int, int]],
+    seal_offset: int,
+    keys: list[tuple[int, bytes]] | None = None,
+) -> bytes:
+    assert record_count >= 1 and last_seq - first_seq + 1 == record_count
+    keys = keys or []
+    parts = [_SEAL_HEAD.pack(record_count, first_seq, last_seq, index_interval_bytes, len(index), len(keys))]
+    parts.extend(_SEAL_ENTRY.pack(seq, off) for seq, off in index)
+    for seq, key in keys:
+        assert first_seq <= seq <= last_seq and 1 <= len(key) <= IDEMPOTENCY_KEY_BYTES_MAX
+        parts.append(_SEAL_KEY.pack(seq, len(key)) + key)
+    parts.append(_U64.pack(seal_offset))
+    return b"".join(parts)
+
+
+def decode_seal_payload(payload: bytes | memoryview) -> SealInfo:
+    if len(payload) < _SEAL_HEAD.size + SEAL_TAIL_SIZE_BYTES:
+        raise ValueError("seal payload too short")
+    count, first, last, interval, n, n_keys = _SEAL_HEAD.unpack_from(payload, 0)
+    pos = _SEAL_HEAD.size + n * _SEAL_ENTRY.size
+    if pos + n_keys * _SEAL_KEY.size + SEAL_TAIL_SIZE_BYTES > len(payload) or count < 1 or last - first + 1 != count:
+        raise ValueError("seal payload fields inconsistent")
+    index = [_SEAL_ENTRY.unpack_from(payload, _SEAL_HEAD.size + i * _SEAL_ENTRY.size) for i in range(n)]
+    keys: list[tuple[int, bytes]] = []
+    for _ in range(n_keys):
+        if pos + _SEAL_KEY.size > len(payload) - SEAL_TAIL_SIZE_BYTES:
+            raise ValueError("seal key table runs past the footer")
+        seq, key_len = _SEAL_KEY.unpack_from(payload, pos)
+        pos += _SEAL_KEY.size
+        keys.append((int(seq), bytes(payload[pos : pos + key_len])))
+        pos += key_len
+    if pos != len(payload) - SEAL_TAIL_SIZE_BYTES:
+        raise ValueError("seal payload length disagrees with its tables")
+    (seal_offset,) = _U64.unpack_from(payload, len(payload) - SEAL_TAIL_SIZE_BYTES)
+    return SealInfo(count, first, last, interval, [(int(s), int(o)) for s, o in index], seal_offset, keys)
+
+
+def seal_tail_offset(tail: bytes | memoryview) -> int:
+    """The seal frame offset stored in a sealed segment's last 8 bytes (not yet verified)."""
+    assert len(tail) == SEAL_TAIL_SIZE_BYTES
+    (offset,) = _U64.unpack(bytes(tail))
+    return int(offset)
+
+
+def read_frame_header(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, int, int, int, int]:
+    """Unverified header fields: checksum, stored_len, raw_len, seq, flags, dict_id, marker."""
+    fields: tuple[int, int, int, int, int, int, int] = _FRAME_HEADER.unpack_from(buf, pos)
+    return fields
+
+
+# --- idempotency keys in stored payloads ----------------------------------------------------
+
+
+def split_keyed(stored: bytes | memoryview) -> tuple[bytes, memoryview]:
+    """(key, body) of a FLAG_KEYED stored payload."""
+    mv = memoryview(stored)
+    if len(mv) < 1 or len(mv) < 1 + mv[0]:
+        raise ValueError("keyed payload shorter than its key")
+    key_len = mv[0]
+    return bytes(mv[1 : 1 + key_len]), mv[1 + key_len :]
+
+
+# --- the C helper ---------------------------------------------------------------------------
+# The pure functions above stay reachable as py_*; when the C helper is built (and
+# JOURNAL_PURE is not set) the hot three are rebound to it. Callers use fmt.scan etc., so
+# the rebinding is all the selection there is. See journal/native.py and docs/NATIVE.md.
+py_scan = scan
+py_encode_batch = encode_batch
+py_find_later_commit = find_later_commit
+
+from journal.engine import native as _native  # noqa: E402 - the helper's wrappers use the names above
+
+if _native.native_available():
+    scan = _native.scan
+    encode_batch = _native.encode_batch
+    find_later_commit = _native.find_later_commit

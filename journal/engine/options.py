@@ -1,0 +1,35 @@
+"""The options of a journal handle, with their limits (units in the names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from journal.engine import format as fmt
+
+
+@dataclass(frozen=True)
+class Options:
+    segment_size_bytes: int = fmt.SEGMENT_SIZE_BYTES_DEFAULT
+    record_size_bytes_max: int = fmt.RECORD_SIZE_BYTES_MAX_DEFAULT
+    index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT
+    compress: bool = True
+    # 0 assumes powersafe overwrite (an unsynced write never damages synced bytes of the same
+    # sector). On storage without it, set the sector size: every synced batch is then padded to
+    # a sector boundary, so no later write shares a sector with synced data (SQLite's answer).
+    sector_bytes: int = 0
+    # The live segment's size is set this far past its last record, in advance, and cut back at
+    # seal and close: an fdatasync after a write that does not change the file size skips the
+    # metadata commit (measured ~1.3x more syncs per second on ext4). 0 turns it off.
+    reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT
+
+    def check(self) -> None:
+        if self.sector_bytes and (self.sector_bytes < 512 or self.sector_bytes & (self.sector_bytes - 1)):
+            raise ValueError("sector_bytes must be 0 or a power of two of at least 512")
+        if not 4096 <= self.segment_size_bytes <= 1 << 40:
+            raise ValueError("segment_size_bytes must be between 4 KiB and 1 TiB")
+        if not 1 <= self.record_size_bytes_max <= fmt.FRAME_STORED_BYTES_LIMIT - 512:
+            raise ValueError(f"record_size_bytes_max must be between 1 and {fmt.FRAME_STORED_BYTES_LIMIT - 512}")
+        if not 0 <= self.reserve_bytes <= 1 << 30:
+            raise ValueError("reserve_bytes must be between 0 (off) and 1 GiB")
+        if self.index_interval_bytes < 512:
+            raise ValueError("index_interval_bytes must be at least 512")

@@ -1,0 +1,433 @@
+"""Reading records: a cursor over segments that seeks with sealed footers and verifies every frame.
+
+Readers take no lock. In the live (last, unsealed) segment an incomplete or damaged frame with
+nothing durable after it is "not yet written": the cursor stops there and a later call picks up
+from the same place. Damage with a commit-marked frame after it, anything wrong inside a sealed
+segment, and any gap or duplicate in seqs are errors that name the segment, offset and seq.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import zstandard
+
+from journal.engine import format as fmt
+from journal.engine.segment import SegmentName, list_segments, read_header, read_seal
+from journal.errors import CorruptionError, NewerFormatError, RecordTooLargeError, SequenceError
+from journal.fs import File, FileSystem
+
+READ_CHUNK_BYTES = 1024 * 1024
+# Payloads of dict events are UTF-8 JSON from the writer's encoder (never a BOM, never another
+# encoding): decoding the bytes once and handing a str to a prebuilt decoder skips json.loads'
+# encoding detection and keyword handling, which cost a sixth of a decode.
+_JSON_DECODE = json.JSONDecoder().decode
+_KIND_MASK, _KIND_DATA, _HEADER = fmt.FLAG_KIND_MASK, fmt.KIND_DATA, fmt.FRAME_HEADER_SIZE_BYTES
+_CODEC_MASK, _ZSTD, _BYTES, _SYNTHETIC = fmt.FLAG_CODEC_MASK, fmt.CODEC_ZSTD, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC
+_SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed, or a codec decoded elsewhere
+FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
+FEW_RECORDS_CHUNK_BYTES = 128 * 1024  # two sparse-index intervals: the record is usually inside
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d: zstandard.ZstdDecompressor | None = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+class Record:
+    """One record read back: its seq and the event exactly as it was appended."""
+
+    __slots__ = ("_event", "is_bytes", "key", "payload", "seq", "synthetic")
+
+    def __init__(self, seq: int, payload: bytes, is_bytes: bool, key: str | None, synthetic: bool) -> None:
+        self.seq = seq
+        self.payload = payload  # the uncompressed stored bytes (UTF-8 JSON, or the raw bytes)
+        self.is_bytes = is_bytes
+        self.key = key
+        self.synthetic = synthetic
+        self._event: Any = None
+
+    @property
+    def event(self) -> Any:
+        """The appended dict (decoded from JSON) or the appended bytes."""
+        if self.is_bytes:
+            return self.payload
+        if self._event is None:
+            self._event = _JSON_DECODE(self.payload.decode("utf-8", "surrogatepass"))
+        return self._event
+
+    def __repr__(self) -> str:
+        return f"Record(seq={self.seq}, {len(self.payload)} bytes{', synthetic' if self.synthetic else ''})"
+
+
+def decode_payload(
+    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+) -> Record:
+    """Turn a verified data frame into a Record (decompress, split the key)."""
+    start = frame.payload_offset - buf_offset
+    stored = memoryview(buf)[start : start + frame.stored_len]
+    key: str | None = None
+    if frame.flags & fmt.FLAG_KEYED:
+        raw_key, stored = fmt.split_keyed(stored)
+        key = raw_key.decode("utf-8", "surrogateescape")
+    if frame.raw_len > record_size_bytes_max:
+        raise RecordTooLargeError(frame.raw_len, record_size_bytes_max, reading=True)
+    if frame.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD:
+        try:
+            payload = _decompressor().decompress(stored, max_output_size=frame.raw_len)
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(segment, frame.offset, frame.seq, f"zstd payload does not decode: {exc}") from None
+    else:
+        payload = bytes(stored)
+    if len(payload) != frame.raw_len:
+        raise CorruptionError(segment, frame.offset, frame.seq, "payload length differs from its header")
+    return Record(frame.seq, payload, bool(frame.flags & fmt.FLAG_BYTES), key, bool(frame.flags & fmt.FLAG_SYNTHETIC))
+
+
+def raise_for_stop(res: fmt.ScanResult, segment: str, path: str, last_seq: int) -> None:
+    """Errors that no position in a file can excuse: seq gaps/duplicates and newer formats."""
+    if res.stop == fmt.Stop.SEQ:
+        kind = "duplicate" if res.stop_seq <= last_seq else "gap"
+        raise SequenceError(
+            segment,
+            res.stop_offset,
+            res.stop_seq,
+            f"sequence {kind}: found seq {res.stop_seq} where seq {last_seq + 1} was expected",
+        )
+    if res.stop == fmt.Stop.FLAGS:
+        raise NewerFormatError(path, f"frame at offset {res.stop_offset} uses unknown flags", fmt.FORMAT_VERSION)
+
+
+class _OpenSegment:
+    def __init__(self, fs: FileSystem, dirpath: str, seg: SegmentName) -> None:
+        self.seg = seg
+        self.file: File = fs.open_read(os.path.join(dirpath, seg.name))
+        try:
+            self.header = read_header(self.file, seg.name)
+        except BaseException:
+            self.file.close()
+            raise
+        self.seal: fmt.SealInfo | None = None
+
+    def refresh_seal(self) -> int:
+        size = self.file.size()
+        if self.seal is None:
+            self.seal = read_seal(self.file, self.header, self.seg.name, size)
+        return size
+
+
+class SegmentCache:
+    """Open segments and the directory listing, kept between the point reads of one handle.
+
+    A sealed segment never changes, so its handle, header and footer serve every later read;
+    the live one is reopened only when the cache drops it (its seal is checked on every read
+    anyway). One reader at a time (Journal.get holds a lock); a Cursor never closes a segment
+    it got from here. At most ``open_max`` files stay open.
+    """
+
+    def __init__(self, fs: FileSystem, dirpath: str, open_max: int = 8) -> None:
+        assert open_max >= 1
+        self._fs = fs
+        self._dir = dirpath
+        self._open_max = open_max
+        self._segments: OrderedDict[int, _OpenSegment] = OrderedDict()
+        self.listed: list[SegmentName] = []
+
+    def listing(self) -> list[SegmentName]:
+        """The segments as last listed. A segment added since is found by the cursor when it
+        reaches the sealed end of the last one it knows (it lists again then)."""
+        if not self.listed:
+            self.listed = list_segments(self._fs, self._dir)
+        return self.listed
+
+    def relist(self) -> list[SegmentName]:
+        self.listed = list_segments(self._fs, self._dir)
+        return self.listed
+
+    def open(self, seg: SegmentName) -> _OpenSegment:
+        got = self._segments.get(seg.base_seq)
+        if got is not None and got.seg == seg:
+            self._segments.move_to_end(seg.base_seq)
+            return got
+        got = _OpenSegment(self._fs, self._dir, seg)
+        self._segments[seg.base_seq] = got
+        while len(self._segments) > self._open_max:
+            _, old = self._segments.popitem(last=False)
+            old.file.close()
+        return got
+
+    def close(self) -> None:
+        while self._segments:
+            _, old = self._segments.popitem()
+            old.file.close()
+
+
+class Cursor:
+    """A resumable position in a journal: the next record to read is ``next_seq``."""
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        dirpath: str,
+        after_seq: int,
+        record_size_bytes_max: int,
+        hint: tuple[int, int, int] | None = None,
+        cache: SegmentCache | None = None,
+    ) -> None:
+        """``hint`` (segment base seq, seq, offset) says where a frame at or before ``after_seq + 1``
+        should start, from the writer's sparse index of its live segment. It is only a hint: it
+        is used once the frame there verifies (checksum with the segment's salt, and the seq)."""
+        assert after_seq >= 0
+        self._hint = hint
+        self._cache = cache
+        self._few = 0  # records a small read wants (0: read on in big chunks)
+        self._fs = fs
+        self._dir = dirpath
+        self._max = record_size_bytes_max
+        self.next_seq = after_seq + 1
+        self._cur: _OpenSegment | None = None
+        self._offset = 0  # of the next frame in the current segment
+        self._expected = 0  # seq the next data frame must carry
+        self._journal_id: bytes | None = None
+        self._listed: list[SegmentName] = []  # the directory's segments when last listed
+        # (segment base seq, offset, file size) where the last read found only zeros after the
+        # last frame of the live segment: a writer's reserved space. While the size and the
+        # zero header there stay the same, nothing was written (the next frame goes exactly
+        # there, and a batch shows itself only when its first header lands), so a follower's
+        # poll reads one header instead of the whole reserved space again.
+        self._idle_at: tuple[int, int, int] | None = None
+
+    def close(self) -> None:
+        if self._cur is not None:
+            if self._cache is None:
+                self._cur.file.close()
+            self._cur = None
+
+    def _open(self, seg: SegmentName) -> _OpenSegment:
+        opened = self._cache.open(seg) if self._cache is not None else _OpenSegment(self._fs, self._dir, seg)
+        if self._journal_id is None:
+            self._journal_id = opened.header.journal_id
+        elif opened.header.journal_id != self._journal_id:
+            if self._cache is None:
+                opened.file.close()
+            raise CorruptionError(seg.name, 0, None, "segment belongs to a different journal (journal id differs)")
+        return opened
+
+    def _seek(self, segments: list[SegmentName]) -> bool:
+        """Position on the segment holding ``next_seq``; False if no segment does yet."""
+        bases = [s.base_seq for s in segments]
+        i = bisect.bisect_right(bases, self.next_seq) - 1
+        if i < 0:
+            if not segments:
+                return False
+            i = 0
+        self.close()
+        self._cur = self._open(segments[i])
+        self._cur.refresh_seal()
+        self._offset = fmt.SEGMENT_HEADER_SIZE_BYTES
+        self._expected = self._cur.header.base_seq
+        seal = self._cur.seal
+        if seal is not None and seal.entries:
+            keys = [seq for seq, _ in seal.entries]
+            j = bisect.bisect_right(keys, self.next_seq) - 1
+            if j >= 0:
+                self._expected, self._offset = seal.entries[j]
+        hint, self._hint = self._hint, None
+        if hint is not None and hint[0] == segments[i].base_seq and self._expected < hint[1] <= self.next_seq:
+            if self._frame_at(hint[2], hint[1]):
+                self._expected, self._offset = hint[1], hint[2]
+        return True
+
+    def _frame_at(self, offset: int, seq: int) -> bool:
+        """True if a genuine data frame carrying ``seq`` starts at ``offset`` of the current segment."""
+        assert self._cur is not None
+        head = self._cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
+        if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+            return False
+        stored_len = fmt.read_frame_header(head, 0)[1]
+        if stored_len > min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + 512):
+            return False
+        buf = self._cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
+        res = fmt.scan(buf, 0, self._cur.header.salt, seq, base_offset=offset, frames_max=1)
+        return len(res.frames) == 1 and res.frames[0].seq == seq
+
+    def read(self, limit: int = 1 << 62) -> Iterator[Record]:
+        """Yield records from ``next_seq`` on, up to what is written now; resumable."""
+        self._few = limit if limit <= FEW_RECORDS else 0
+        while limit > 0:
+            if self._cur is None:
+                if self._cache is not None:
+                    self._listed = self._cache.listing()
+                else:
+                    self._listed = list_segments(self._fs, self._dir)
+                if not self._seek(self._listed):
+                    return
+            cur = self._cur
+            assert cur is not None
+            size = cur.refresh_seal()
+            sealed = cur.seal
+            end = sealed.seal_offset if sealed is not None else size
+            if (
+                sealed is None
+                and self._idle_at == (cur.seg.base_seq, self._offset, size)
+                and not any(cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, self._offset))
+            ):
+                return  # nothing written since the last look
+            self._idle_at = None
+            for rec in self._read_span(cur, end, sealed is not None):
+                if rec.seq >= self.next_seq:
+                    self.next_seq = rec.seq + 1
+                    yield rec
+                    limit -= 1
+                    if limit == 0:
+                        return
+            if sealed is None:
+                # The live segment ends here for now; move on only once it has been sealed.
+                size = cur.refresh_seal()
+                if cur.seal is None:
+                    if any(s.base_seq > cur.seg.base_seq for s in self._listed):
+                        # A later segment exists, so this one was sealed before it was made (the
+                        # writer seals, syncs, then creates the next): its footer is damaged.
+                        raise CorruptionError(
+                            cur.seg.name, size, None, "segment before the live one has no valid seal footer"
+                        )
+                    return  # the rest is not yet written
+                continue  # sealed since: read on up to its footer
+            if self._offset < end:
+                return
+            # Segments only ever get added at the end: list the directory again only when the
+            # names seen so far are used up (a long read lists it once, not once per segment).
+            later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
+            if not later:
+                self._listed = self._cache.relist() if self._cache is not None else list_segments(self._fs, self._dir)
+                later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
+            if not later:
+                return
+            nxt = later[0]
+            if nxt.base_seq != sealed.last_seq + 1:
+                raise SequenceError(
+                    nxt.name,
+                    0,
+                    nxt.base_seq,
+                    f"sequence gap between segments: {cur.seg.name} ends at seq {sealed.last_seq}",
+                )
+            self.close()
+            self._cur = self._open(nxt)
+            self._offset = fmt.SEGMENT_HEADER_SIZE_BYTES
+            self._expected = nxt.base_seq
+
+    def _read_span(self, cur: _OpenSegment, end: int, sealed: bool) -> Iterator[Record]:
+        name = cur.seg.name
+        # A read of a few records (get) reads a small chunk and frames only up to its records.
+        want = FEW_RECORDS_CHUNK_BYTES if self._few else READ_CHUNK_BYTES
+        while self._offset < end:
+            offset = self._offset
+            buf = cur.file.pread(min(end - offset, want), offset)
+            if not buf:
+                # The file ends before ``end`` now: the writer cut its reserved space off (to
+                # seal, or to close). The next read starts from the new size.
+                return
+            chunk_end = offset + len(buf)
+            frames_max = max(1, self.next_seq - self._expected + self._few) if self._few else 1 << 62
+            res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=frames_max)
+            mv = memoryview(buf)
+            next_seq, size_max, decompress = self.next_seq, self._max, _decompressor().decompress
+            for frame in res.frames:
+                _off, seq, flags, raw_len, stored_len = frame
+                if flags & _KIND_MASK != _KIND_DATA or seq < next_seq:
+                    continue
+                if flags & _SLOW_FLAGS or raw_len > size_max:
+                    yield decode_payload(frame, mv, offset, name, size_max)
+                    continue
+                # The common frame, unkeyed zstd or raw, decoded here: the same checks as
+                # decode_payload, without its per-record lookups (a tenth of a decode scan).
+                start = _off - offset + _HEADER
+                if flags & _CODEC_MASK == _ZSTD:
+                    try:
+                        payload = decompress(mv[start : start + stored_len], max_output_size=raw_len)
+                    except zstandard.ZstdError:
+                        yield decode_payload(frame, mv, offset, name, size_max)  # raises the error
+                        continue
+                    if len(payload) != raw_len:
+                        yield decode_payload(frame, mv, offset, name, size_max)  # raises the error
+                        continue
+                else:
+                    payload = bytes(mv[start : start + stored_len])
+                yield Record(seq, payload, bool(flags & _BYTES), None, bool(flags & _SYNTHETIC))
+            if res.frames:
+                self._expected = res.frames[-1].seq + 1
+            self._offset = res.stop_offset
+            if res.stop == fmt.Stop.END:
+                want = READ_CHUNK_BYTES
+                continue
+            whole_zero_header = res.stop == fmt.Stop.ZEROS and res.stop_offset + _HEADER <= chunk_end
+            if res.stop in (fmt.Stop.TRUNCATED, fmt.Stop.ZEROS) and chunk_end < end and not whole_zero_header:
+                # The chunk, not the file, ended inside a frame: read on, or read a frame
+                # larger than a chunk whole (scan has already capped its length).
+                if res.frames:
+                    want = READ_CHUNK_BYTES
+                    continue
+                need = fmt.FRAME_HEADER_SIZE_BYTES
+                if len(buf) >= fmt.FRAME_HEADER_SIZE_BYTES:
+                    need += fmt.read_frame_header(buf, 0)[1]
+                if need > want:
+                    want = need
+                    continue
+            raise_for_stop(res, name, cur.file.path, self._expected - 1)
+            if sealed:
+                raise CorruptionError(
+                    name,
+                    res.stop_offset,
+                    self._expected,
+                    f"invalid frame inside a sealed segment ({res.stop.name.lower()})",
+                )
+            self._check_live_tail(cur, res.stop_offset)
+            return
+
+    def _check_live_tail(self, cur: _OpenSegment, stop_offset: int) -> None:
+        """Damage in the live segment is only "not yet written" if nothing durable follows it."""
+        size = cur.file.size()
+        rest = cur.file.pread(size - stop_offset, stop_offset)
+        if fmt.zeros_from(rest):
+            self._idle_at = (cur.seg.base_seq, stop_offset, size)  # reserved space, nothing else
+            return
+        if fmt.scan(rest, 0, cur.header.salt, self._expected, frames_max=1).frames:
+            # The frame is whole now: the first read caught a write half done. Not damage;
+            # the next read picks it up.
+            return
+        later = fmt.find_durable_point(rest, 0, cur.header.salt, self._expected - 1)
+        if later is not None and not self._frame_now_at(cur, stop_offset):
+            raise CorruptionError(
+                cur.seg.name,
+                stop_offset,
+                self._expected,
+                f"invalid frame before a durable (commit-marked) frame at offset {stop_offset + later}",
+            )
+
+    def _frame_now_at(self, cur: _OpenSegment, offset: int) -> bool:
+        """Whether a whole frame starts at ``offset`` now, read afresh.
+
+        A long pread is copied page by page while the writer appends: its first page can show
+        the zeros before a frame landed and its later pages the batches written after it. Those
+        batches were written only once that frame was whole, so if it is whole now the read
+        raced the writer; if it still is not, the damage is real.
+        """
+        head = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
+        if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+            return False
+        stored_len = fmt.read_frame_header(head, 0)[1]
+        # Only the format's hard cap: a frame over this reader's record size limit is still a
+        # whole frame (the next read raises RecordTooLargeError for it, not corruption).
+        if stored_len > fmt.FRAME_STORED_BYTES_LIMIT:
+            return False
+        buf = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
+        return bool(fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=1).frames)

@@ -1,0 +1,506 @@
+"""Salvage: copy every record that can still be proven genuine from a damaged journal into a new one.
+
+Recovery refuses to go past damage in committed data, on purpose: it must never guess. Salvage
+is the explicit, separate step an operator takes after that refusal. It never writes to the
+source. For each segment it scans frames with the same scanner as the reader; where a frame
+fails, it resynchronises on the next genuine frame (found by the frame marker, proven by the
+salted 64-bit checksum, so a false match is not a practical concern) and goes on. Every stretch
+it had to skip becomes a ``Loss`` naming the segment, the offset, the bytes and the range of
+seqs that are gone, when the seqs around the damage say it.
+
+The new journal keeps the source's sequence numbers by default: a seq that was lost is filled
+with a synthetic placeholder record (``{"type": "journal.lost", ...}``, marked ignorable so the
+session layer's readers skip it), so references between records by seq (causationId, AckLost
+resolution) still point where they did. ``renumber=True`` packs the records instead.
+
+``walk_journal`` is the read-only analysis; ``journal verify`` classifies its result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from journal.engine import format as fmt
+from journal.engine.reader import Record, decode_payload
+from journal.engine.recovery import QUARANTINE_DIR
+from journal.engine.segment import TMP_SUFFIX
+from journal.errors import CorruptionError, JournalError, JournalNotFoundError, NotAJournalError, RecordTooLargeError
+
+LOST_TYPE = "journal.lost"
+SALVAGE_BATCH_RECORDS = 1024
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A stretch of a segment that could not be copied, and the seqs it took with it."""
+
+    segment: str
+    offset: int
+    length_bytes: int
+    reason: str
+    seq_first: int | None = None  # None when the seqs around the damage do not say
+    seq_last: int | None = None
+    durable_after: bool = False  # a commit-marked frame or a seal follows in the same segment
+
+    def seqs(self) -> str:
+        if self.seq_first is None:
+            return "seqs unknown"
+        if self.seq_last is None:
+            return f"seq {self.seq_first} and any after it in this segment"
+        if self.seq_last < self.seq_first:
+            return "no seq lost"
+        if self.seq_first == self.seq_last:
+            return f"seq {self.seq_first}"
+        return f"seqs {self.seq_first}-{self.seq_last}"
+
+    def describe(self) -> str:
+        return f"{self.segment} offset {self.offset} ({self.length_bytes} bytes): {self.reason}; {self.seqs()}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "segment": self.segment,
+            "offset": self.offset,
+            "lengthBytes": self.length_bytes,
+            "reason": self.reason,
+            "seqFirst": self.seq_first,
+            "seqLast": self.seq_last,
+            "durableAfter": self.durable_after,
+        }
+
+
+@dataclass
+class SegmentWalk:
+    """What one segment holds, read with resynchronisation after damage."""
+
+    name: str
+    size_bytes: int
+    header: fmt.SegmentHeader | None
+    header_trusted: bool = True
+    records: list[Record] = field(default_factory=list)
+    seal: fmt.SealInfo | None = None
+    seal_offset: int | None = None
+    losses: list[Loss] = field(default_factory=list)
+    # The live segment's last loss when nothing genuine follows it: a torn tail, which recovery
+    # cuts (it was never acknowledged as durable unless durable_after says otherwise).
+    tail: Loss | None = None
+    frames: list[fmt.Frame] = field(default_factory=list)  # every genuine data frame, in file order
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) of each record's frame
+    misplaced: set[int] = field(default_factory=set)  # offsets of genuine frames found out of sequence
+
+    def add(self, frame: fmt.Frame, data: bytes, record_size_bytes_max: int) -> None:
+        self.frames.append(frame)
+        try:
+            rec = decode_payload(frame, data, 0, self.name, record_size_bytes_max)
+        except (CorruptionError, RecordTooLargeError) as exc:
+            self.losses.append(Loss(self.name, frame.offset, frame.end - frame.offset, str(exc), frame.seq, frame.seq))
+            return
+        self.records.append(rec)
+        self.spans.append((frame.offset, frame.end - frame.offset))
+
+    @property
+    def last_seq(self) -> int | None:
+        return self.records[-1].seq if self.records else None
+
+
+@dataclass
+class JournalWalk:
+    path: str
+    segments: list[SegmentWalk]
+    between: list[Loss]  # gaps and overlaps between segments (a missing segment, a stale copy)
+    temp_files: list[str]
+    journal_id: bytes | None
+
+    def losses(self) -> list[Loss]:
+        out: list[Loss] = []
+        for seg in self.segments:
+            out.extend(seg.losses)
+        out.extend(self.between)
+        return out
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _genuine_at(data: bytes, offset: int, salt: int) -> tuple[int, int, int] | None:
+    """(seq, flags, end) of the genuine frame at ``offset``, or None."""
+    if offset < 0 or len(data) - offset < fmt.FRAME_HEADER_SIZE_BYTES:
+        return None
+    res = fmt.py_scan(data, offset, salt, 0, frames_max=1)
+    # A genuine frame never carries the seq 0 that was asked for (nor -1, for a seal or padding
+    # frame), so it stops as SEQ, or FLAGS, exactly at ``offset``; anything else failed the
+    # checksum or the bounds.
+    if res.stop not in (fmt.Stop.SEQ, fmt.Stop.FLAGS) or res.stop_offset != offset:
+        return None
+    _, stored_len, _, seq, flags, _, _ = fmt.read_frame_header(data, offset)
+    return seq, flags, offset + fmt.FRAME_HEADER_SIZE_BYTES + stored_len
+
+
+def next_genuine_frame(data: bytes, start: int, salt: int) -> int | None:
+    """Offset of the first genuine frame that starts at or after ``start``."""
+    pos = start + fmt.FRAME_MARKER_OFFSET
+    while True:
+        pos = data.find(fmt.FRAME_MARKER_BYTES, pos)
+        if pos < 0:
+            return None
+        frame_at = pos - fmt.FRAME_MARKER_OFFSET
+        pos += 1
+        if frame_at >= start and _genuine_at(data, frame_at, salt) is not None:
+            return frame_at
+
+
+def _durable_after(data: bytes, offset: int, salt: int) -> bool:
+    pos = offset
+    while True:
+        nxt = next_genuine_frame(data, pos, salt)
+        if nxt is None:
+            return False
+        got = _genuine_at(data, nxt, salt)
+        assert got is not None
+        _, flags, _end = got
+        if flags & fmt.FLAG_COMMIT or flags & fmt.FLAG_KIND_MASK == fmt.KIND_SEAL:
+            return True
+        pos = nxt + 1
+
+
+def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT) -> SegmentWalk:
+    """Read every genuine record of one segment's bytes, resynchronising after damage. Pure."""
+    walk = SegmentWalk(name, len(data), None)
+    base_from_name = fmt.parse_segment_name(name) or 1
+    try:
+        header = fmt.decode_segment_header(data)
+    except fmt.HeaderError as exc:
+        if exc.version > fmt.FORMAT_VERSION or len(data) < fmt.SEGMENT_HEADER_SIZE_BYTES:
+            walk.losses.append(Loss(name, 0, len(data), f"segment header: {exc.reason}", base_from_name, None))
+            return walk
+        # The header's checksum failed, but its salt may still be intact: frames are verified
+        # with it one by one, so trying it costs nothing and a wrong salt matches no frame.
+        salt = int.from_bytes(data[48:56], "little")
+        header = fmt.SegmentHeader(fmt.FORMAT_VERSION, data[16:32], -1, base_from_name, salt)
+        walk.header_trusted = False
+        walk.losses.append(Loss(name, 0, fmt.SEGMENT_HEADER_SIZE_BYTES, f"segment header: {exc.reason}", None, None))
+    walk.header = header
+    if header.base_seq != base_from_name and walk.header_trusted:
+        walk.losses.append(
+            Loss(name, 0, 0, f"header base seq {header.base_seq} does not match the file name", None, None)
+        )
+    salt = header.salt
+    pos = fmt.SEGMENT_HEADER_SIZE_BYTES
+    expected = header.base_seq
+    size = len(data)
+    while True:
+        res = fmt.scan(data, pos, salt, expected)
+        for fr in res.frames:
+            kind = fr.flags & fmt.FLAG_KIND_MASK
+            if kind == fmt.KIND_DATA:
+                walk.add(fr, data, record_size_bytes_max)
+                expected = fr.seq + 1
+            elif kind == fmt.KIND_SEAL:
+                walk.seal_offset = fr.offset
+                try:
+                    walk.seal = fmt.decode_seal_payload(data[fr.payload_offset : fr.end])
+                except ValueError as exc:
+                    walk.losses.append(Loss(name, fr.offset, fr.end - fr.offset, f"seal footer: {exc}"))
+        if res.stop == fmt.Stop.END:
+            return walk
+        if res.stop == fmt.Stop.SEALED:
+            if res.stop_offset != size:
+                walk.losses.append(Loss(name, res.stop_offset, size - res.stop_offset, "bytes after the seal footer"))
+            return walk
+        at = res.stop_offset
+        if res.stop in (fmt.Stop.SEQ, fmt.Stop.FLAGS):
+            got = _genuine_at(data, at, salt)
+            assert got is not None
+            seq, flags, end = got
+            kind = flags & fmt.FLAG_KIND_MASK
+            pos = end
+            if res.stop == fmt.Stop.FLAGS:
+                walk.losses.append(Loss(name, at, end - at, "frame written by a newer format", seq, seq))
+            elif kind == fmt.KIND_DATA:
+                # Genuine but out of order: keep it under its own seq (walk_journal drops a second
+                # copy of a seq and reports the seqs nobody holds) and follow the frames after it.
+                walk.losses.append(Loss(name, at, 0, f"frame out of sequence: seq {seq} where seq {expected} "
+                                        "was expected", seq, seq - 1))
+                raw_len = fmt.read_frame_header(data, at)[2]
+                fr = fmt.Frame(at, seq, flags, raw_len, end - at - fmt.FRAME_HEADER_SIZE_BYTES)
+                walk.add(fr, data, record_size_bytes_max)
+                walk.misplaced.add(at)
+                expected = seq + 1
+            else:
+                # A seal or padding frame carries the last data seq before it.
+                walk.losses.append(Loss(name, at, 0, f"{_kind(kind)} frame carries seq {seq} where seq "
+                                        f"{expected - 1} was expected"))
+                if kind == fmt.KIND_SEAL:
+                    walk.seal_offset = at
+                    try:
+                        walk.seal = fmt.decode_seal_payload(data[at + fmt.FRAME_HEADER_SIZE_BYTES : end])
+                    except ValueError as exc:
+                        walk.losses.append(Loss(name, at, end - at, f"seal footer: {exc}"))
+                    if end != size:
+                        walk.losses.append(Loss(name, end, size - end, "bytes after the seal footer"))
+                    return walk
+            follow = _genuine_at(data, pos, salt)
+            if follow is not None and follow[1] & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
+                expected = follow[0]  # re-anchor on the frame that follows, whatever it carries
+            continue
+        # TRUNCATED, ZEROS or CHECKSUM: skip to the next frame that proves itself genuine.
+        reason = {fmt.Stop.TRUNCATED: "frame runs past the end of the file", fmt.Stop.ZEROS: "zeroed bytes",
+                  fmt.Stop.CHECKSUM: "bad frame (marker, length or checksum)"}[res.stop]
+        nxt = next_genuine_frame(data, at + 1, salt)
+        if nxt is None:
+            loss = Loss(name, at, size - at, reason, expected, None, False)
+            walk.losses.append(loss)
+            walk.tail = loss
+            return walk
+        got = _genuine_at(data, nxt, salt)
+        assert got is not None
+        seq, flags, _ = got
+        kind = flags & fmt.FLAG_KIND_MASK
+        last_lost = seq - 1 if kind == fmt.KIND_DATA else seq
+        walk.losses.append(Loss(name, at, nxt - at, reason, expected, last_lost, _durable_after(data, at, salt)))
+        if kind == fmt.KIND_DATA and seq >= expected:
+            expected = seq
+        elif kind != fmt.KIND_DATA and seq >= expected:
+            expected = seq + 1
+        pos = nxt
+
+
+def _kind(kind: int) -> str:
+    return {fmt.KIND_SEAL: "seal", fmt.KIND_PADDING: "padding"}.get(kind, "data")
+
+
+def walk_journal(path: str, progress: Progress | None = None,
+                 record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT) -> JournalWalk:
+    """Read every segment of the journal at ``path``; changes nothing."""
+    if not os.path.exists(path):
+        raise JournalNotFoundError(path)
+    if not os.path.isdir(path):
+        raise NotAJournalError(path, "it is a file, not a directory")
+    names = os.listdir(path)
+    segs = sorted(
+        (n for n in names if fmt.parse_segment_name(n) is not None), key=lambda n: fmt.parse_segment_name(n) or 0
+    )
+    temps = sorted(n for n in names if n.endswith(fmt.SEGMENT_SUFFIX + TMP_SUFFIX))
+    if not segs:
+        raise NotAJournalError(path, "it holds no segment")
+    sizes = [os.path.getsize(os.path.join(path, n)) for n in segs]
+    total = sum(sizes) or 1
+    done = 0
+    walks: list[SegmentWalk] = []
+    for name, size in zip(segs, sizes, strict=True):
+        walks.append(walk_segment(name, _read(os.path.join(path, name)), record_size_bytes_max))
+        done += size
+        if progress is not None:
+            progress(done, total)
+    ids = [w.header.journal_id for w in walks if w.header is not None and w.header_trusted]
+    journal_id = max(set(ids), key=ids.count) if ids else None
+    between: list[Loss] = []
+    for w in walks:
+        if w.header is not None and w.header_trusted and journal_id is not None and w.header.journal_id != journal_id:
+            between.append(Loss(w.name, 0, w.size_bytes, "segment belongs to a different journal: not copied",
+                                w.header.base_seq, w.last_seq))
+            w.records, w.spans = [], []
+    between.extend(_seq_losses(walks))
+    return JournalWalk(path, walks, between, temps, journal_id)
+
+
+def _seq_losses(walks: list[SegmentWalk]) -> list[Loss]:
+    """Second copies of a seq (dropped) and seqs no segment holds that no damage accounts for."""
+    out: list[Loss] = []
+    first_at: dict[int, tuple[str, int]] = {}
+    offsets: dict[int, int] = {}
+    # Frames in their place first: of two copies of a seq, the one out of sequence is the stray.
+    chosen: dict[int, tuple[int, int]] = {}  # seq -> (walk index, record index)
+    for in_place in (True, False):
+        for wi, w in enumerate(walks):
+            for ri, (rec, (offset, length)) in enumerate(zip(w.records, w.spans, strict=True)):
+                if (offset not in w.misplaced) != in_place:
+                    continue
+                if rec.seq in first_at:
+                    seg0, off0 = first_at[rec.seq]
+                    out.append(Loss(w.name, offset, length, f"second copy of seq {rec.seq} (the one kept is in "
+                                    f"{seg0} at offset {off0}): dropped", rec.seq, rec.seq - 1))
+                    continue
+                first_at[rec.seq] = (w.name, offset)
+                offsets[rec.seq] = offset
+                chosen[rec.seq] = (wi, ri)
+    for wi, w in enumerate(walks):
+        keep = sorted(ri for (i, ri) in chosen.values() if i == wi)
+        w.records = [w.records[ri] for ri in keep]
+        w.spans = [w.spans[ri] for ri in keep]
+    covered: list[tuple[int, int]] = []
+    for w in walks:
+        for loss in w.losses:
+            if loss.seq_first is not None:
+                covered.append((loss.seq_first, loss.seq_last if loss.seq_last is not None else 1 << 62))
+    held = sorted(first_at)
+    if not held:
+        return out
+    prev = 0
+    where = {seq: seg for seq, (seg, _) in first_at.items()}
+    for seq in held:
+        if seq > prev + 1:
+            lo, hi = prev + 1, seq - 1
+            missing = [n for n in range(lo, hi + 1) if not any(a <= n <= b for a, b in covered)]
+            if missing:
+                seg = where[seq]
+                reason = ("missing segment or sequence gap between segments" if prev == 0 or where[prev] != seg
+                          else "sequence gap")
+                out.append(Loss(seg, offsets[seq], 0, reason, missing[0], missing[-1]))
+        prev = seq
+    return out
+
+
+# --- salvage --------------------------------------------------------------------------------
+
+
+@dataclass
+class SalvageReport:
+    source: str
+    dest: str
+    copied: int = 0
+    placeholders: int = 0
+    duplicates_dropped: int = 0
+    last_seq: int = 0
+    renumbered: bool = False
+    losses: list[Loss] = field(default_factory=list)
+
+    @property
+    def lost_anything(self) -> bool:
+        return bool(self.losses)
+
+    def summary(self) -> str:
+        lines = [
+            f"salvaged {self.copied} records from {self.source} into {self.dest} (last seq {self.last_seq})",
+        ]
+        if self.placeholders:
+            lines.append(f"{self.placeholders} lost seqs filled with {LOST_TYPE} placeholders (seqs kept)")
+        if self.renumbered:
+            lines.append("records were renumbered from seq 1 (--renumber)")
+        if self.duplicates_dropped:
+            lines.append(f"{self.duplicates_dropped} duplicate records dropped")
+        if not self.losses:
+            lines.append("nothing was lost")
+        else:
+            lines.append(f"lost ({len(self.losses)} places):")
+            lines.extend(f"  {loss.describe()}" for loss in self.losses)
+        lines.append("the source was not modified")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "dest": self.dest,
+            "copied": self.copied,
+            "placeholders": self.placeholders,
+            "duplicatesDropped": self.duplicates_dropped,
+            "lastSeq": self.last_seq,
+            "renumbered": self.renumbered,
+            "losses": [loss.to_json() for loss in self.losses],
+        }
+
+
+def _placeholder(seq: int, losses: list[Loss], near: Record | None) -> dict[str, Any]:
+    where = next((loss for loss in losses if loss.seq_first is not None and loss.seq_first <= seq
+                  and (loss.seq_last is None or seq <= loss.seq_last)), None)
+    event: dict[str, Any] = {}
+    # A session reader needs these to recognise the placeholder as an ignorable event.
+    if near is not None and not near.is_bytes:
+        ev = near.event
+        if isinstance(ev, dict):
+            for key in ("schemaVersion", "sessionId"):
+                if key in ev:
+                    event[key] = ev[key]
+    event["type"] = LOST_TYPE
+    event["ignorable"] = True
+    event["data"] = {
+        "lostSeq": seq,
+        "segment": where.segment if where else None,
+        "offset": where.offset if where else None,
+        "reason": where.reason if where else "missing",
+    }
+    return event
+
+
+def salvage(
+    source: str,
+    dest: str,
+    renumber: bool = False,
+    progress: Progress | None = None,
+    write_progress: Progress | None = None,
+) -> SalvageReport:
+    """Copy what is recoverable from ``source`` into a new journal at ``dest``. Never writes ``source``."""
+    from journal.engine.core import Journal
+    from journal.outcomes import Committed
+
+    source = os.fspath(source)
+    dest = os.fspath(dest)
+    if os.path.abspath(source) == os.path.abspath(dest):
+        raise ValueError("salvage writes a new journal: the destination must differ from the source")
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise JournalError(f"destination {dest!r} exists and is not empty; salvage only writes a new journal")
+    walk = walk_journal(source, progress=progress)
+    report = SalvageReport(source, dest, renumbered=renumber, losses=walk.losses())
+    by_seq: dict[int, Record] = {}
+    for seg in walk.segments:
+        for rec in seg.records:
+            if rec.seq in by_seq:
+                report.duplicates_dropped += 1
+                continue
+            by_seq[rec.seq] = rec
+    seqs = sorted(by_seq)
+    total = len(seqs) or 1
+    with Journal.open(dest, create=True) as out:
+        batch: list[Any] = []
+        keys: list[str | None] = []
+        synthetic: bool | None = None
+        next_seq = 1
+
+        def flush() -> None:
+            nonlocal batch, keys
+            if batch:
+                outs = out.append_many(batch, durability="flush", idempotency_keys=keys, synthetic=bool(synthetic))
+                failed = [o for o in outs if not isinstance(o, Committed)]
+                if failed:
+                    raise JournalError(f"salvage could not write to {dest!r}: {failed[0]}")
+            batch, keys = [], []
+
+        def add(event: Any, key: str | None, synth: bool) -> None:
+            nonlocal synthetic
+            if (synthetic is not None and synth != synthetic) or len(batch) >= SALVAGE_BATCH_RECORDS:
+                flush()
+            synthetic = synth
+            batch.append(event)
+            keys.append(key)
+
+        prev: Record | None = None
+        for i, seq in enumerate(seqs):
+            rec = by_seq[seq]
+            if not renumber:
+                while next_seq < seq:
+                    add(_placeholder(next_seq, report.losses, prev or rec), None, True)
+                    report.placeholders += 1
+                    next_seq += 1
+            add(rec.payload if rec.is_bytes else rec.event, rec.key, rec.synthetic)
+            report.copied += 1
+            next_seq += 1
+            prev = rec
+            if write_progress is not None and i % 256 == 0:
+                write_progress(i, total)
+        flush()
+        out.sync()
+        report.last_seq = out.last_seq
+    if write_progress is not None:
+        write_progress(total, total)
+    return report
+
+
+def quarantine_files(path: str) -> list[str]:
+    qdir = os.path.join(path, QUARANTINE_DIR)
+    return sorted(os.listdir(qdir)) if os.path.isdir(qdir) else []

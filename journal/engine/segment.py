@@ -1,0 +1,141 @@
+"""Segment files: naming, atomic creation, headers, seal footers.
+
+A segment is created whole before any record goes into it: header written to ``<name>.tmp``,
+fsync'd, renamed into place, directory fsync'd. So a segment that is visible under its name
+always has a valid, durable header, and a crash can only leave a ``.tmp`` file that holds no
+record (recovery removes it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from journal.engine import format as fmt
+from journal.errors import CorruptionError, NewerFormatError
+from journal.fs import File, FileSystem, write_all
+
+TMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True)
+class SegmentName:
+    base_seq: int
+    name: str
+
+
+def list_segments(fs: FileSystem, dirpath: str) -> list[SegmentName]:
+    out = []
+    for name in fs.listdir(dirpath):
+        base = fmt.parse_segment_name(name)
+        if base is not None:
+            out.append(SegmentName(base, name))
+    out.sort(key=lambda s: s.base_seq)
+    return out
+
+
+def list_temp_files(fs: FileSystem, dirpath: str) -> list[str]:
+    return [n for n in fs.listdir(dirpath) if n.endswith(fmt.SEGMENT_SUFFIX + TMP_SUFFIX)]
+
+
+def new_header(journal_id: bytes, segment_number: int, base_seq: int) -> fmt.SegmentHeader:
+    return fmt.SegmentHeader(
+        fmt.FORMAT_VERSION, journal_id, segment_number, base_seq, fmt.segment_salt(journal_id, segment_number, base_seq)
+    )
+
+
+def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader, sector_bytes: int = 0) -> File:
+    """Make a segment durable under its final name and return it open for writing.
+
+    With ``sector_bytes``, a padding frame after the header fills its sector, so the first
+    batch never shares a sector with the synced header (storage without powersafe overwrite).
+    """
+    name = fmt.segment_name(header.base_seq)
+    final = os.path.join(dirpath, name)
+    tmp = final + TMP_SUFFIX
+    assert not fs.exists(final), f"segment {name} already exists"
+    if fs.exists(tmp):
+        fs.unlink(tmp)  # a previous attempt's temp file holds only a header
+    f = fs.open_write(tmp, create=True)
+    try:
+        write_all(f, fmt.encode_segment_header(header) + header_padding(header, sector_bytes), 0)
+        f.fsync()
+        fs.rename(tmp, final)
+        fs.fsync_dir(dirpath)
+    except BaseException:
+        f.close()
+        raise
+    f.path = final
+    return f
+
+
+def header_padding(header: fmt.SegmentHeader, sector_bytes: int) -> bytes:
+    """The padding frame that ends a new segment's first sector (b"" without sector_bytes)."""
+    if not sector_bytes:
+        return b""
+    gap = -fmt.SEGMENT_HEADER_SIZE_BYTES % sector_bytes
+    if gap < fmt.FRAME_HEADER_SIZE_BYTES:
+        gap += sector_bytes
+    pad_len = gap - fmt.FRAME_HEADER_SIZE_BYTES
+    frame = fmt.encode_frame(header.base_seq - 1, fmt.KIND_PADDING, pad_len, bytes(pad_len), header.salt)
+    assert (fmt.SEGMENT_HEADER_SIZE_BYTES + len(frame)) % sector_bytes == 0
+    return frame
+
+
+def read_header(f: File, segment: str) -> fmt.SegmentHeader:
+    data = f.pread(fmt.SEGMENT_HEADER_SIZE_BYTES, 0)
+    try:
+        header = fmt.decode_segment_header(data)
+    except fmt.HeaderError as exc:
+        if exc.version > fmt.FORMAT_VERSION:
+            raise NewerFormatError(f.path, f"segment format version {exc.version}", fmt.FORMAT_VERSION) from None
+        raise CorruptionError(segment, 0, None, exc.reason) from None
+    expected_base = fmt.parse_segment_name(segment)
+    if expected_base is not None and header.base_seq != expected_base:
+        raise CorruptionError(segment, 0, None, f"header base seq {header.base_seq} does not match the file name")
+    return header
+
+
+def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) -> fmt.SealInfo | None:
+    """The verified seal footer of a segment, or None if its last bytes are not a valid seal."""
+    min_size = fmt.SEGMENT_HEADER_SIZE_BYTES + fmt.FRAME_HEADER_SIZE_BYTES + fmt.SEAL_TAIL_SIZE_BYTES
+    if file_size < min_size:
+        return None
+    # A reader's file_size can be stale: the writer cuts its reserved space off the live segment
+    # before it writes the seal, so every read here may come back short. Not sealed (yet), then.
+    tail = f.pread(fmt.SEAL_TAIL_SIZE_BYTES, file_size - fmt.SEAL_TAIL_SIZE_BYTES)
+    if len(tail) < fmt.SEAL_TAIL_SIZE_BYTES:
+        return None
+    seal_offset = fmt.seal_tail_offset(tail)
+    if not fmt.SEGMENT_HEADER_SIZE_BYTES <= seal_offset <= file_size - fmt.FRAME_HEADER_SIZE_BYTES:
+        return None
+    # Check the would-be seal frame's header before reading the rest: in a live segment the last
+    # 8 bytes are payload, and reading "the footer" they point at would read the whole tail.
+    head = f.pread(fmt.FRAME_HEADER_SIZE_BYTES, seal_offset)
+    if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+        return None
+    _, stored_len, _, _, flags, _, marker = fmt.read_frame_header(head, 0)
+    if (
+        marker != fmt.FRAME_MARKER
+        or flags & fmt.FLAG_KIND_MASK != fmt.KIND_SEAL
+        or fmt.FRAME_HEADER_SIZE_BYTES + stored_len != file_size - seal_offset
+    ):
+        return None
+    buf = f.pread(file_size - seal_offset, seal_offset)
+    if len(buf) < file_size - seal_offset:
+        return None
+    res = fmt.scan(buf, 0, header.salt, 0, base_offset=seal_offset, frames_max=1)
+    # A genuine seal fails the seq expectation of 0 (it carries the last seq), so look at the
+    # frame directly once the checksum has held.
+    if res.stop not in (fmt.Stop.SEQ, fmt.Stop.SEALED):
+        return None
+    _, stored_len, _, seq, flags, _, _ = fmt.read_frame_header(buf, 0)
+    if flags & fmt.FLAG_KIND_MASK != fmt.KIND_SEAL or fmt.FRAME_HEADER_SIZE_BYTES + stored_len != len(buf):
+        return None
+    try:
+        info = fmt.decode_seal_payload(buf[fmt.FRAME_HEADER_SIZE_BYTES :])
+    except ValueError as exc:
+        raise CorruptionError(segment, seal_offset, seq, f"seal footer: {exc}") from None
+    if info.seal_offset != seal_offset or info.last_seq != seq or info.first_seq != header.base_seq:
+        raise CorruptionError(segment, seal_offset, seq, "seal footer disagrees with its segment")
+    return info

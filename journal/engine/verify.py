@@ -1,0 +1,240 @@
+"""Verify: a read-only check of every frame and every structure of a journal, with a verdict.
+
+The verdict is one of three, and it is the same one the writer's recovery would reach:
+
+* ``clean``: every segment reads to its end; sealed segments have footers that agree with
+  their frames (count, first and last seq, every index entry on a frame with that seq); seqs are
+  contiguous across segments; every segment carries the same journal id.
+* ``torn``: the only damage is a torn tail of the live segment with nothing proven durable after
+  it (and perhaps an unfinished ``.seg.tmp``): opening the journal for writing, or
+  ``journal repair``, cuts it into ``quarantine/``. Nothing acknowledged as durable is lost.
+* ``corrupt``: anything else: damage in a sealed segment or before a durable point, a seq gap or
+  duplicate, a missing segment, a footer that disagrees. Recovery refuses such a journal;
+  ``journal salvage`` copies what is recoverable into a new one.
+
+The live segment's verdict comes from ``recovery.decide`` itself, so verify and open can never
+disagree; the rest comes from ``salvage.walk_journal``, which also says where each loss is.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from journal.engine import format as fmt
+from journal.engine.core import LOCK_FILE
+from journal.engine.recovery import TailDecision, decide
+from journal.engine.salvage import (
+    JournalWalk,
+    Loss,
+    Progress,
+    SegmentWalk,
+    quarantine_files,
+    walk_journal,
+    walk_segment,
+)
+from journal.engine.segment import read_seal
+from journal.errors import CorruptionError, NewerFormatError
+from journal.fs import OsFileSystem, flock_holder
+
+CLEAN = "clean"
+TORN = "torn"
+CORRUPT = "corrupt"
+NEWER = "newer-format"
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    verdict: str = CLEAN
+    segments: int = 0
+    records: int = 0
+    size_bytes: int = 0
+    last_seq: int = 0
+    problems: list[Loss] = field(default_factory=list)  # what makes it corrupt
+    torn_tail: Loss | None = None
+    temp_files: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.path}: {self.verdict.upper()}",
+            f"segments: {self.segments}, records: {self.records}, bytes: {self.size_bytes}, last seq: {self.last_seq}",
+        ]
+        if self.torn_tail is not None and self.torn_tail.reason == "zeros tail":
+            lines.append(f"zero-filled tail: {self.torn_tail.describe()}")
+            lines.append(
+                "  space a writer reserves after its last record: a writer has the journal open, or one did not"
+                " close; it holds nothing, and any writer's open (or `journal repair`) truncates it"
+            )
+        elif self.torn_tail is not None:
+            lines.append(f"torn tail: {self.torn_tail.describe()}")
+            lines.append("  `journal repair` (or any writer's open) cuts it and keeps the bytes in quarantine/")
+        lines.extend(f"unfinished segment file: {t} (removed by recovery)" for t in self.temp_files)
+        for p in self.problems:
+            lines.append(f"problem: {p.describe()}")
+        if self.problems:
+            lines.append("  recovery refuses this journal; `journal salvage SRC DEST` copies what is recoverable")
+        if self.quarantined:
+            lines.append(f"quarantine/ holds {len(self.quarantined)} file(s) of bytes cut by earlier recoveries")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "verdict": self.verdict,
+            "segments": self.segments,
+            "records": self.records,
+            "sizeBytes": self.size_bytes,
+            "lastSeq": self.last_seq,
+            "tornTail": self.torn_tail.to_json() if self.torn_tail else None,
+            "problems": [p.to_json() for p in self.problems],
+            "tempFiles": self.temp_files,
+            "quarantined": self.quarantined,
+            "notes": self.notes,
+        }
+
+
+def _check_seal(path: str, seg: SegmentWalk, problems: list[Loss]) -> None:
+    """A sealed segment's footer must be findable from the end and agree with the frames."""
+    assert seg.header is not None
+    fs = OsFileSystem()
+    f = fs.open_read(os.path.join(path, seg.name))
+    try:
+        try:
+            seal = read_seal(f, seg.header, seg.name, seg.size_bytes)
+        except CorruptionError as exc:
+            problems.append(Loss(seg.name, exc.offset, 0, exc.reason, exc.seq, exc.seq))
+            return
+    finally:
+        f.close()
+    if seal is None:
+        problems.append(Loss(seg.name, seg.size_bytes, 0, "segment before the live one has no valid seal footer"))
+        return
+    frames = seg.frames
+    first = frames[0].seq if frames else None
+    last = frames[-1].seq if frames else None
+    if (seal.record_count, seal.first_seq, seal.last_seq) != (len(frames), first, last):
+        problems.append(Loss(seg.name, seal.seal_offset, 0,
+                             f"seal footer says {seal.record_count} records, seqs {seal.first_seq}-{seal.last_seq}; "
+                             f"the segment holds {len(frames)}, seqs {first}-{last}"))
+    at = {fr.offset: fr.seq for fr in frames}
+    bad = [(s, o) for s, o in seal.entries if at.get(o) != s]
+    if bad:
+        s, o = bad[0]
+        problems.append(Loss(seg.name, o, 0, f"seal index entry (seq {s}, offset {o}) is not on that frame "
+                             f"({len(bad)} bad entries)", s, s))
+
+
+def classify(walk: JournalWalk) -> VerifyReport:
+    """The verdict for a walked journal (reads the segments' footers again; writes nothing)."""
+    path = walk.path
+    rep = VerifyReport(path, segments=len(walk.segments), temp_files=list(walk.temp_files))
+    rep.quarantined = quarantine_files(path)
+    rep.problems.extend(walk.between)
+    live = walk.segments[-1]
+    for seg in walk.segments[:-1]:
+        rep.problems.extend(seg.losses)
+        if seg.header is not None and seg.header_trusted and not seg.losses:
+            _check_seal(path, seg, rep.problems)
+    # The live segment: exactly what the writer's recovery would decide. It is read again here
+    # and everything said of it comes from that one read: a writer appending, closing or rolling
+    # over since the walk read it changes its bytes (the reserved space is cut at both).
+    data = _read(os.path.join(path, live.name))
+    decision: TailDecision | None = None
+    failure: CorruptionError | NewerFormatError | None = None
+    if live.header is not None and live.header_trusted:
+        decision, failure, data = _decide_live(data, live.header, live.name, os.path.join(path, live.name))
+        live = walk_segment(live.name, data)
+        walk.segments[-1] = live
+    for seg in walk.segments:
+        rep.size_bytes += seg.size_bytes
+        rep.records += len(seg.records)
+        if seg.last_seq is not None:
+            rep.last_seq = max(rep.last_seq, seg.last_seq)
+    if live.header is None or not live.header_trusted:
+        rep.problems.extend(live.losses)
+    elif isinstance(failure, NewerFormatError):
+        rep.verdict = NEWER
+        rep.notes.append(str(failure))
+        rep.problems.extend(live.losses)
+    elif isinstance(failure, CorruptionError):
+        exc = failure
+        rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
+        rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
+    else:
+        assert decision is not None
+        holder = flock_holder(os.path.join(path, LOCK_FILE)) if decision.tail == "zeros" else None
+        if holder is not None:
+            # Zeros after the last frame while a writer holds the lock: its reserved space.
+            rep.notes.append(
+                f"{len(data) - decision.valid_end} bytes of zeros after the last record of {live.name}: "
+                f"space reserved by the writer that has the journal open (pid {holder}), not damage"
+            )
+        elif decision.cut:
+            data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+            tail_first = data_frames[-1].seq + 1 if data_frames else live.header.base_seq
+            rep.torn_tail = Loss(live.name, decision.valid_end, len(data) - decision.valid_end,
+                                 f"{decision.tail} tail", tail_first, None)
+            # Records past a torn tail were never acknowledged as durable; recovery cuts them.
+            rep.records = sum(len(s.records) for s in walk.segments[:-1]) + len(data_frames)
+            rep.last_seq = max((r.seq for s in walk.segments for r in s.records
+                                if s is not live or r.seq < tail_first), default=0)
+        else:
+            rep.problems.extend(live.losses)
+        if decision.sealed:
+            _check_seal(path, live, rep.problems)
+    if rep.verdict != NEWER:
+        if rep.problems:
+            rep.verdict = CORRUPT
+        elif rep.torn_tail is not None or rep.temp_files:
+            rep.verdict = TORN
+    return rep
+
+
+LIVE_READS_MAX = 3  # reads of a live segment before damage in it is believed
+LIVE_REREAD_WAIT_S = 0.02  # before reading a live writer's torn-looking tail again (then twice that)
+
+
+def _decide_live(
+    data: bytes, header: fmt.SegmentHeader, name: str, path: str
+) -> tuple[TailDecision | None, CorruptionError | NewerFormatError | None, bytes]:
+    """recovery.decide on the live segment, read again while it looks damaged.
+
+    Returns the decision (or the error) and the bytes it was made on. A writer may be appending
+    while verify reads: a long read is copied page by page, so its first pages can show the
+    zeros before a frame landed and its later pages the batches written after it, which looks
+    like damage before a durable frame; and a batch is written body first and its first header
+    last, so between the two writes a live writer's tail looks torn. Damage that is still there
+    in a fresh read is real; a torn tail is only read again while a writer holds the lock.
+    """
+    lock = os.path.join(os.path.dirname(path), LOCK_FILE)
+    for attempt in range(LIVE_READS_MAX):
+        last = attempt == LIVE_READS_MAX - 1
+        try:
+            decision = decide(data, header, name, path)
+        except NewerFormatError as exc:
+            return None, exc, data
+        except CorruptionError as exc:
+            if last:
+                return None, exc, data
+        else:
+            if decision.tail != "torn" or last or flock_holder(lock) is None:
+                return decision, None, data
+            time.sleep(LIVE_REREAD_WAIT_S * (attempt + 1))  # give the batch's header time to land
+        data = _read(path)
+    raise AssertionError("unreachable")
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def verify(path: str, progress: Progress | None = None) -> VerifyReport:
+    """Check the journal at ``path`` without changing a byte; see the module doc for the verdicts."""
+    return classify(walk_journal(os.fspath(path), progress=progress))

@@ -1,0 +1,630 @@
+"""The write path: group commit, the three outcomes, rollback and fail-stop, segment roll-over.
+
+The Journal (journal/core.py) is a Writer: this class holds the methods that put bytes into
+the live segment, and the Journal the ones that open, recover and read. Life of an append is
+told at the top of journal/core.py; docs/GUARANTEES.md says what each outcome promises.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping
+
+from journal.engine import format as fmt
+from journal.engine.encoding import Encoded
+from journal.engine.options import Options
+from journal.engine.segment import create_segment, header_padding, new_header
+from journal.errors import JournalClosedError, JournalFailStoppedError, ReadOnlyError
+from journal.fs import File, FileSystem, write_all
+from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
+
+BATCH_BYTES_MAX = 4 * 1024 * 1024  # one group-commit write never carries more than this
+BATCH_RECORDS_MAX = 4096
+BUFFER_BYTES_MAX = 1024 * 1024  # buffered appends are written once this much is waiting
+KEYS_REMEMBERED_MAX = 1_000_000  # idempotency keys kept in memory (live segment and recent)
+
+
+class Request:
+    """One caller's records in the queue; ``wake`` parks the caller until it is done or leads."""
+
+    __slots__ = ("abandoned", "acked", "durability", "first_seq", "items", "nbytes", "outcomes", "wake")
+
+    def __init__(self, items: list[Encoded], first_seq: int, durability: Durability) -> None:
+        self.items = items
+        self.first_seq = first_seq
+        self.durability = durability
+        if len(items) == 1:
+            self.nbytes = len(items[0].spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+        else:
+            self.nbytes = sum(len(it.spec.stored) for it in items) + fmt.FRAME_HEADER_SIZE_BYTES * len(items)
+        self.outcomes: list[Outcome] | None = None
+        self.acked = durability == "buffered"  # the caller already holds Committed(buffered)
+        self.wake: threading.Lock | None = None
+        self.abandoned = False  # its caller was interrupted while waiting
+
+
+def chunks(items: list[Encoded]) -> Iterator[list[Encoded]]:
+    """Split an append_many into requests of at most BATCH_RECORDS_MAX records and, unless one
+    record alone is larger, BATCH_BYTES_MAX bytes, so that no write exceeds the batch bound."""
+    chunk: list[Encoded] = []
+    size = 0
+    for it in items:
+        nbytes = len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+        if chunk and (size + nbytes > BATCH_BYTES_MAX or len(chunk) == BATCH_RECORDS_MAX):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(it)
+        size += nbytes
+    if chunk:
+        yield chunk
+
+
+class Writer:
+    """The write half of a Journal. Its state is set up by Journal.__init__; the mutex guards
+    the queue, the seqs and the flags, and only the leader touches the live segment's file."""
+
+    path: str
+    readonly: bool
+    options: Options
+    _fs: FileSystem
+    _mu: threading.Lock
+    _cv: threading.Condition
+    _queue: deque[Request]
+    _leader: bool
+    _failed: str | None
+    _closed: bool
+    _journal_id: bytes
+    _segment_number: int
+    _active: File | None
+    _active_header: fmt.SegmentHeader | None
+    _active_size: int  # where the next frame goes: the end of the last record, seal or padding
+    _reserved_end: int  # the live segment's file size: _active_size plus zeros set aside ahead
+    _reserve_refused: bool  # the file system refused to grow the live segment: stop trying
+    _active_count: int
+    _index: list[tuple[int, int]]
+    _next_index_at: int
+    _last_seq: int
+    _next_seq: int
+    _buffered_bytes: int
+    _unsynced: bool
+    _keys: dict[str, int]
+    _pending_keys: dict[str, tuple[Request, int]]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError()
+
+    def _note_frame(self, seq: int, offset: int) -> None:
+        if offset >= self._next_index_at:
+            self._index.append((seq, offset))
+            self._next_index_at = offset + self.options.index_interval_bytes
+
+    def _reserve(self, end: int) -> None:
+        """Set the live segment's size past ``end`` before a write that would grow it.
+
+        The data's own fdatasync makes the new size durable with it; until then a crash leaves
+        the old size or zeros, both of which recovery already reads as "nothing written here".
+        If the file system refuses (a full disk), the write grows the file itself as it would
+        without a reservation, and reservation stops for this segment.
+        """
+        assert self._active is not None and end > self._reserved_end
+        step = self.options.reserve_bytes
+        if not step or self._reserve_refused:
+            return
+        want = max(end, self._active_size + step)
+        want += -want % 4096
+        want = max(end, min(want, self.options.segment_size_bytes))  # never past a full segment
+        try:
+            self._active.truncate(want)
+        except OSError:
+            # Whatever size the failed call left is cut at seal and close, which look at the
+            # file's real size rather than at _reserved_end.
+            self._reserve_refused = True
+            return
+        self._reserved_end = want
+
+    def _unreserve(self) -> bool:
+        """Cut whatever follows the last frame off the live segment (seal and close): a segment at
+        rest ends at its last frame. Not synced here. True if it cut something."""
+        assert self._active is not None
+        cut = self._active.size() > self._active_size  # the file's size, not what we believe it is
+        if cut:
+            self._active.truncate(self._active_size)
+        self._reserved_end = self._active_size
+        return cut
+
+    def _append_buffered(self, enc: Encoded) -> Outcome | None:
+        """A buffered append: a seq and a place at the end of the queue, nothing more.
+
+        Consecutive buffered appends share one queued request, so a bulk load costs a list
+        append per record. None when the general path must run (closed, failed, buffer full).
+        """
+        nbytes = len(enc.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+        with self._mu:
+            if self._closed or self._failed is not None or self.readonly:
+                return None
+            if self._buffered_bytes + nbytes >= BUFFER_BYTES_MAX:
+                return None  # the general path writes the buffer out
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            tail = self._queue[-1] if self._queue else None
+            # The last queued request is not in any leader's batch (taking one pops it), so a
+            # buffered one there can still grow; its seqs stay contiguous with the new one.
+            if (
+                tail is not None
+                and tail.acked
+                and len(tail.items) < BATCH_RECORDS_MAX
+                and tail.nbytes + nbytes <= BATCH_BYTES_MAX
+            ):
+                assert tail.first_seq + len(tail.items) == seq
+                tail.items.append(enc)
+                tail.nbytes += nbytes
+            else:
+                self._queue.append(Request([enc], seq, "buffered"))
+            self._buffered_bytes += nbytes
+            return Committed(seq, "buffered")
+
+    def _append_alone(self, enc: Encoded, level: Durability) -> Outcome | None:
+        """One unkeyed record at "flush" or "sync", with one hold of the mutex; None when the
+        general path must run (closed, failed, read-only, sector padding or roll-over due).
+
+        Contended, it joins the queue. Uncontended, it leads at once and writes one frame with
+        as little Python as possible: after an fdatasync the CPU's caches are cold, and every
+        instruction on this path then costs several times what it does in a warm loop.
+        Failures go through the group-commit settle step, so their outcomes are exactly those
+        of a one-record batch.
+        """
+        spec = enc.spec
+        queued: Request | None = None
+        with self._mu:
+            if self._failed is not None or self._closed or self.readonly:
+                return None  # _submit raises the right error
+            active = self._active
+            if self._leader or self._queue:
+                # Contended, or buffered records wait: join the queue under this same hold of
+                # the mutex (with many threads a second acquisition costs more than the rest
+                # of the call), and lead if nobody does.
+                queued = Request([enc], self._next_seq, level)
+                self._next_seq += 1
+                leading = self._enqueue(queued)
+            elif (
+                self.options.sector_bytes
+                or active is None
+                or (
+                    self._active_count
+                    and self._active_size + fmt.FRAME_HEADER_SIZE_BYTES + len(spec.stored)
+                    > self.options.segment_size_bytes
+                )
+            ):
+                return None
+            else:
+                self._leader = True
+                seq = self._next_seq
+                self._next_seq = seq + 1
+        if queued is not None:
+            return self._await_turn(queued, leading)[0]
+        assert active is not None and self._active_header is not None
+        sync = level == "sync"
+        start = self._active_size
+        results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
+        outcome: Outcome | None = None
+        try:
+            data = fmt.encode_frame(
+                seq,
+                spec.flags | fmt.FLAG_COMMIT if sync else spec.flags,
+                spec.raw_len,
+                spec.stored,
+                self._active_header.salt,
+            )
+            if start + len(data) > self._reserved_end:
+                self._reserve(start + len(data))
+            try:
+                write_all(active, data, start)
+            except OSError as exc:
+                results = self._roll_back(start, f"write failed: {exc}", exc.errno)
+            else:
+                self._unsynced = True
+                try:
+                    if sync:
+                        active.fdatasync()
+                        self._unsynced = False
+                except OSError as exc:
+                    results = ("failed", f"fdatasync failed: {exc}", exc.errno)
+                else:
+                    if start >= self._next_index_at:
+                        self._note_frame(seq, start)
+                    self._active_size = start + len(data)
+                    self._active_count += 1
+                    self._last_seq = seq
+                    outcome = Committed(seq, level)
+        finally:
+            with self._mu:
+                if outcome is None:
+                    req = Request([enc], seq, level)
+                    self._settle([req], results)
+                    if self._failed is not None:
+                        self._fail_queue()
+                    assert req.outcomes is not None
+                    outcome = req.outcomes[0]
+                if self._queue:
+                    self._hand_off()
+                else:
+                    self._leader = False
+                    self._cv.notify_all()
+        return outcome
+
+    def _submit(self, items: list[Encoded], durability: Durability) -> list[Outcome]:
+        if self.readonly:
+            raise ReadOnlyError("append")
+        with self._mu:
+            keyed = any(it.key is not None for it in items)
+            # A retry of a record that is still on its way waits for its outcome: answering
+            # "duplicate" now could acknowledge a record that is then rolled back.
+            while keyed and any(it.key in self._pending_keys for it in items if it.key is not None):
+                self._cv.wait()
+            self._check_open()
+            if self._failed is not None:
+                raise JournalFailStoppedError(self._failed)
+            dupes: dict[int, Committed] = {}
+            fresh = items
+            if keyed:
+                fresh = []
+                for i, item in enumerate(items):
+                    if item.key is not None and item.key in self._keys:
+                        dupes[i] = Committed(self._keys[item.key], durability, True, "idempotency key matched")
+                    else:
+                        fresh.append(item)
+            req = Request(fresh, self._next_seq, durability)
+            self._next_seq += len(fresh)
+            for k, item in enumerate(fresh):
+                if item.key is not None:
+                    if durability == "buffered":
+                        self._remember_key(item.key, req.first_seq + k)  # acknowledged below, seq final
+                    else:
+                        self._pending_keys[item.key] = (req, k)
+            if durability == "buffered":
+                if fresh:
+                    self._queue.append(req)
+                    self._buffered_bytes += req.nbytes
+                req.outcomes = [Committed(req.first_seq + k, "buffered") for k in range(len(fresh))]
+                if self._buffered_bytes < BUFFER_BYTES_MAX:
+                    return self._merge(items, req.outcomes, dupes)
+                # Too much waiting in memory: carry it to the OS now, as a flush.
+                carried: list[Outcome] | None = req.outcomes
+                req = Request([], self._next_seq, "flush")
+            elif not fresh and not self._queue and not self._leader and (durability == "flush" or not self._unsynced):
+                return self._merge(items, [], dupes)  # nothing to write or sync, nothing in flight
+            else:
+                carried = None
+            leading = self._enqueue(req)
+        self._await_turn(req, leading)
+        assert req.outcomes is not None
+        answers: dict[int, Outcome] = dict(dupes)
+        if dupes and self._failed is not None:
+            # The write this call waited on failed: what the duplicates point at is unknown too.
+            failed = self._failed
+            answers = {i: AckLost(d.seq, failed, items[i].digest, items[i].key) for i, d in dupes.items()}
+        return self._merge(items, carried if carried is not None else req.outcomes, answers)
+
+    def _enqueue(self, req: Request) -> bool:
+        """Queue ``req`` under the mutex; True if its caller leads, else it gets a lock to park on."""
+        self._queue.append(req)
+        if not self._leader:
+            self._leader = True
+            return True
+        req.wake = threading.Lock()
+        req.wake.acquire()
+        return False
+
+    def _await_turn(self, req: Request, leading: bool) -> list[Outcome]:
+        """Park a queued caller until its outcome is set or it is made leader; lead if so."""
+        if not leading:
+            assert req.wake is not None
+            try:
+                req.wake.acquire()  # released when our outcome is set, or when we are made leader
+            except BaseException:
+                self._abandon(req)
+                raise
+        if req.outcomes is None:
+            self._lead(req)
+        assert req.outcomes is not None and len(req.outcomes) == len(req.items)
+        return req.outcomes
+
+    def _remember_key(self, key: str, seq: int) -> None:
+        self._keys[key] = seq
+        if len(self._keys) > KEYS_REMEMBERED_MAX:
+            del self._keys[next(iter(self._keys))]  # forget the oldest
+
+    def _abandon(self, req: Request) -> None:
+        """A waiting caller was interrupted (Ctrl-C): never make it the leader again.
+
+        Its records stay queued and may still be written by the next leader: to its caller the
+        outcome is unknown, as after any interrupted call. If it had just been made leader,
+        leadership passes on so that the writer never waits for a thread that left.
+        """
+        with self._mu:
+            req.abandoned = True
+            assert req.wake is not None
+            woken = req.wake.acquire(blocking=False)
+            if woken and req.outcomes is None:
+                self._hand_off()
+
+    @staticmethod
+    def _merge(items: list[Encoded], fresh_outcomes: list[Outcome], dupes: Mapping[int, Outcome]) -> list[Outcome]:
+        if not dupes:
+            assert len(fresh_outcomes) == len(items)
+            return fresh_outcomes
+        it = iter(fresh_outcomes)
+        merged = [dupes[i] if i in dupes else next(it) for i in range(len(items))]
+        assert len(merged) == len(items)
+        return merged
+
+    def _lead(self, req: Request) -> None:
+        """Write batches until ``req`` is done, then hand leadership to a waiting caller.
+
+        Only one thread leads at a time; it does the I/O without holding the mutex, so callers
+        keep queueing meanwhile and the next batch carries all of them (RocksDB's group commit:
+        no timer, the previous write's duration is the batching window).
+        """
+        while True:
+            with self._mu:
+                if self._failed is not None:
+                    self._fail_queue()
+                    self._leader = False
+                    self._cv.notify_all()
+                    return
+                batch = self._take_batch()
+            results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
+            try:
+                results = self._write_batch(batch)
+            finally:
+                with self._mu:
+                    self._settle(batch, results)
+                    for r in batch:
+                        if r is not req and r.wake is not None:
+                            r.wake.release()
+                    if self._failed is not None:
+                        self._fail_queue()
+                    done = req.outcomes is not None
+                    if done:
+                        self._hand_off()
+            if done:
+                return
+
+    def _hand_off(self) -> None:
+        """Give up leadership: wake the first queued caller that waits, as the next leader."""
+        nxt = next((q for q in self._queue if q.wake is not None and not q.abandoned), None)
+        if nxt is None:
+            self._leader = False
+            self._cv.notify_all()  # close() waits for the writer to be idle
+        else:
+            assert nxt.wake is not None
+            nxt.wake.release()
+
+    def _fail_queue(self) -> None:
+        """After a fail-stop: callers still queued were never written; tell them so."""
+        reason = f"journal fail-stopped before this record was written: {self._failed}"
+        while self._queue:
+            q = self._queue.popleft()
+            if q.acked:
+                continue  # buffered records already acknowledged: lost, as documented
+            q.outcomes = [NotCommitted(reason)] * len(q.items)
+            for it in q.items:
+                if it.key is not None and self._pending_keys.get(it.key, (None, 0))[0] is q:
+                    del self._pending_keys[it.key]
+            if q.wake is not None:
+                q.wake.release()
+        self._cv.notify_all()
+
+    def _take_batch(self) -> list[Request]:
+        batch: list[Request] = []
+        size = records = 0
+        while self._queue:
+            nxt = self._queue[0]
+            if batch and (size + nxt.nbytes > BATCH_BYTES_MAX or records + len(nxt.items) > BATCH_RECORDS_MAX):
+                break
+            batch.append(self._queue.popleft())
+            size += nxt.nbytes
+            records += len(nxt.items)
+        return batch
+
+    def _settle(self, batch: list[Request], results: tuple[str, str, int | None]) -> None:
+        """Hand out outcomes for a written (or failed) batch; called under the mutex."""
+        status, reason, errno_ = results
+        for r in batch:
+            if r.acked:
+                continue
+            for k, it in enumerate(r.items):
+                if it.key is not None and self._pending_keys.get(it.key, (None, 0))[0] is r:
+                    del self._pending_keys[it.key]
+                    if status == "ok":
+                        self._remember_key(it.key, r.first_seq + k)
+        self._cv.notify_all()  # retries waiting on these keys, and close()
+        if status == "ok":
+            if len(batch) == 1:
+                level: Durability = "sync" if batch[0].durability == "sync" else "flush"
+            else:
+                level = "sync" if any(r.durability == "sync" for r in batch) else "flush"
+            for r in batch:
+                if r.acked:
+                    self._buffered_bytes -= r.nbytes
+                else:
+                    r.outcomes = [Committed(r.first_seq + k, level) for k in range(len(r.items))]
+            return
+        # Acknowledged buffered records, in this batch or queued behind it, hold seqs their
+        # callers were told: they cannot be renumbered, so such a failure fail-stops.
+        lost_buffered = any(r.acked and r.items for r in batch) or any(q.acked and q.items for q in self._queue)
+        for r in batch:
+            if r.acked:
+                continue
+            if status in ("rolled_back", "not_written"):
+                r.outcomes = [NotCommitted(f"write failed and was rolled back: {reason}", errno_)] * len(r.items)
+            else:
+                r.outcomes = [
+                    AckLost(r.first_seq + k, reason, it.digest, it.key, errno_) for k, it in enumerate(r.items)
+                ]
+        if status == "rolled_back" and not lost_buffered:
+            # Nothing acknowledged was lost: renumber what is still queued and carry on.
+            self._next_seq = self._last_seq + 1
+            for q in self._queue:
+                q.first_seq = self._next_seq  # pending keys point at (request, index): no fix-up
+                self._next_seq += len(q.items)
+            return
+        if self._failed is None:
+            if status == "rolled_back":
+                reason = f"a write failed after buffered records were acknowledged ({reason}); they are lost"
+            self._failed = reason
+
+    def _write_batch(self, batch: list[Request]) -> tuple[str, str, int | None]:
+        """The leader's I/O, outside the mutex. Returns (status, reason, errno)."""
+        if len(batch) == 1:
+            specs = [it.spec for it in batch[0].items]
+            want_sync = batch[0].durability == "sync"
+        else:
+            specs = [it.spec for r in batch for it in r.items]
+            want_sync = any(r.durability == "sync" for r in batch)
+        if not specs:
+            if want_sync and self._active is not None and self._unsynced:
+                assert self._active_header is not None
+                pad = self._padding(self._active_size)
+                if pad and self._active_size + len(pad) > self._reserved_end:
+                    self._reserve(self._active_size + len(pad))
+                try:
+                    if pad:
+                        write_all(self._active, pad, self._active_size)
+                    self._active.fdatasync()
+                except OSError as exc:
+                    return ("failed", f"sync failed: {exc}", exc.errno)
+                self._active_size += len(pad)
+                self._unsynced = False
+            return ("ok", "", None)
+        first_seq = batch[0].first_seq if batch[0].items else next(r.first_seq for r in batch if r.items)
+        assert first_seq == self._last_seq + 1, (first_seq, self._last_seq)
+        nbytes = sum(r.nbytes for r in batch)
+        try:
+            if (
+                self._active is not None
+                and self._active_count > 0
+                and (self._active_size + nbytes > self.options.segment_size_bytes)
+            ):
+                self._seal_active()
+            if self._active is None:
+                self._start_segment(first_seq)
+        except OSError as exc:
+            # Nothing of this batch was written, but a seal or a new segment may be half done:
+            # stop until recovery has looked at the files.
+            return ("not_written", f"segment roll-over failed: {exc}", exc.errno)
+        assert self._active is not None and self._active_header is not None
+        if len(specs) == 1:
+            # One frame: a struct pack and a hash beat the setup of a batch call into C.
+            spec = specs[0]
+            flags = spec.flags | fmt.FLAG_COMMIT if want_sync else spec.flags
+            data = fmt.encode_frame(first_seq, flags, spec.raw_len, spec.stored, self._active_header.salt)
+        else:
+            data = fmt.encode_batch(first_seq, specs, self._active_header.salt, commit_last=want_sync)
+        start = self._active_size
+        data_end = start + len(data)
+        if want_sync and self.options.sector_bytes:
+            data += self._padding(data_end, first_seq + len(specs) - 1)
+        if start + len(data) > self._reserved_end:
+            self._reserve(start + len(data))
+        try:
+            if len(data) > data_end - start or len(specs) > 1:
+                # Several frames: the first frame's header goes last. A lock-free reader then
+                # sees none of the batch until all of it is there, so a write that fails part
+                # way and is rolled back never showed it a record that will not exist.
+                view = memoryview(data)
+                write_all(self._active, view[fmt.FRAME_HEADER_SIZE_BYTES :], start + fmt.FRAME_HEADER_SIZE_BYTES)
+                write_all(self._active, view[: fmt.FRAME_HEADER_SIZE_BYTES], start)
+            else:
+                write_all(self._active, data, start)
+        except OSError as exc:
+            return self._roll_back(start, f"write failed: {exc}", exc.errno)
+        self._unsynced = True
+        if want_sync:
+            try:
+                self._active.fdatasync()
+            except OSError as exc:
+                return ("failed", f"fdatasync failed: {exc}", exc.errno)
+            self._unsynced = False
+        end = start + len(data)
+        if data_end >= self._next_index_at:
+            offset = start
+            for i, spec in enumerate(specs):
+                self._note_frame(first_seq + i, offset)
+                offset += fmt.FRAME_HEADER_SIZE_BYTES + len(spec.stored)
+        self._active_size = end
+        self._active_count += len(specs)
+        self._last_seq = first_seq + len(specs) - 1
+        return ("ok", "", None)
+
+    def _padding(self, end: int, seq: int | None = None) -> bytes:
+        """A padding frame that makes ``end`` a multiple of sector_bytes (b"" if it is one)."""
+        sector = self.options.sector_bytes
+        if not sector or end % sector == 0:
+            return b""
+        assert self._active_header is not None
+        gap = -end % sector
+        if gap < fmt.FRAME_HEADER_SIZE_BYTES:
+            gap += sector
+        pad_len = gap - fmt.FRAME_HEADER_SIZE_BYTES
+        frame = fmt.encode_frame(
+            self._last_seq if seq is None else seq,
+            fmt.KIND_PADDING,
+            pad_len,
+            bytes(pad_len),
+            self._active_header.salt,
+        )
+        assert (end + len(frame)) % sector == 0
+        return frame
+
+    def _roll_back(self, start: int, reason: str, errno_: int | None) -> tuple[str, str, int | None]:
+        assert self._active is not None
+        try:
+            self._active.truncate(start)
+            self._reserved_end = start
+            self._active.fdatasync()
+        except OSError as exc:
+            return ("failed", f"{reason}; rollback failed too: {exc}", errno_)
+        return ("rolled_back", reason, errno_)
+
+    def _seal_active(self) -> None:
+        assert self._active is not None and self._active_header is not None and self._active_count > 0
+        base = self._active_header.base_seq
+        payload = fmt.encode_seal_payload(
+            self._active_count,
+            base,
+            self._last_seq,
+            self.options.index_interval_bytes,
+            self._index,
+            self._active_size,
+            sorted(
+                (seq, key.encode("utf-8", "surrogateescape"))
+                for key, seq in self._keys.items()
+                if base <= seq <= self._last_seq
+            ),
+        )
+        frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
+        if self._unreserve():
+            # The footer must end the file (readers find it from the end), and a crash must
+            # not keep the footer but lose the cut: the cut is made durable first.
+            self._active.fdatasync()
+        write_all(self._active, frame, self._active_size)
+        self._active.fdatasync()
+        self._unsynced = False
+        self._active.close()
+        self._active = None
+        self._active_header = None
+
+    def _start_segment(self, base_seq: int) -> None:
+        self._segment_number += 1
+        header = new_header(self._journal_id, self._segment_number, base_seq)
+        self._active = create_segment(self._fs, self.path, header, self.options.sector_bytes)
+        self._active_header = header
+        self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
+        self._reserved_end = self._active_size
+        self._reserve_refused = False
+        self._active_count = 0
+        self._index = []
+        self._next_index_at = self._active_size

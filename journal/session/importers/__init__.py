@@ -1,0 +1,57 @@
+"""Importers and exporters for the session logs runtimes already write.
+
+    from journal.session import importers
+    report = importers.import_file("pi", "session.jsonl", "journals/s1")
+    lines, final_newline, _ = importers.export_journal("journals/s1")
+
+Formats: ``jsonl`` (plain event logs), ``codex`` (OpenAI Codex rollouts), ``pi`` (pi sessions),
+``claude`` (Claude Code transcripts). See base.py for how a line is kept and formats.py for how
+each format maps to the session vocabulary; docs/CLI.md for the commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from journal.session.importers.base import ExportReport, ImportReport, Mapped, Progress, export_lines, write_export
+from journal.session.importers.base import import_file as _import_file
+from journal.session.importers.formats import FORMATS
+from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
+
+
+def import_file(
+    format_name: str,
+    source: str,
+    dest: str,
+    skip_bad: bool = False,
+    split_joined: bool = False,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line."""
+    if format_name not in FORMATS:
+        raise ValueError(f"unknown format {format_name!r}; one of {', '.join(FORMATS)}")
+    return _import_file(FORMATS[format_name], source, dest, skip_bad, split_joined, progress)
+
+
+def export_journal(path: str, drop_defective: bool = False) -> tuple[list[str], bool, ExportReport]:
+    """The source lines stored in the journal at ``path`` (read-only)."""
+    import journal
+
+    with journal.open(path, readonly=True) as j:
+        records: list[Any] = list(j.read())
+    return export_lines(records, drop_defective)
+
+
+__all__ = [
+    "FORMATS",
+    "ExportReport",
+    "ImportReport",
+    "MalformedLineError",
+    "Mapped",
+    "SourceLine",
+    "export_journal",
+    "export_lines",
+    "import_file",
+    "read_source",
+    "write_export",
+]

@@ -1,0 +1,355 @@
+"""Import a session log into a journal, and export it back: the part every format shares.
+
+Each source line becomes one or more session events (journal.session's envelope). The first
+event of a line carries the line itself in ``data.import``::
+
+    "import": {"line": 12, "original": {...the parsed line...}, "raw": "...exact text..."}
+
+``raw`` is stored only when re-serialising ``original`` compactly would not give the same bytes
+back (key order is kept by the parser; number spellings, escapes and whitespace may differ), so
+export writes every line byte for byte while a typical line is stored once. Events derived from
+the same line (a tool call inside an assistant message, the start a tool result implies, a turn
+boundary the importer infers) carry ``"import": {"line": N, "derived": true}``; export skips
+them. A line the format mapper does not understand becomes an ``import.record`` event (marked
+ignorable, so session readers skip it): nothing is dropped and unknown fields stay as written.
+
+Inferred structure, said once here: a user prompt starts a turn and the next prompt (or an
+explicit end in the source) ends it as completed; a tool call is recorded as requested and
+started (the runtime ran it), so a call with no result in the log reads, after repair, as
+TOOL_OUTCOME_UNKNOWN, the honest answer, and never as "not started". The last turn of a log
+with no explicit end stays open: `journal repair` closes it as interrupted, as for any log that
+stops mid-turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from journal.errors import JournalError
+from journal.session.envelope import ID_BYTES_MAX, Event
+from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
+
+RECORD_TYPE = "import.record"
+FINISHED_TYPE = "import.finished"
+WRITE_BATCH_RECORDS = 512
+Progress = Callable[[int, int], None]
+
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=True).encode
+
+
+def compact(obj: Any) -> str:
+    return _COMPACT(obj)
+
+
+@dataclass
+class Mapped:
+    """One session event a format mapper derives from a line."""
+
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+    tool_call_id: str | None = None
+    turn_id: str | None = None
+    starts_turn: bool = False  # a user prompt: close the open turn, open a new one before this event
+
+
+class Format(Protocol):
+    name: str
+    description: str
+
+    def session_info(self, lines: list[SourceLine]) -> tuple[str | None, str | None]:
+        """(session id, workspace path) found in the source, if any."""
+        ...
+
+    def map(self, obj: dict[str, Any], lineno: int) -> list[Mapped]:
+        """The session events one source object stands for ([] means: keep it as import.record)."""
+        ...
+
+
+@dataclass
+class ImportReport:
+    source: str
+    dest: str
+    format: str
+    lines: int = 0
+    events: int = 0
+    mapped: dict[str, int] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # defective lines kept unmapped
+    split: list[int] = field(default_factory=list)  # line numbers of joined lines that were split
+    session_id: str = ""
+    last_seq: int = 0
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.mapped.items()))
+        lines = [
+            f"imported {self.lines} lines of {self.source} ({self.format}) into {self.dest}: "
+            f"{self.events} events, last seq {self.last_seq}, session {self.session_id}",
+            f"  events by type: {kinds}",
+        ]
+        for n in self.split:
+            lines.append(f"  line {n}: several JSON objects joined on one line, imported as separate records")
+        for s in self.skipped:
+            lines.append(f"  line {s['line']}: {s['defect']}: {s['reason']} (skipped: kept verbatim, not mapped)")
+        if self.skipped:
+            lines.append(f"  {len(self.skipped)} line(s) skipped")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "dest": self.dest, "format": self.format, "lines": self.lines,
+            "events": self.events, "mapped": self.mapped, "skipped": self.skipped, "split": self.split,
+            "sessionId": self.session_id, "lastSeq": self.last_seq,
+        }
+
+
+def _valid_id(value: Any) -> str | None:
+    if isinstance(value, str) and value and len(value.encode("utf-8")) <= ID_BYTES_MAX:
+        return value
+    return None
+
+
+def _carrier(line: SourceLine) -> dict[str, Any]:
+    block: dict[str, Any] = {"line": line.lineno}
+    if line.obj is not None:
+        block["original"] = line.obj
+        if line.text is not None and compact(line.obj) != line.text:
+            block["raw"] = line.text
+    elif line.text is not None:
+        block["raw"] = line.text
+    else:
+        block["rawHex"] = line.raw.hex()
+    if line.split_index is not None:
+        block["split"] = {"index": line.split_index, "of": line.split_count}
+    if line.blank:
+        block["blank"] = True
+    if line.defect is not None:
+        block["defect"] = line.defect
+        block["reason"] = line.reason
+    return block
+
+
+class _Builder:
+    """Turns mapped lines into envelope events, inferring turn boundaries."""
+
+    def __init__(self, session_id: str, time_of: Callable[[dict[str, Any]], str | None]) -> None:
+        self.session_id = session_id
+        self.events: list[Event] = []
+        self.open_turn: str | None = None
+        self.turns = 0
+        self.time_of = time_of
+
+    def add(self, type_: str, data: dict[str, Any], when: str | None, tool_call_id: str | None = None,
+            ignorable: bool = False, turn_id: str | None = None) -> None:
+        self.events.append(Event(type=type_, session_id=self.session_id, time=when, data=data,
+                                 turn_id=turn_id if turn_id is not None else self.open_turn,
+                                 tool_call_id=tool_call_id, ignorable=ignorable))
+
+    def _derived(self, lineno: int, **extra: Any) -> dict[str, Any]:
+        return {**extra, "import": {"line": lineno, "derived": True}}
+
+    def close_turn(self, lineno: int, when: str | None, reason: str = "completed") -> None:
+        if self.open_turn is not None:
+            self.add("turn.ended", self._derived(lineno, reason=reason), when)
+            self.open_turn = None
+
+    def open_new_turn(self, lineno: int, when: str | None, turn_id: str | None) -> str:
+        self.turns += 1
+        self.open_turn = _valid_id(turn_id) or f"turn-{self.turns}"
+        return self.open_turn
+
+    def line(self, line: SourceLine, mapped: list[Mapped]) -> None:
+        obj = line.obj or {}
+        when = self.time_of(obj) if line.obj is not None else None
+        carried = False
+        if not mapped:
+            self.add(RECORD_TYPE, {"import": _carrier(line)}, when, ignorable=True)
+            return
+        for m in mapped:
+            if m.starts_turn or m.type == "turn.started":
+                self.close_turn(line.lineno, when)
+                tid = self.open_new_turn(line.lineno, when, m.turn_id)
+                if m.type != "turn.started":
+                    self.add("turn.started", self._derived(line.lineno), when)
+                else:
+                    m.turn_id = tid
+            data = dict(m.data)
+            if not carried:
+                data["import"] = _carrier(line)
+                carried = True
+            else:
+                data["import"] = {"line": line.lineno, "derived": True}
+            call = _valid_id(m.tool_call_id)
+            if m.type == RECORD_TYPE or (m.type.startswith("tool.") and call is None):
+                self.add(RECORD_TYPE, data, when, ignorable=True)  # kept as is (a tool event needs an id)
+                continue
+            if m.type == "turn.ended":
+                self.add(m.type, data, when, turn_id=self.open_turn or _valid_id(m.turn_id))
+                self.open_turn = None
+                continue
+            self.add(m.type, data, when, tool_call_id=call)
+
+
+def import_file(
+    fmt: Format,
+    source: str,
+    dest: str,
+    skip_bad: bool = False,
+    split_joined: bool = False,
+    progress: Progress | None = None,
+    time_of: Callable[[dict[str, Any]], str | None] | None = None,
+) -> ImportReport:
+    """Import ``source`` (a file in format ``fmt``) into a new session journal at ``dest``."""
+    from journal.engine.core import Journal
+    from journal.outcomes import Committed
+    from journal.session.envelope import check_for_append
+    from journal.session.registry import DurabilityClass, EventType, Registry
+    from journal.session.session import new_session_id
+
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise JournalError(f"destination {dest!r} exists and is not empty; import writes a new journal")
+    with open(source, "rb") as f:
+        data = f.read()
+    lines, final_newline = read_source(data, split_joined, progress)
+    report = ImportReport(source, dest, fmt.name)
+    report.lines = lines[-1].lineno if lines else 0
+    hint = ("pass --split-joined to import each object as its own record, or --skip-bad to keep the line "
+            "verbatim without mapping it" if any(ln.defect == "joined" for ln in lines)
+            else "pass --skip-bad to keep such lines verbatim (unmapped) and go on")
+    for ln in lines:
+        if ln.defect is not None:
+            if not skip_bad:
+                raise MalformedLineError(source, ln, hint)
+            report.skipped.append({"line": ln.lineno, "defect": ln.defect, "reason": ln.reason})
+        if ln.split_index == 0:
+            report.split.append(ln.lineno)
+    sid, cwd = fmt.session_info(lines)
+    session_id = _valid_id(sid) or new_session_id()
+    report.session_id = session_id
+    b = _Builder(session_id, time_of or _timestamp)
+    header_meta = {"format": fmt.name, "file": os.path.basename(source)}
+    header_data: dict[str, Any] = {"workspace": {"path": cwd} if cwd else {}, "lineage": {"depth": 0},
+                                   "importedFrom": header_meta}
+    body = lines
+    first = lines[0] if lines else None
+    first_mapped = fmt.map(first.obj, first.lineno) if first is not None and first.obj is not None else []
+    if first is not None and first_mapped and first_mapped[0].type == "session.started":
+        header_data.update(first_mapped[0].data)
+        header_data["importedFrom"] = header_meta
+        b.line(first, [Mapped("session.started", header_data), *first_mapped[1:]])
+        body = lines[1:]
+    else:
+        b.add("session.started", {**header_data, "import": {"line": 0, "derived": True}},
+              _timestamp(first.obj) if first is not None and first.obj else None)
+    for ln in body:
+        mapped = fmt.map(ln.obj, ln.lineno) if ln.obj is not None else []
+        b.line(ln, [m for m in mapped if m.type != "session.started"] or
+               ([] if not mapped else [Mapped(RECORD_TYPE)]))
+    b.add(FINISHED_TYPE, {"format": fmt.name, "lines": report.lines, "finalNewline": final_newline,
+                          "skipped": len(report.skipped), "split": report.split,
+                          "import": {"line": report.lines, "derived": True}}, None, ignorable=True)
+    registry = Registry()
+    registry.register(EventType(RECORD_TYPE, DurabilityClass.TRANSIENT, ignorable=True,
+                                doc="a source line kept verbatim"))
+    registry.register(EventType(FINISHED_TYPE, DurabilityClass.TRANSIENT, ignorable=True,
+                                doc="end of an import"))
+    stored: list[dict[str, Any]] = []
+    for ev in b.events:
+        check_for_append(ev, registry.get(ev.type))
+        stored.append(ev.to_stored())
+        report.mapped[ev.type] = report.mapped.get(ev.type, 0) + 1
+    with Journal.open(dest, create=True) as j:
+        for start in range(0, len(stored), WRITE_BATCH_RECORDS):
+            outs = j.append_many(stored[start : start + WRITE_BATCH_RECORDS], durability="flush")
+            bad = [o for o in outs if not isinstance(o, Committed)]
+            if bad:
+                raise JournalError(f"import could not write to {dest!r}: {bad[0]}")
+        j.sync()
+        report.last_seq = j.last_seq
+    report.events = len(stored)
+    return report
+
+
+def _timestamp(obj: dict[str, Any] | None) -> str | None:
+    if not obj:
+        return None
+    t = obj.get("timestamp")
+    return t if isinstance(t, str) else None
+
+
+# --- export ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportReport:
+    format: str
+    lines: int = 0
+    skipped_defective: int = 0
+    native_events: int = 0  # events written natively (not imported), exported as plain JSONL
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "lines": self.lines, "skippedDefective": self.skipped_defective,
+                "nativeEvents": self.native_events}
+
+
+def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[list[str], bool, ExportReport]:
+    """The source lines of an imported journal, in order; and whether the file ended with a newline.
+
+    A journal that was not imported (written by a runtime through the API) exports as plain
+    JSONL: one stored event per line.
+    """
+    out: list[str] = []
+    final_newline = True
+    fmt_name: str | None = None
+    report = ExportReport("jsonl")
+    for rec in records:
+        if rec.is_bytes or not isinstance(rec.event, dict):
+            continue
+        ev = rec.event
+        data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+        assert isinstance(data, dict)
+        if fmt_name is None:
+            origin = data.get("importedFrom")
+            fmt_name = origin.get("format") if isinstance(origin, dict) else ""
+            report.format = fmt_name or "jsonl"
+        block = data.get("import")
+        if not fmt_name:
+            out.append(compact({"seq": rec.seq, **ev}))
+            report.native_events += 1
+            continue
+        if ev.get("type") == FINISHED_TYPE:
+            final_newline = bool(data.get("finalNewline", True))
+            continue
+        if not isinstance(block, dict) or block.get("derived"):
+            continue  # inferred by the importer, or written after the import (a repair's closer)
+        if block.get("defect") and drop_defective:
+            report.skipped_defective += 1
+            continue
+        if "raw" in block:
+            out.append(block["raw"])
+        elif "rawHex" in block:
+            out.append(bytes.fromhex(block["rawHex"]).decode("utf-8", "surrogateescape"))
+        elif "original" in block:
+            out.append(compact(block["original"]))
+    report.lines = len(out)
+    return out, final_newline, report
+
+
+def write_export(path: str | None, lines: list[str], final_newline: bool) -> None:
+    import sys
+
+    text = "\n".join(lines) + ("\n" if final_newline and lines else "")
+    payload = text.encode("utf-8", "surrogateescape")
+    if path is None or path == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(payload)
+        sys.stdout.flush()
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
