@@ -1,4 +1,4 @@
-"""The one file layer. Every open, write, sync, truncate, rename, unlink and lock goes through it.
+"""The one file layer. Every open, write, sync, truncate, rename, link, unlink and lock goes through it.
 
 The engine never calls ``os`` for file work directly. Tests wrap a FileSystem to inject faults
 at any call (journal.crashsim.faults), and the crash simulator replaces it with one that records every
@@ -44,6 +44,14 @@ class FileSystem(Protocol):
         ...
 
     def rename(self, src: str, dst: str) -> None: ...
+    def link(self, src: str, dst: str) -> None:
+        """Make ``dst`` a hard link to the file ``src`` (``dst`` must not exist).
+
+        Raises OSError with the errno of link(2): EXDEV, EPERM, ENOTSUP and the like where the
+        file system cannot link, and a caller that can copy instead does so.
+        """
+        ...
+
     def unlink(self, path: str) -> None: ...
     def mkdir(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
@@ -109,6 +117,9 @@ class OsFileSystem:
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
+
+    def link(self, src: str, dst: str) -> None:
+        os.link(src, dst)
 
     def unlink(self, path: str) -> None:
         os.unlink(path)
@@ -235,3 +246,31 @@ def write_atomic(fs: FileSystem, path: str, data: bytes | memoryview, tmp_path: 
     write_new(fs, tmp, data)
     fs.rename(tmp, path)
     fs.fsync_dir(directory)
+
+
+READ_CHUNK_BYTES = 1 << 20  # read_all's reads after the first, for a file still growing
+
+
+def read_all(f: File) -> bytes:
+    """Every byte of ``f`` from offset 0 to its end, through ``pread``. Like ``read()`` on a new
+    file object it reads until a read returns nothing, so a file that a writer grows or cuts
+    while it is read is read to where it ends then, not to the size it had before."""
+    chunks: list[bytes] = []
+    offset = 0
+    want = max(f.size(), 1)  # one read when the file does not change meanwhile
+    while True:
+        chunk = f.pread(want, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+        want = READ_CHUNK_BYTES
+
+
+def read_file(fs: FileSystem, path: str) -> bytes:
+    """The whole file at ``path``, read through ``fs`` (open_read, pread, close)."""
+    f = fs.open_read(path)
+    try:
+        return read_all(f)
+    finally:
+        f.close()

@@ -78,7 +78,8 @@ def test_the_fork_check_catches_a_child_renamed_before_its_entries_are_durable(
     session_workloads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from journal.engine import copy as prefix
-    from journal.session import fork as forking
+
+    copy_prefix = prefix.copy_prefix
 
     class NoDirSync:
         def __init__(self, fs: Any) -> None:
@@ -91,9 +92,10 @@ def test_the_fork_check_catches_a_child_renamed_before_its_entries_are_durable(
             pass
 
     def broken(fs: Any, src: str, dst: str, at_seq: int, link: bool = True) -> Any:
-        return prefix.copy_prefix(NoDirSync(fs), src, dst, at_seq, link)
+        return copy_prefix(NoDirSync(fs), src, dst, at_seq, link)
 
-    monkeypatch.setattr(forking, "copy_prefix", broken)
+    # The fork copies through the parent's Journal.copy_prefix, which calls this module's function.
+    monkeypatch.setattr(prefix, "copy_prefix", broken)
     assert any("the child does not open" in v for v in _violations("session-fork"))
 
 
@@ -101,7 +103,8 @@ def test_the_fork_check_catches_a_fork_that_writes_the_parent(
     session_workloads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from journal.engine import copy as prefix
-    from journal.session import fork as forking
+
+    copy_prefix = prefix.copy_prefix
 
     def touching(fs: Any, src: str, dst: str, at_seq: int, link: bool = True) -> Any:
         seg = sorted(n for n in fs.listdir(src) if n.endswith(".seg"))[-1]
@@ -109,9 +112,9 @@ def test_the_fork_check_catches_a_fork_that_writes_the_parent(
         f.pwrite(b"\0", f.size())  # one byte past the end: no record is lost, the bytes changed
         f.fsync()
         f.close()
-        return prefix.copy_prefix(fs, src, dst, at_seq, link)
+        return copy_prefix(fs, src, dst, at_seq, link)
 
-    monkeypatch.setattr(forking, "copy_prefix", touching)
+    monkeypatch.setattr(prefix, "copy_prefix", touching)
     assert any("changed the parent's files" in v for v in _violations("session-fork"))
 
 

@@ -4,8 +4,8 @@
     fs.fail("fdatasync", errno.EIO, after=2)     # the 3rd fdatasync raises EIO
     j = journal.open(path, create=True, fs=fs)
 
-Operations: open_read, open_write, pwrite, short_write, truncate, fsync, fdatasync, rename,
-unlink, mkdir, fsync_dir, listdir. ``short_write`` makes a pwrite write only half its bytes
+Operations: open_read, pread, open_write, pwrite, short_write, truncate, fsync, fdatasync, rename,
+link, unlink, mkdir, fsync_dir, listdir. ``short_write`` makes a pwrite write only half its bytes
 and then fail with ENOSPC on the next attempt, the way a full disk behaves. Every call is
 counted in ``calls`` (and listed in order in ``trace``) so a test can first count a workload's
 call sites, then fail each one.
@@ -22,6 +22,7 @@ from journal.fs import File, FileSystem, Lock
 
 OPERATIONS = (
     "open_read",
+    "pread",
     "open_write",
     "pwrite",
     "short_write",
@@ -29,6 +30,7 @@ OPERATIONS = (
     "fsync",
     "fdatasync",
     "rename",
+    "link",
     "unlink",
     "mkdir",
     "fsync_dir",
@@ -85,6 +87,10 @@ class FaultyFileSystem:
         self.check("rename", src)
         self.inner.rename(src, dst)
 
+    def link(self, src: str, dst: str) -> None:
+        self.check("link", src)
+        self.inner.link(src, dst)
+
     def unlink(self, path: str) -> None:
         self.check("unlink", path)
         self.inner.unlink(path)
@@ -122,6 +128,7 @@ class _FaultyFile:
         self._full = False  # after a short write the disk is full: the next pwrite fails
 
     def pread(self, size: int, offset: int) -> bytes:
+        self._fs.check("pread", self.path)
         return self._inner.pread(size, offset)
 
     def pwrite(self, data: bytes | memoryview, offset: int) -> int:

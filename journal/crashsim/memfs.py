@@ -32,10 +32,11 @@ SYNC = "sync"  # fsync or fdatasync of a file: its data and size become durable
 CREATE = "create"
 MKDIR = "mkdir"
 RENAME = "rename"
+LINK = "link"  # a hard link: a new directory entry for an existing file (its inode)
 UNLINK = "unlink"
 DIRSYNC = "dirsync"
 READ = "read"  # not mutating; logged so a trace shows everything the engine did
-MUTATING = frozenset({WRITE, TRUNCATE, CREATE, MKDIR, RENAME, UNLINK})
+MUTATING = frozenset({WRITE, TRUNCATE, CREATE, MKDIR, RENAME, LINK, UNLINK})
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,9 @@ class Op:
     ino: int = -1  # the file's identity (stable across renames)
     offset: int = 0  # write offset, truncate size
     data: bytes = b""  # written bytes
-    name: str = ""  # directory entry (create, mkdir, unlink, rename source)
-    dst_dir: str = ""  # rename destination directory
-    dst: str = ""  # rename destination entry
+    name: str = ""  # directory entry (create, mkdir, unlink, rename or link source)
+    dst_dir: str = ""  # rename or link destination directory
+    dst: str = ""  # rename or link destination entry
     how: str = ""  # fsync or fdatasync, for the trace
 
     def describe(self) -> str:
@@ -59,8 +60,8 @@ class Op:
             return f"truncate {self.path} to {self.offset}"
         if self.kind == SYNC:
             return f"{self.how} {self.path}"
-        if self.kind == RENAME:
-            return f"rename {posixpath.join(self.path, self.name)} -> {posixpath.join(self.dst_dir, self.dst)}"
+        if self.kind in (RENAME, LINK):
+            return f"{self.kind} {posixpath.join(self.path, self.name)} -> {posixpath.join(self.dst_dir, self.dst)}"
         if self.kind in (CREATE, MKDIR, UNLINK):
             return f"{self.kind} {posixpath.join(self.path, self.name)}"
         if self.kind == DIRSYNC:
@@ -276,6 +277,25 @@ class MemFileSystem:
             del self._dirs[dst]
         for path in [p for p in self._dirs if p == src or p.startswith(src + "/")]:
             self._dirs[dst + path[len(src):]] = self._dirs.pop(path)
+
+    def link(self, src: str, dst: str) -> None:
+        """A hard link: ``dst`` becomes a second entry of the file ``src`` (the same inode).
+
+        As link(2): ``src`` must be a file (a directory gives EPERM) and ``dst`` must not exist.
+        The new entry is pending in its directory like a create until that directory is synced.
+        """
+        with self._mu:
+            sparent, sname, sentries = self._split(src)
+            dparent, dname, dentries = self._split(dst)
+            node = sentries.get(sname)
+            if node is None:
+                raise FileNotFoundError(errno.ENOENT, "no such file", src)
+            if node == DIR_ENTRY:
+                raise PermissionError(errno.EPERM, "cannot link a directory", src)
+            if dname in dentries:
+                raise FileExistsError(errno.EEXIST, "file exists", dst)
+            dentries[dname] = node
+            self._record(Op(LINK, sparent, node, name=sname, dst_dir=dparent, dst=dname))
 
     def unlink(self, path: str) -> None:
         with self._mu:

@@ -3,7 +3,7 @@
 The log of a ``MemFileSystem`` is replayed from its base image. At any *crash point* k (after the
 first k operations) each file has durable bytes (as of its last fsync/fdatasync) and a list of
 pending data operations (writes, truncates) since then; each directory has durable entries (as of
-its last fsync_dir) and pending entry operations (create, mkdir, rename, unlink). A crash state
+its last fsync_dir) and pending entry operations (create, mkdir, rename, link, unlink). A crash state
 picks, for every pending operation, one fate:
 
 * ``keep`` -- it reached the disk; ``drop`` -- it did not;
@@ -30,7 +30,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from journal.crashsim.memfs import CREATE, DIR_ENTRY, DIRSYNC, MKDIR, RENAME, SYNC, TRUNCATE, UNLINK, WRITE, Image, Op
+from journal.crashsim.memfs import (
+    CREATE,
+    DIR_ENTRY,
+    DIRSYNC,
+    LINK,
+    MKDIR,
+    RENAME,
+    SYNC,
+    TRUNCATE,
+    UNLINK,
+    WRITE,
+    Image,
+    Op,
+)
 
 _V = TypeVar("_V")
 
@@ -169,6 +182,9 @@ class Replay:
             self.dir_pending.setdefault(op.path, []).append(i)
             if op.dst_dir != op.path:
                 self.dir_pending.setdefault(op.dst_dir, []).append(i)
+        elif k == LINK:  # a new entry of an existing file: pending in its directory, like a create
+            self.cur_dirs[op.dst_dir][op.dst] = op.ino
+            self.dir_pending.setdefault(op.dst_dir, []).append(i)
         elif k == UNLINK:
             self.cur_dirs[op.path].pop(op.name, None)
             self.dir_pending.setdefault(op.path, []).append(i)
@@ -209,6 +225,8 @@ class Replay:
                 src = dirs.setdefault(where, {})
                 if src.get(op.name) == op.ino:
                     del src[op.name]
+                dirs.setdefault(self._now(op.dst_dir, i), {})[op.dst] = op.ino
+            elif op.kind == LINK:
                 dirs.setdefault(self._now(op.dst_dir, i), {})[op.dst] = op.ino
             elif op.kind == UNLINK:
                 src = dirs.setdefault(where, {})
@@ -266,6 +284,8 @@ def _pending_ops(log: list[Op]) -> list[int]:
             ino_p.pop(op.ino, None)
         elif op.kind in (CREATE, MKDIR, UNLINK):
             dir_p.setdefault(op.path, []).append(i)
+        elif op.kind == LINK:
+            dir_p.setdefault(op.dst_dir, []).append(i)
         elif op.kind == RENAME:
             if op.ino == DIR_ENTRY:
                 _rekey(dir_p, posixpath.join(op.path, op.name), posixpath.join(op.dst_dir, op.dst))
@@ -458,6 +478,6 @@ def crash_points(log: list[Op]) -> list[int]:
     """Points worth crashing at: after every operation that changed something (and at 0)."""
     pts = [0]
     for i, op in enumerate(log):
-        if op.kind in (WRITE, TRUNCATE, CREATE, MKDIR, RENAME, UNLINK, SYNC, DIRSYNC):
+        if op.kind in (WRITE, TRUNCATE, CREATE, MKDIR, RENAME, LINK, UNLINK, SYNC, DIRSYNC):
             pts.append(i + 1)
     return pts

@@ -19,27 +19,17 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
 
+from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
 from journal.engine.reader import raise_for_stop
 from journal.engine.segment import list_segments, read_header, read_seal
 from journal.errors import CorruptionError
-from journal.fs import File, FileSystem, OsFileSystem, write_all, write_new
+from journal.fs import File, FileSystem, write_all, write_new
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 # errnos that mean "no hard link here": another device, a file system without links, a limit.
 _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS})
-
-
-@dataclass
-class PrefixCopy:
-    """What building the prefix did; the byte counts are what fork cost in I/O."""
-
-    segments_linked: list[str] = field(default_factory=list)
-    segments_copied: list[str] = field(default_factory=list)  # whole sealed segments, where links failed
-    cut_segment: str | None = None  # the segment whose first records became the new live segment
-    bytes_copied: int = 0
 
 
 def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = True) -> PrefixCopy:
@@ -108,17 +98,12 @@ def _end_of(data: bytes, header: fmt.SegmentHeader, segment: str, src: str, at_s
 
 
 def _try_link(fs: FileSystem, src: str, dst: str) -> bool:
-    linker = getattr(fs, "link", None)
-    if callable(linker):
-        linker(src, dst)
-        return True
-    if not isinstance(fs, OsFileSystem):
-        return False  # a simulated file system without links: copy through it, so it sees the bytes
+    """Link ``src`` as ``dst`` through the file layer; False where links cannot be had here."""
     try:
-        os.link(src, dst)
+        fs.link(src, dst)
     except OSError as exc:
         if exc.errno in _NO_LINK:
-            return False
+            return False  # copied instead: the same bytes, at the cost of writing them
         raise
     return True
 

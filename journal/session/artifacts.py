@@ -30,7 +30,7 @@ from typing import Any
 
 import zstandard
 
-from journal.engine.core import Journal
+from journal.api import Journal
 from journal.fs import FileSystem, OsFileSystem, write_atomic
 from journal.session.errors import SessionError
 

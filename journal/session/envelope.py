@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from journal.engine.reader import Record
+from journal.api import Record
 from journal.session.errors import EnvelopeError, NewerSchemaError, UnknownEventTypeError
 from journal.session.registry import EventType, Registry
 

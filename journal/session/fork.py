@@ -8,7 +8,7 @@ A fork copies a finished prefix of the past and gives it a new identity (seed 00
 The child keeps the parent's seqs (seed 003: never renumber, so seq F names the same event in
 both), then starts its own future with a header that records where it came from. Storage is
 shared, not copied: sealed segments are linked and only the segment holding F is cut
-(journal/session/prefix.py), so the cost does not grow with the sealed history. The child is
+(the journal's copy_prefix, journal.api.PrefixCopier), so the cost does not grow with the sealed history. The child is
 built in a temporary directory, header included, and renamed into place, so a crash leaves
 either no child or a complete one.
 
@@ -29,10 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from journal.engine import core
-from journal.engine.copy import PrefixCopy, copy_prefix
+import journal
+from journal.api import Committed, Journal, PrefixCopy
 from journal.fs import FileSystem, OsFileSystem
-from journal.outcomes import Committed
 from journal.session.envelope import Event, check_for_append, decode
 from journal.session.errors import SessionError
 from journal.session.registry import EventType, Registry, Role
@@ -198,14 +197,14 @@ class ForkResult:
     snapshot_reason: str | None  # why a given snapshot was not used
 
 
-def _events(j: core.Journal, registry: Registry, after_seq: int = 0) -> Iterator[tuple[Event, EventType] | int]:
+def _events(j: Journal, registry: Registry, after_seq: int = 0) -> Iterator[tuple[Event, EventType] | int]:
     """Decoded events in seq order; an unknown ignorable event yields its bare seq."""
     for rec in j.read(after_seq=after_seq):
         item = decode(rec, registry)
         yield rec.seq if item is None else item
 
 
-def scan_points(j: core.Journal, registry: Registry) -> list[ForkPoint]:
+def scan_points(j: Journal, registry: Registry) -> list[ForkPoint]:
     """Every clean boundary of the session in ``j``, in seq order (reads the whole log)."""
     reducer = ForkReducer()
     state = reducer.initial()
@@ -241,7 +240,7 @@ def fork_points(
     path: str | os.PathLike[str], registry: Registry | None = None, fs: FileSystem | None = None
 ) -> list[ForkPoint]:
     """The clean fork points of the session stored in journal directory ``path``."""
-    with core.open(path, readonly=True, fs=fs) as j:
+    with journal.open(path, readonly=True, fs=fs) as j:
         return scan_points(j, registry or Registry())
 
 
@@ -252,7 +251,7 @@ def _nearest(points: list[ForkPoint], seq: int) -> list[ForkPoint]:
 
 
 def check_point(
-    j: core.Journal,
+    j: Journal,
     registry: Registry,
     at_seq: int,
     snapshot: str | os.PathLike[str] | None = None,
@@ -323,50 +322,52 @@ def fork(
     parent_path, child_path = os.fspath(parent), os.fspath(child)
     if fs.exists(child_path):
         raise FileExistsError(f"fork target {child_path!r} already exists; pick a new directory")
-    with core.open(parent_path, readonly=True, fs=fs) as pj:
+    # The parent stays open (read-only, no lock) until its prefix is copied: the copy is its own
+    # (PrefixCopier.copy_prefix), so the session layer needs nothing of the engine's storage.
+    with journal.open(parent_path, readonly=True, fs=fs) as pj:
         if at_seq is None:
             points = scan_points(pj, registry)
             if not points:
                 raise UncleanForkPointError(pj.last_seq, "no clean boundary in the whole session", [])
             at_seq = points[-1].last_seq
         state, checked_from, reason = check_point(pj, registry, at_seq, snapshot, fs)
-    sid = session_id or new_session_id()
-    depth_before = state.lineage.get("depth", 0)
-    depth = (depth_before if isinstance(depth_before, int) else 0) + 1
-    lineage = {"parentSessionId": state.session_id, "forkSeq": at_seq, "depth": depth, "origin": origin}
-    header = Event(
-        type="session.started",
-        session_id=sid,
-        time=time or utc_now(),
-        causation_id=at_seq,
-        data={"workspace": dict(state.workspace if workspace is None else workspace), "lineage": lineage},
-    )
-    check_for_append(header, registry.get("session.started"))
-    parent_dir = os.path.dirname(os.path.abspath(child_path))
-    tmp_prefix = f".{os.path.basename(child_path)}.fork-"
-    # A fork of this child that crashed before its rename left its temp directory: a copy of
-    # the parent's prefix (or links to it) and nothing else, never renamed, never trusted.
-    for stale in fs.listdir(parent_dir):
-        if stale.startswith(tmp_prefix):
-            remove_tree(fs, os.path.join(parent_dir, stale))
-    tmp = os.path.join(parent_dir, f"{tmp_prefix}{uuid.uuid4().hex[:8]}")
-    fs.mkdir(tmp)
-    try:
-        storage = copy_prefix(fs, parent_path, tmp, at_seq, link=link)
-        # No reserved space: one record goes in, and the child must open with nothing to
-        # recover even if the cut at close never reached the disk.
-        with core.open(tmp, fs=fs, reserve_bytes=0) as cj:
-            if cj.last_seq != at_seq or cj.recovery.actions:
-                raise SessionError(
-                    f"the copied prefix ends at seq {cj.last_seq}, not {at_seq}: {cj.recovery.summary()}"
-                )
-            out = cj.append(header.to_stored(), durability="sync")
-        if not isinstance(out, Committed):
-            raise SessionError(f"the fork header was not written ({out}); nothing was forked")
-        fs.rename(tmp, child_path)
-    except BaseException:
-        remove_tree(fs, tmp)
-        raise
+        sid = session_id or new_session_id()
+        depth_before = state.lineage.get("depth", 0)
+        depth = (depth_before if isinstance(depth_before, int) else 0) + 1
+        lineage = {"parentSessionId": state.session_id, "forkSeq": at_seq, "depth": depth, "origin": origin}
+        header = Event(
+            type="session.started",
+            session_id=sid,
+            time=time or utc_now(),
+            causation_id=at_seq,
+            data={"workspace": dict(state.workspace if workspace is None else workspace), "lineage": lineage},
+        )
+        check_for_append(header, registry.get("session.started"))
+        parent_dir = os.path.dirname(os.path.abspath(child_path))
+        tmp_prefix = f".{os.path.basename(child_path)}.fork-"
+        # A fork of this child that crashed before its rename left its temp directory: a copy of
+        # the parent's prefix (or links to it) and nothing else, never renamed, never trusted.
+        for stale in fs.listdir(parent_dir):
+            if stale.startswith(tmp_prefix):
+                remove_tree(fs, os.path.join(parent_dir, stale))
+        tmp = os.path.join(parent_dir, f"{tmp_prefix}{uuid.uuid4().hex[:8]}")
+        fs.mkdir(tmp)
+        try:
+            storage = pj.copy_prefix(tmp, at_seq, link=link)
+            # No reserved space: one record goes in, and the child must open with nothing to
+            # recover even if the cut at close never reached the disk.
+            with journal.open(tmp, fs=fs, reserve_bytes=0) as cj:
+                if cj.last_seq != at_seq or cj.recovery.actions:
+                    raise SessionError(
+                        f"the copied prefix ends at seq {cj.last_seq}, not {at_seq}: {cj.recovery.summary()}"
+                    )
+                out = cj.append(header.to_stored(), durability="sync")
+            if not isinstance(out, Committed):
+                raise SessionError(f"the fork header was not written ({out}); nothing was forked")
+            fs.rename(tmp, child_path)
+        except BaseException:
+            remove_tree(fs, tmp)
+            raise
     fs.fsync_dir(os.path.dirname(os.path.abspath(child_path)))
     return ForkResult(child_path, sid, state.session_id, at_seq, depth, origin, out.seq, storage, checked_from, reason)
 

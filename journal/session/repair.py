@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from journal.engine.core import Journal
-from journal.engine.recovery import RecoveryReport
-from journal.outcomes import Committed
+from journal.api import Committed, Journal, RecoveryReport
 from journal.session.closers import Closer, RepairPolicy, plan_closers
 from journal.session.dangling import Dangling, find_dangling
 from journal.session.envelope import Event, decode

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import xxhash
 
-from journal.engine.core import Journal
+from journal.api import Journal
 from journal.session.envelope import Event, decode
 from journal.session.errors import DuplicateSeqError, SequenceGapError
 from journal.session.reducer import Reducer

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from journal.engine import core
-from journal.outcomes import DURABILITY_RANK, Committed, Durability, Outcome
+import journal
+from journal.api import Committed, Durability, Journal, Outcome
+from journal.outcomes import DURABILITY_RANK
 from journal.session.closers import RepairPolicy
 from journal.session.envelope import Event, check_for_append, decode
 from journal.session.errors import NotASessionError, ProtocolError, SessionError
@@ -77,7 +78,7 @@ _STRUCT_ID: dict[Role, str] = {
 class Session:
     """One agent session stored in one journal directory. Use ``journal.session.open``."""
 
-    def __init__(self, j: core.Journal, registry: Registry, clock: Clock, floor: Durability) -> None:
+    def __init__(self, j: Journal, registry: Registry, clock: Clock, floor: Durability) -> None:
         self.journal = j
         self.registry = registry
         self.clock = clock
@@ -106,7 +107,7 @@ class Session:
         durability_floor: Durability = "buffered",
         **journal_options: Any,
     ) -> Session:
-        j = core.open(path, create=create, readonly=readonly, **journal_options)
+        j = journal.open(path, create=create, readonly=readonly, **journal_options)
         try:
             return cls.attach(j, create=create and not readonly, session_id=session_id, workspace=workspace,
                               lineage=lineage, registry=registry, repair_on_open=repair_on_open, policy=policy,
@@ -118,7 +119,7 @@ class Session:
     @classmethod
     def attach(
         cls,
-        j: core.Journal,
+        j: Journal,
         create: bool = False,
         session_id: str | None = None,
         workspace: Mapping[str, Any] | None = None,

@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 
 import xxhash
 
-from journal.engine.core import Journal
+from journal.api import Journal
 from journal.fs import FileSystem, OsFileSystem
 from journal.fs import write_atomic as fs_write_atomic
 from journal.session.envelope import Event, decode

@@ -35,7 +35,8 @@ from typing import Any, cast
 
 import xxhash
 
-from journal.engine import core
+import journal
+from journal.api import LOCK_FILE, JournalError
 from journal.fs import FileSystem, OsFileSystem, take_lock
 from journal.session.artifacts import ArtifactStore
 from journal.session.errors import SessionError
@@ -284,7 +285,7 @@ class SessionStore:
             return self._archived(session_id)
         if not self.fs.exists(src):
             raise SessionNotFoundError(session_id, "active ")
-        lock = self.fs.try_lock(os.path.join(src, JOURNAL_DIR, core.LOCK_FILE))
+        lock = self.fs.try_lock(os.path.join(src, JOURNAL_DIR, LOCK_FILE))
         if lock is None:
             raise StoreError(f"session {session_id!r} is open for writing elsewhere; close it before archiving")
         try:
@@ -417,7 +418,7 @@ class SessionStore:
     def _writer_alive(self, session_id: str, status: str) -> bool:
         if status != "active":
             return False
-        lock = self.fs.try_lock(os.path.join(self._dir(SESSIONS_DIR, session_id), JOURNAL_DIR, core.LOCK_FILE))
+        lock = self.fs.try_lock(os.path.join(self._dir(SESSIONS_DIR, session_id), JOURNAL_DIR, LOCK_FILE))
         if lock is None:
             return True
         lock.release()
@@ -432,7 +433,7 @@ class SessionStore:
         fork_seq = None
         last_seq = 0
         try:
-            with core.open(os.path.join(d, JOURNAL_DIR), readonly=True, fs=self.fs) as j:
+            with journal.open(os.path.join(d, JOURNAL_DIR), readonly=True, fs=self.fs) as j:
                 last_seq = j.last_seq
                 header = None
                 for rec in j.read():  # its header is record 1, or a fork's first record of its own
@@ -449,7 +450,7 @@ class SessionStore:
             # An I/O error says nothing about the session: raise it rather than save an empty
             # entry (last seq 0, no workspace) into the index, where it would be trusted later.
             raise
-        except core.JournalError:
+        except JournalError:
             return SessionInfo(session_id, status, {}, None, None, 0)
         if header is not None:
             data = header.get("data") or {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from journal import api
 from journal.crashsim.memfs import MemFileSystem
 from journal.crashsim.workloads.core import CRASH_RESERVE_BYTES, JOURNAL_PATH, Ctx, Ledger, workload
 from journal.crashsim.workloads.session_fork import CheckCache, image_key, talk
@@ -55,7 +56,7 @@ def _read(fs: FileSystem, path: str) -> bytes:
         f.close()
 
 
-def _take(fs: FileSystem, j: Journal) -> snapshot.Resumed[Any]:
+def _take(fs: FileSystem, j: api.Journal) -> snapshot.Resumed[Any]:
     return snapshot.take(j, Registry(), SessionReducer(), SNAP_PATH, fs)
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from journal.errors import JournalError
+from journal.fs import OsFileSystem
 from journal.session.envelope import ID_BYTES_MAX, Event
 from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
 
@@ -202,13 +203,14 @@ def import_file(
     time_of: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> ImportReport:
     """Import ``source`` (a file in format ``fmt``) into a new session journal at ``dest``."""
-    from journal.engine.core import Journal
-    from journal.outcomes import Committed
+    import journal
+    from journal.api import Committed
     from journal.session.envelope import check_for_append
     from journal.session.registry import DurabilityClass, EventType, Registry
     from journal.session.session import new_session_id
 
-    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+    fs = OsFileSystem()  # the destination is a journal directory: looked at through the file layer
+    if fs.exists(dest) and (not fs.is_dir(dest) or fs.listdir(dest)):
         raise JournalError(f"destination {dest!r} exists and is not empty; import writes a new journal")
     with open(source, "rb") as f:
         data = f.read()
@@ -260,7 +262,7 @@ def import_file(
         check_for_append(ev, registry.get(ev.type))
         stored.append(ev.to_stored())
         report.mapped[ev.type] = report.mapped.get(ev.type, 0) + 1
-    with Journal.open(dest, create=True) as j:
+    with journal.open(dest, create=True) as j:
         for start in range(0, len(stored), WRITE_BATCH_RECORDS):
             outs = j.append_many(stored[start : start + WRITE_BATCH_RECORDS], durability="flush")
             bad = [o for o in outs if not isinstance(o, Committed)]

@@ -1,0 +1,229 @@
+"""The Journal protocol: what every backend implements and what every user of a journal relies on.
+
+    from journal.api import Committed, Journal, JournalError, Record, RecoveryReport
+
+The file engine (``journal.engine``, opened with ``journal.open``) is one backend; others (a
+journal on PostgreSQL or NATS JetStream, for sessions that outlive one machine) implement the
+same protocol. The session layer, the adapters and the command are written against this module,
+never against a backend: they take a ``Journal`` and get one from ``journal.open``.
+
+What is here, and only this:
+
+* ``Journal``: append (one or many, with the three outcomes of ``journal.outcomes``), read in
+  seq order, follow, point reads, resolving an ``AckLost``, flush and sync, close;
+* ``PrefixCopier``: what a fork needs of its parent, a copy of its first records into a new
+  directory that shares (links) the history that can no longer change;
+* the values they speak in: ``Record`` (from ``journal.record``, see there why it is a module of
+  its own), ``RecoveryReport``, ``PrefixCopy``, and the outcomes and typed errors, re-exported so
+  that a user of a journal imports from one place;
+* ``LOCK_FILE``, the name of the writer lock in a journal directory: the session store tries it
+  to tell whether a session is open for writing elsewhere.
+
+The layers below this module are ``journal.record``, ``journal.outcomes``, ``journal.errors`` and
+``journal.fs``; nothing here imports a backend (the import contracts in pyproject.toml hold it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from journal.errors import (
+    CorruptionError,
+    EventNotSerializableError,
+    JournalClosedError,
+    JournalError,
+    JournalFailStoppedError,
+    JournalIOError,
+    JournalLockedError,
+    JournalNotFoundError,
+    NewerFormatError,
+    NotAJournalError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    SequenceError,
+)
+from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.record import Record
+
+# The writer lock of a journal directory (a file in it; the file engine holds an flock on it).
+LOCK_FILE = "LOCK"
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the journal found and did. ``actions`` lists every change made to disk."""
+
+    segments: int = 0
+    last_seq: int = 0
+    live_segment: str | None = None
+    live_records: int = 0
+    tail: str = "clean"  # clean | sealed | torn | zeros | empty
+    truncated_at: int | None = None
+    truncated_bytes: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [
+            f"segments: {self.segments}, last seq: {self.last_seq}, live segment: {self.live_segment}"
+            f" ({self.live_records} records), tail: {self.tail}",
+        ]
+        if self.truncated_at is not None and self.tail == "zeros":
+            lines.append(
+                f"zero-filled tail: cut {self.truncated_bytes} zero bytes at offset {self.truncated_at} "
+                "(space reserved by a writer that did not close; nothing to keep)"
+            )
+        elif self.truncated_at is not None:
+            lines.append(
+                f"torn tail: cut {self.truncated_bytes} bytes at offset {self.truncated_at}; "
+                f"kept in {', '.join(self.quarantined)}"
+            )
+        lines.extend(f"action: {a}" for a in self.actions)
+        return "\n".join(lines)
+
+
+@dataclass
+class PrefixCopy:
+    """What copying a prefix did; the byte counts are what a fork cost in I/O."""
+
+    segments_linked: list[str] = field(default_factory=list)
+    segments_copied: list[str] = field(default_factory=list)  # whole sealed segments, where links failed
+    cut_segment: str | None = None  # the segment whose first records became the new live segment
+    bytes_copied: int = 0
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """An append-only journal of records numbered 1, 2, 3, ... (``journal.open`` returns one).
+
+    ``durability`` is "buffered", "flush" or "sync" (``journal.outcomes.DURABILITY_LEVELS``);
+    any other value raises ValueError. docs/GUARANTEES.md says what each level and each outcome
+    promise. Errors are subclasses of ``JournalError``.
+    """
+
+    @property
+    def path(self) -> str:
+        """Where the journal is (a directory for the file engine)."""
+        ...
+
+    @property
+    def readonly(self) -> bool:
+        """Whether this handle was opened read-only (appends raise ReadOnlyError)."""
+        ...
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What opening the journal found and did."""
+        ...
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq handed out (0 for an empty journal); includes buffered records."""
+        ...
+
+    def append(
+        self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
+    ) -> Outcome:
+        """Append one event (a JSON-serializable dict, or bytes); returns its outcome.
+
+        With ``idempotency_key``, a record already holding that key is not written again: the
+        outcome is Committed(duplicate=True) with that record's seq.
+        """
+        ...
+
+    def append_many(
+        self,
+        events: Iterable[Any],
+        durability: str = "sync",
+        idempotency_keys: Iterable[str | None] | None = None,
+        synthetic: bool = False,
+    ) -> list[Outcome]:
+        """Append events in order; one outcome per event, in the same order."""
+        ...
+
+    def read(self, after_seq: int = 0) -> Iterator[Record]:
+        """Records with seq > ``after_seq``, in seq order, as the journal holds them now."""
+        ...
+
+    def follow(
+        self,
+        after_seq: int = 0,
+        poll_interval_s: float = ...,
+        idle_timeout_s: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Record]:
+        """Yield records as they are committed, until ``stop`` is set or ``idle_timeout_s`` passes."""
+        ...
+
+    def get(self, seq: int) -> Record | None:
+        """The record at ``seq``, or None if the journal does not hold it."""
+        ...
+
+    def resolve(self, outcome: Outcome) -> Outcome:
+        """Turn an AckLost into Committed or NotCommitted by reading the journal (after a reopen)."""
+        ...
+
+    def flush(self) -> None:
+        """Write buffered records to the OS (or the server). Raises JournalFailStoppedError."""
+        ...
+
+    def sync(self) -> None:
+        """Make everything appended so far durable. Raises JournalFailStoppedError."""
+        ...
+
+    def close(self) -> None:
+        """Write buffered records (flush level) and release the journal. Idempotent."""
+        ...
+
+    def __enter__(self) -> Journal: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class PrefixCopier(Protocol):
+    """What a fork or a copy needs of its source journal: its first records, as a new journal."""
+
+    def copy_prefix(self, dst: str | os.PathLike[str], at_seq: int, link: bool = True) -> PrefixCopy:
+        """Fill the existing empty directory ``dst`` with records 1..``at_seq`` of this journal.
+
+        History that can no longer change (the file engine's sealed segments) is shared with a
+        hard link when ``link`` and the file system allow one, and copied otherwise; only the
+        part holding ``at_seq`` is cut and copied. Everything written to ``dst`` is made durable
+        (files and the directory synced); the source is only read. Raises ValueError if the
+        journal ends before ``at_seq``, CorruptionError if a part that is needed is damaged.
+        """
+        ...
+
+
+__all__ = [
+    "DURABILITY_LEVELS",
+    "LOCK_FILE",
+    "AckLost",
+    "Committed",
+    "CorruptionError",
+    "Durability",
+    "EventNotSerializableError",
+    "Journal",
+    "JournalClosedError",
+    "JournalError",
+    "JournalFailStoppedError",
+    "JournalIOError",
+    "JournalLockedError",
+    "JournalNotFoundError",
+    "NewerFormatError",
+    "NotAJournalError",
+    "NotCommitted",
+    "Outcome",
+    "PrefixCopier",
+    "PrefixCopy",
+    "ReadOnlyError",
+    "Record",
+    "RecordTooLargeError",
+    "RecoveryReport",
+    "SequenceError",
+]
