@@ -83,16 +83,16 @@ def bench_codec(quick: bool) -> list[dict[str, Any]]:
     for stored in (256, 4096):
         specs = make_specs(1024, stored)
         batch = fmt.py_encode_batch(1, specs, SALT, True)
-        assert native.encode_batch(1, specs, SALT, True) == batch
+        assert fmt.c_encode_batch(1, specs, SALT, True) == batch
         enc_py = best_rate(partial(fmt.py_encode_batch, 1, specs, SALT, True), len(batch), min_time, repeats)
-        enc_c = best_rate(partial(native.encode_batch, 1, specs, SALT, True), len(batch), min_time, repeats)
+        enc_c = best_rate(partial(fmt.c_encode_batch, 1, specs, SALT, True), len(batch), min_time, repeats)
         # A 32 MB stretch of frames: what opening or reading a large live segment scans.
         reps = max(1, (32 * 1024 * 1024) // len(batch))
         seg = fmt.py_encode_batch(1, specs * reps, SALT, True)
         n_frames = len(specs) * reps
-        assert native.verify(seg, 0, SALT, 1).frame_count == n_frames
+        assert fmt.verify_scan(seg, 0, SALT, 1).frame_count == n_frames
         scan_py = best_rate(partial(fmt.py_scan, seg, 0, SALT, 1), len(seg), min_time, 1 if quick else 2)
-        scan_c = best_rate(partial(native.scan, seg, 0, SALT, 1), len(seg), min_time, repeats)
+        scan_c = best_rate(partial(fmt.c_scan, seg, 0, SALT, 1), len(seg), min_time, repeats)
         verify_c = best_rate(partial(native.verify, seg, 0, SALT, 1), len(seg), min_time, repeats)
         rows.append(
             {

@@ -77,6 +77,16 @@ static void check_scan(const uint8_t *buf, size_t size, size_t start, uint64_t s
 
     int64_t later = jn_find_later_commit(buf, size, start, salt, after_seq);
     CHECK(later == -1 || ((uint64_t)later >= start && (uint64_t)later + JN_FRAME_HEADER_BYTES <= size));
+
+    /* Every frame the scan accepted verifies alone; whatever verifies lies within the buffer. */
+    jn_frame one;
+    for (size_t i = 0; i < total; i++) {
+        CHECK(jn_verify_frame(buf, size, (size_t)(frames[i].offset - 1000), salt, &one) == 1);
+        CHECK(one.seq == frames[i].seq && one.stored_len == frames[i].stored_len);
+    }
+    if (jn_verify_frame(buf, size, start, salt, &one))
+        CHECK(one.offset == start && one.stored_len <= size - start - JN_FRAME_HEADER_BYTES);
+    CHECK(jn_verify_frame(buf, size, size + 1, salt, &one) == 0);
     free(frames);
 }
 

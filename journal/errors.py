@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
 
 class JournalError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -52,6 +56,23 @@ class CorruptionError(JournalError):
 
 class SequenceError(CorruptionError):
     """A gap or a duplicate in sequence numbers: recovery stops rather than guessing."""
+
+
+class ForeignSegmentError(CorruptionError):
+    """A segment of another journal (its journal id differs) sits in this journal's directory."""
+
+    def __init__(self, segment: str, path: str) -> None:
+        JournalError.__init__(
+            self,
+            f"segment {path} belongs to a different journal (its journal id is not the one of the "
+            "segments before it): it was copied in from elsewhere. Nothing was read from it or changed; "
+            "move that file out of the journal directory (or restore this journal's own segment from a backup)",
+        )
+        self.segment = segment
+        self.path = path
+        self.offset = 0
+        self.seq = None
+        self.reason = "segment belongs to a different journal (journal id differs)"
 
 
 class NewerFormatError(JournalError):
@@ -112,15 +133,48 @@ class ReadOnlyError(JournalError):
 
 
 class JournalIOError(JournalError, OSError):
-    """Opening or recovering a journal failed in the file system (also an OSError: errno kept)."""
+    """Opening, recovering or reading a journal failed in the file system (also an OSError: errno kept)."""
 
-    def __init__(self, path: str, exc: OSError) -> None:
+    def __init__(self, path: str, exc: OSError, doing: str = "opening") -> None:
+        # A read-only tool (verify, salvage's read of its source) changed nothing and has no
+        # recovery to resume: it says so, and to run it again.
+        after = (
+            "Nothing acknowledged was changed; fix the cause (permissions, free space, the device) "
+            "and open it again: recovery picks up where it stopped"
+            if doing == "opening"
+            else "Nothing was changed; fix the cause (permissions, the device) and run it again"
+        )
         OSError.__init__(
             self,
             exc.errno,
-            f"opening journal {path!r} failed: {exc.strerror or exc}"
+            f"{doing} journal {path!r} failed: {exc.strerror or exc}"
             + (f" ({exc.filename})" if exc.filename else "")
-            + ". Nothing acknowledged was changed; fix the cause (permissions, free space, the "
-            "device) and open it again: recovery picks up where it stopped",
+            + ". "
+            + after,
         )
         self.path = path
+
+
+class InvariantError(JournalError, AssertionError):
+    """An invariant of the engine broke: a bug in journal, not a problem with the caller's data.
+
+    Raised by ``invariant`` (never by ``assert``, which ``python -O`` removes); it is an
+    AssertionError too, so code that treated a failed assert as a bug still does.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"internal invariant broken: {what}. This is a bug in journal; please report it")
+        self.what = what
+
+
+def invariant(condition: bool, what: str) -> None:
+    """Raise InvariantError(what) unless ``condition`` holds. Checked under ``python -O`` too."""
+    if not condition:
+        raise InvariantError(what)
+
+
+def present(value: _T | None, what: str) -> _T:
+    """``value``, which an invariant says is there; InvariantError(what) if it is None."""
+    if value is None:
+        raise InvariantError(what)
+    return value

@@ -153,6 +153,35 @@ static int flags_supported(uint32_t flags, uint32_t dict_id) {
            (kind == JN_KIND_DATA || kind == JN_KIND_SEAL || kind == JN_KIND_PADDING) && dict_id == 0;
 }
 
+/* Whether the bytes at h (avail of them) hold a genuine frame: marker, then a length within the
+ * limit and the bytes, then the salted checksum. The answer is JN_GENUINE, or the stop reason
+ * of format.scan for a frame that is not (ZEROS, TRUNCATED or CHECKSUM). Nothing past avail
+ * is read, and no field but the marker and the length is looked at before the checksum held. */
+#define JN_GENUINE (-1)
+static int check_frame(const uint8_t *h, size_t avail, uint64_t salt) {
+    if (avail < JN_FRAME_HEADER_BYTES) return all_zero(h, avail) ? JN_STOP_ZEROS : JN_STOP_TRUNCATED;
+    if (rd32(h + JN_FRAME_MARKER_OFFSET) != JN_FRAME_MARKER)
+        return all_zero(h, JN_FRAME_HEADER_BYTES) ? JN_STOP_ZEROS : JN_STOP_CHECKSUM;
+    uint32_t stored_len = rd32(h + 8);
+    if (stored_len > JN_FRAME_STORED_BYTES_LIMIT) return JN_STOP_CHECKSUM;
+    if (stored_len > avail - JN_FRAME_HEADER_BYTES) return JN_STOP_TRUNCATED;
+    size_t span = JN_FRAME_HEADER_BYTES - JN_FRAME_CHECKSUMMED_FROM + (size_t)stored_len;
+    if (jn_xxh64(h + JN_FRAME_CHECKSUMMED_FROM, span, salt) != rd64(h)) return JN_STOP_CHECKSUM;
+    return JN_GENUINE;
+}
+
+int jn_verify_frame(const uint8_t *buf, size_t size, size_t pos, uint64_t salt, jn_frame *out) {
+    if (pos > size || check_frame(buf + pos, size - pos, salt) != JN_GENUINE) return 0;
+    const uint8_t *h = buf + pos;
+    out->offset = (uint64_t)pos;
+    out->seq = rd64(h + 16);
+    out->flags = rd16(h + 24);
+    out->raw_len = rd32(h + 12);
+    out->stored_len = rd32(h + 8);
+    out->reserved = rd16(h + 26); /* the dictionary id */
+    return 1;
+}
+
 int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt, jn_scan_state *state,
             jn_frame *frames, size_t frames_cap, int count_only) {
     size_t pos = (size_t)state->pos;
@@ -171,29 +200,17 @@ int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt
             break;
         }
         /* Bounds before lengths: nothing past size is ever read. */
-        if (pos > size || size - pos < JN_FRAME_HEADER_BYTES) {
-            stop = (pos > size || all_zero(buf + pos, size - pos)) ? JN_STOP_ZEROS : JN_STOP_TRUNCATED;
+        if (pos > size) {
+            stop = JN_STOP_ZEROS;
             break;
         }
         const uint8_t *h = buf + pos;
-        if (rd32(h + JN_FRAME_MARKER_OFFSET) != JN_FRAME_MARKER) {
-            stop = all_zero(h, JN_FRAME_HEADER_BYTES) ? JN_STOP_ZEROS : JN_STOP_CHECKSUM;
+        int checked = check_frame(h, size - pos, salt);
+        if (checked != JN_GENUINE) {
+            stop = checked;
             break;
         }
         uint32_t stored_len = rd32(h + 8);
-        if (stored_len > JN_FRAME_STORED_BYTES_LIMIT) {
-            stop = JN_STOP_CHECKSUM;
-            break;
-        }
-        if (stored_len > size - pos - JN_FRAME_HEADER_BYTES) {
-            stop = JN_STOP_TRUNCATED;
-            break;
-        }
-        size_t span = JN_FRAME_HEADER_BYTES - JN_FRAME_CHECKSUMMED_FROM + (size_t)stored_len;
-        if (jn_xxh64(h + JN_FRAME_CHECKSUMMED_FROM, span, salt) != rd64(h)) {
-            stop = JN_STOP_CHECKSUM;
-            break;
-        }
         /* The frame is genuine from here on: its fields can be trusted. */
         uint64_t seq = rd64(h + 16);
         uint32_t flags = rd16(h + 24);
@@ -249,24 +266,17 @@ int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt
 
 int64_t jn_find_later_commit(const uint8_t *buf, size_t size, size_t start, uint64_t salt, uint64_t after_seq) {
     if (start > size || size - start < JN_FRAME_HEADER_BYTES) return -1;
-    /* The marker narrows the candidates; a one-frame scan with expected seq 0 proves a
-     * candidate genuine (it then stops as SEQ or FLAGS, carrying the frame's seq). */
+    /* The marker narrows the candidates; the checksum proves a candidate genuine. */
     size_t p = start + JN_FRAME_MARKER_OFFSET;
     while (size - p >= 4) {
         const uint8_t *hit = memchr(buf + p, (int)(JN_FRAME_MARKER & 0xFFu), size - p - 3);
         if (hit == NULL) return -1;
         p = (size_t)(hit - buf);
         if (rd32(hit) == JN_FRAME_MARKER) {
-            size_t frame_at = p - JN_FRAME_MARKER_OFFSET;
-            jn_scan_state st;
-            memset(&st, 0, sizeof st);
-            st.pos = frame_at;
-            int stop = jn_scan(buf, size, 0, salt, &st, NULL, 1, 1);
-            if ((stop == JN_STOP_SEQ || stop == JN_STOP_SEALED || stop == JN_STOP_FLAGS) && st.stop_seq > after_seq) {
-                uint32_t flags = rd16(buf + frame_at + 24);
-                if ((flags & JN_FLAG_COMMIT) != 0 || (flags & JN_FLAG_KIND_MASK) == JN_KIND_SEAL)
-                    return (int64_t)frame_at;
-            }
+            jn_frame f;
+            if (jn_verify_frame(buf, size, p - JN_FRAME_MARKER_OFFSET, salt, &f) && f.seq > after_seq &&
+                ((f.flags & JN_FLAG_COMMIT) != 0 || (f.flags & JN_FLAG_KIND_MASK) == JN_KIND_SEAL))
+                return (int64_t)f.offset;
         }
         p++;
     }

@@ -74,6 +74,11 @@ size_t jn_encode_batch(uint8_t *out, size_t out_cap, const uint8_t *payloads, si
 int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt, jn_scan_state *state,
             jn_frame *frames, size_t frames_cap, int count_only);
 
+/* Whether a genuine frame (marker, length within the limit and the buffer, salted checksum)
+ * starts at buf[pos]; if so, 1 with its fields in *out (out->offset = pos, out->reserved = its
+ * dictionary id), whatever its seq, flags or dictionary id. 0 otherwise (format.verify_frame). */
+int jn_verify_frame(const uint8_t *buf, size_t size, size_t pos, uint64_t salt, jn_frame *out);
+
 /* Offset of the first genuine frame at or after start whose seq is above after_seq and that
  * carries FLAG_COMMIT or is a seal frame; -1 if there is none (format.find_later_commit). */
 int64_t jn_find_later_commit(const uint8_t *buf, size_t size, size_t start, uint64_t salt, uint64_t after_seq);

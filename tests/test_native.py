@@ -80,11 +80,11 @@ u64_st = st.integers(0, U64_MAX) | st.sampled_from([0, 1, U64_MAX - 1, U64_MAX])
 def test_encode_batch_same_bytes(specs: list[fmt.FrameSpec], first_seq: int, salt: int, commit_last: bool) -> None:
     first_seq = min(first_seq, U64_MAX - max(len(specs) - 1, 0))
     expected = fmt.py_encode_batch(first_seq, specs, salt, commit_last)
-    got = native.encode_batch(first_seq, specs, salt, commit_last)
+    got = fmt.c_encode_batch(first_seq, specs, salt, commit_last)
     assert type(got) is bytes
     assert got == expected
     # And what was encoded scans back to the same frames on both paths.
-    assert native.scan(got, 0, salt, first_seq) == fmt.py_scan(got, 0, salt, first_seq)
+    assert fmt.c_scan(got, 0, salt, first_seq) == fmt.py_scan(got, 0, salt, first_seq)
 
 
 @pytest.mark.parametrize(
@@ -106,11 +106,11 @@ def test_encode_batch_out_of_range_behaves_like_the_twin(first_seq: int, specs: 
         except Exception as exc:
             return type(exc)
 
-    assert outcome(native.encode_batch) == outcome(fmt.py_encode_batch)
+    assert outcome(fmt.c_encode_batch) == outcome(fmt.py_encode_batch)
 
 
 def test_encode_batch_empty() -> None:
-    assert native.encode_batch(1, [], 5, True) == fmt.py_encode_batch(1, [], 5, True) == b""
+    assert fmt.c_encode_batch(1, [], 5, True) == fmt.py_encode_batch(1, [], 5, True) == b""
 
 
 # --- scanning ---------------------------------------------------------------------------------
@@ -188,14 +188,14 @@ def test_scan_same_results(args: tuple[tuple[bytes, int, int, int], int, int, in
     (buf, start, salt, base), delta, base_offset, frames_max, chunk = args
     expected_seq = min(max(base + delta, 0), U64_MAX)
     with mock.patch.object(native, "SCAN_CHUNK_FRAMES", chunk):
-        got = native.scan(buf, start, salt, expected_seq, base_offset, frames_max)
+        got = fmt.c_scan(buf, start, salt, expected_seq, base_offset, frames_max)
     want = fmt.py_scan(buf, start, salt, expected_seq, base_offset, frames_max)
     assert got == want
     assert type(got.stop) is fmt.Stop and all(type(f) is fmt.Frame for f in got.frames)
     # memoryview input (how the reader passes chunks) takes the same path to the same answer.
-    assert native.scan(memoryview(buf), start, salt, expected_seq, base_offset, frames_max) == want
+    assert fmt.c_scan(memoryview(buf), start, salt, expected_seq, base_offset, frames_max) == want
     if frames_max == 1 << 62:
-        v = native.verify(buf, start, salt, expected_seq, base_offset)
+        v = fmt.verify_scan(buf, start, salt, expected_seq, base_offset)
         assert (v.frame_count, v.stop, v.stop_offset, v.stop_seq) == (
             len(want.frames),
             want.stop,
@@ -210,7 +210,25 @@ def test_find_later_commit_same_results(args: tuple[bytes, int, int, int], after
     buf, start, salt, base = args
     after_seq = min(base + after, U64_MAX) if after else 0
     for s in (start, min(at, len(buf)), 0):
-        assert native.find_later_commit(buf, s, salt, after_seq) == fmt.py_find_later_commit(buf, s, salt, after_seq)
+        assert fmt.c_find_later_commit(buf, s, salt, after_seq) == fmt.py_find_later_commit(buf, s, salt, after_seq)
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(args=frame_buffers(), at=st.integers(-2, 600))
+def test_verify_frame_same_results(args: tuple[bytes, int, int, int], at: int) -> None:
+    """The one frame verifier and its C twin agree at every offset: frame starts, damaged
+    frames, offsets inside frames and past the end (the frames other readers ask about)."""
+    buf, start, salt, _ = args
+    for pos in {start, at, 0, len(buf), len(buf) - fmt.FRAME_HEADER_SIZE_BYTES}:
+        got, want = fmt.c_verify_frame(buf, pos, salt), fmt.py_verify_frame(buf, pos, salt)
+        assert got == want, pos
+        assert got is None or type(got) is fmt.GenuineFrame
+        if want is not None:
+            # Genuine means a frame the scanner would accept whole, whatever its seq.
+            res = fmt.py_scan(buf, pos, salt, want.seq if want.kind == fmt.KIND_DATA else want.seq + 1, frames_max=1)
+            assert res.stop_offset == pos or res.frames[0].offset == pos
+            assert want.supported == (res.stop != fmt.Stop.FLAGS)
+    assert fmt.c_verify_frame(memoryview(buf), start, salt) == fmt.py_verify_frame(buf, start, salt)
 
 
 def test_find_later_commit_finds_a_commit_past_damage() -> None:
@@ -219,14 +237,14 @@ def test_find_later_commit_finds_a_commit_past_damage() -> None:
     buf = bytearray(frames)
     buf[40] ^= 0xFF  # damage the first frame's payload
     later = 2 * (32 + 3)
-    assert native.find_later_commit(bytes(buf), 0, salt, 0) == later == fmt.py_find_later_commit(bytes(buf), 0, salt, 0)
-    assert native.find_later_commit(bytes(buf), 0, salt, 3) is None
+    assert fmt.c_find_later_commit(bytes(buf), 0, salt, 0) == later == fmt.py_find_later_commit(bytes(buf), 0, salt, 0)
+    assert fmt.c_find_later_commit(bytes(buf), 0, salt, 3) is None
 
 
 def test_scan_arguments_out_of_c_range_use_the_twin() -> None:
     buf = fmt.py_encode_batch(5, [fmt.FrameSpec(0, 1, b"a")] * 2, 3, commit_last=False)
     for start, expected_seq, base_offset in [(len(buf) + 5, 5, 0), (0, 1 << 64, 0), (0, 5, -1)]:
-        assert native.scan(buf, start, 3, expected_seq, base_offset) == fmt.py_scan(
+        assert fmt.c_scan(buf, start, 3, expected_seq, base_offset) == fmt.py_scan(
             buf, start, 3, expected_seq, base_offset
         )
 
@@ -235,11 +253,11 @@ def test_scan_long_buffer_crosses_chunks() -> None:
     n = native.SCAN_CHUNK_FRAMES * 2 + 17
     specs = [fmt.FrameSpec(fmt.FLAG_BYTES, 4, i.to_bytes(4, "little")) for i in range(n)]
     buf = fmt.py_encode_batch(1, specs, 42, commit_last=True) + b"\x00" * 10
-    got = native.scan(buf, 0, 42, 1, base_offset=64)
+    got = fmt.c_scan(buf, 0, 42, 1, base_offset=64)
     assert got == fmt.py_scan(buf, 0, 42, 1, base_offset=64)
     assert len(got.frames) == n and got.stop == fmt.Stop.ZEROS
-    v = native.verify(buf, 0, 42, 1, base_offset=64)
-    assert v == native.Verified(n, fmt.Stop.ZEROS, got.stop_offset, 0, n + 1)
+    v = fmt.verify_scan(buf, 0, 42, 1, base_offset=64)
+    assert v == fmt.Verified(n, fmt.Stop.ZEROS, got.stop_offset, 0, n + 1)
 
 
 # --- selection, GIL, end to end -------------------------------------------------------------
@@ -251,9 +269,10 @@ def test_selection_is_automatic_and_exported() -> None:
         assert fmt.scan is fmt.py_scan and not journal.native_available()
     else:
         assert journal.native_available()
-        assert fmt.scan is native.scan
-        assert fmt.encode_batch is native.encode_batch
-        assert fmt.find_later_commit is native.find_later_commit
+        assert fmt.scan is fmt.c_scan
+        assert fmt.encode_batch is fmt.c_encode_batch
+        assert fmt.find_later_commit is fmt.c_find_later_commit
+        assert fmt.verify_frame is fmt.c_verify_frame
 
 
 def test_journal_pure_env_forces_the_pure_path() -> None:
@@ -313,14 +332,14 @@ def test_journal_written_by_one_path_reads_on_the_other(tmp_path: Path) -> None:
                 stack.enter_context(mock.patch.object(fmt, "encode_batch", fmt.py_encode_batch))
                 stack.enter_context(mock.patch.object(fmt, "find_later_commit", fmt.py_find_later_commit))
             else:
-                stack.enter_context(mock.patch.object(fmt, "scan", native.scan))
-                stack.enter_context(mock.patch.object(fmt, "encode_batch", native.encode_batch))
+                stack.enter_context(mock.patch.object(fmt, "scan", fmt.c_scan))
+                stack.enter_context(mock.patch.object(fmt, "encode_batch", fmt.c_encode_batch))
             with journal.open(path, create=True) as j:
                 j.append_many(events[:100], durability="sync")
                 for e in events[100:]:
                     j.append(e, durability="buffered")
         with ExitStack() as stack:
-            scan = fmt.py_scan if reader == "pure" else native.scan
+            scan = fmt.py_scan if reader == "pure" else fmt.c_scan
             stack.enter_context(mock.patch.object(fmt, "scan", scan))
             with journal.open(path) as j:
                 assert [r.event for r in j.read()] == events

@@ -34,7 +34,6 @@ from typing import Any
 
 import journal
 from journal.engine import format as fmt
-from journal.engine import native
 
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 Event = dict[str, Any]
@@ -173,7 +172,7 @@ class JournalStore(Store):
             with open(os.path.join(self.path, name), "rb") as f:
                 data = f.read()
             header = fmt.decode_segment_header(data)
-            res = native.verify(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+            res = fmt.verify_scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
             if res.stop not in (fmt.Stop.END, fmt.Stop.SEALED):
                 raise RuntimeError(f"verify stopped at {res.stop.name} in {name}")
             total += len(data)

@@ -40,6 +40,7 @@ size_t jn_encode_batch(uint8_t *out, size_t out_cap, const uint8_t *payloads, si
                        size_t n, uint64_t first_seq, uint64_t salt, int commit_last);
 int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt, jn_scan_state *state,
             jn_frame *frames, size_t frames_cap, int count_only);
+int jn_verify_frame(const uint8_t *buf, size_t size, size_t pos, uint64_t salt, jn_frame *out);
 int64_t jn_find_later_commit(const uint8_t *buf, size_t size, size_t start, uint64_t salt, uint64_t after_seq);
 """
 

@@ -32,23 +32,26 @@ from typing import Any
 
 import xxhash
 
+from journal.api import LOCK_FILE as LOCK_FILE  # explicit re-export: verify imports it from here
+from journal.api import PrefixCopy
+from journal.engine import copy as prefix_copy
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.engine.encoding import encode_event
 from journal.engine.options import Options
 from journal.engine.reader import Cursor, Record, SegmentCache
 from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
 from journal.engine.segment import (
-    create_segment,
-    header_padding,
+    SegmentName,
     list_segments,
     list_temp_files,
-    new_header,
     read_header,
     read_seal,
 )
 from journal.engine.writer import Request, Writer, chunks
 from journal.errors import (
     CorruptionError,
+    InvariantError,
     JournalError,
     JournalFailStoppedError,
     JournalIOError,
@@ -59,8 +62,8 @@ from journal.errors import (
 from journal.fs import File, FileSystem, Lock, OsFileSystem, take_lock
 from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
 
-LOCK_FILE = "LOCK"
 FOLLOW_POLL_INTERVAL_S = 0.02
+LIVE_READS_MAX = 3  # reads of a live segment by a read-only open before damage in it is believed
 
 
 def _only_header(data: bytes) -> bool:
@@ -182,17 +185,28 @@ class Journal(Writer):
         return segments
 
     def _open_readonly(self) -> None:
+        """What a writer's open would find, without changing a byte: the same history checks
+        and the same tail classifier, whose refusals are raised here too; a tail the writer
+        would cut (torn, zeros) is reported, and readers read it as "not yet written"."""
         segments = self._check_dir(create=False)
         last = segments[-1]
-        f = self._fs.open_read(os.path.join(self.path, last.name))
-        try:
-            header = read_header(f, last.name)
-            size = f.size()
-            data = f.pread(size, 0)
-        finally:
-            f.close()
-        res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
-        data_frames = [fr for fr in res.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        journal_id, prev_seal = self._previous_segment(segments)
+        for attempt in range(LIVE_READS_MAX):
+            f = self._fs.open_read(os.path.join(self.path, last.name))
+            try:
+                header = read_header(f, last.name)
+                data = f.pread(f.size(), 0)
+            finally:
+                f.close()
+            decision = decide(data, header, last.name, f.path, journal_id, refuse=False)
+            # Damage before a durable point may be a long read racing a live writer (its pages
+            # are copied one by one while frames land): believe it only if a fresh read agrees.
+            if decision.tail != tail.CORRUPT or attempt == LIVE_READS_MAX - 1:
+                break
+        decision.raise_if_refused()
+        self._check_history(segments, prev_seal, header)
+        data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+        self._journal_id = header.journal_id
         self._active_header = header  # read-only: the live segment, for get()'s index hints
         self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
         for fr in data_frames:
@@ -204,7 +218,7 @@ class Journal(Writer):
             last_seq=self._last_seq,
             live_segment=last.name,
             live_records=len(data_frames),
-            tail=_readonly_tail(res, data),
+            tail=decision.tail,
         )
 
     def _open_writer(self, create: bool, lock_timeout_s: float) -> None:
@@ -233,12 +247,8 @@ class Journal(Writer):
         segments = list_segments(fs, self.path)
         if not segments:
             self._journal_id = secrets.token_bytes(16)
-            header = new_header(self._journal_id, 0, 1)
-            self._active = create_segment(fs, self.path, header, self.options.sector_bytes)
-            self._active_header = read_header(self._active, fmt.segment_name(1))
-            self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
-            self._reserved_end = self._active_size
-            self._next_index_at = self._active_size
+            self._segment_number = -1  # the first segment is number 0
+            self._start_segment(1)
             report.actions.append("created journal")
             report.segments = 1
             report.live_segment = fmt.segment_name(1)
@@ -252,11 +262,15 @@ class Journal(Writer):
         self._active_header = header
         self._journal_id = header.journal_id
         self._segment_number = header.segment_number
-        if len(segments) > 1:
-            self._check_previous(segments[-2], header)
+        journal_id, prev_seal = self._previous_segment(segments)
         size = f.size()
         data = f.pread(size, 0)
-        decision = decide(data, header, last.name, f.path)
+        decision = decide(data, header, last.name, f.path, journal_id)  # pure: refuses before any cut
+        self._check_history(segments, prev_seal, header)
+        if prev_seal is not None:
+            # Retries after a reopen dedupe against the sealed segment too, without reading it.
+            for seq, key in prev_seal.keys:
+                self._keys[key.decode("utf-8", "surrogateescape")] = seq
         data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
         self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
         self._next_seq = self._last_seq + 1
@@ -300,15 +314,25 @@ class Journal(Writer):
             self._active_header = None
         report.last_seq = self._last_seq
 
-    def _check_previous(self, prev: Any, header: fmt.SegmentHeader) -> None:
+    def _previous_segment(self, segments: list[SegmentName]) -> tuple[bytes | None, fmt.SealInfo | None]:
+        """(journal id, seal footer) of the segment before the live one; (None, None) if there is
+        none. Its id is the journal's: sealed history never changes, so a live segment that
+        carries another id is the foreign one (the tail classifier names it)."""
+        if len(segments) < 2:
+            return None, None
+        prev = segments[-2]
         f = self._fs.open_read(os.path.join(self.path, prev.name))
         try:
             prev_header = read_header(f, prev.name)
-            seal = read_seal(f, prev_header, prev.name, f.size())
+            return prev_header.journal_id, read_seal(f, prev_header, prev.name, f.size())
         finally:
             f.close()
-        if prev_header.journal_id != header.journal_id:
-            raise CorruptionError(prev.name, 0, None, "segment belongs to a different journal (journal id differs)")
+
+    def _check_history(self, segments: list[SegmentName], seal: fmt.SealInfo | None, header: fmt.SegmentHeader) -> None:
+        """The segment before the live one is sealed and ends just before the live one begins."""
+        if len(segments) < 2:
+            return
+        prev = segments[-2]
         if seal is None:
             raise CorruptionError(prev.name, 0, None, "segment before the live one has no valid seal footer")
         if seal.last_seq + 1 != header.base_seq:
@@ -318,9 +342,6 @@ class Journal(Writer):
                 seal.last_seq,
                 f"sequence gap: next segment starts at seq {header.base_seq}",
             )
-        # Retries after a reopen dedupe against the sealed segment too, without reading it.
-        for seq, key in seal.keys:
-            self._keys[key.decode("utf-8", "surrogateescape")] = seq
 
     # --- public API ---------------------------------------------------------------------
 
@@ -370,7 +391,8 @@ class Journal(Writer):
                 outcomes.extend([NotCommitted(reason)] * len(chunk))
                 continue
             outcomes.extend(self._submit(chunk, level))
-        assert len(outcomes) == len(encoded)
+        if not (len(outcomes) == len(encoded)):
+            raise InvariantError('len(outcomes) == len(encoded)')
         return outcomes
 
     def flush(self) -> None:
@@ -395,7 +417,8 @@ class Journal(Writer):
             self.flush()  # a reader of this handle sees its own buffered appends
         # Seeking into the live segment starts from the in-memory index, not from its header.
         hint = self._index_hint(after_seq + 1)
-        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max, hint)
+        size_max = self.options.record_size_bytes_max
+        cursor = Cursor(self._fs, self.path, after_seq, size_max, hint, journal_id=self._journal_id)
         try:
             yield from cursor.read()
         finally:
@@ -410,7 +433,7 @@ class Journal(Writer):
     ) -> Iterator[Record]:
         """Yield records as they are committed, forever (or until ``stop`` is set or idle)."""
         self._check_open()
-        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max)
+        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max, journal_id=self._journal_id)
         idle_since = time.monotonic()
         try:
             while not (stop is not None and stop.is_set()):
@@ -445,7 +468,9 @@ class Journal(Writer):
         with self._get_mu:  # one point read at a time: they share the open-segment cache
             self._check_open()
             hint = self._index_hint(seq)
-            cursor = Cursor(self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments)
+            cursor = Cursor(
+                self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
+            )
             try:
                 for rec in cursor.read(limit=1):
                     return rec if rec.seq == seq else None
@@ -488,6 +513,17 @@ class Journal(Writer):
             return NotCommitted("resolved: the journal ends before this record's seq")
         return NotCommitted("resolved: another record holds this record's seq")
 
+    def copy_prefix(self, dst: str | os.PathLike[str], at_seq: int, link: bool = True) -> PrefixCopy:
+        """Fill the existing empty directory ``dst`` with records 1..``at_seq`` (journal.api.PrefixCopier).
+
+        Sealed segments are hard-linked (``link``, where the file system allows) or copied whole;
+        the segment holding ``at_seq`` is cut. See journal/engine/copy.py.
+        """
+        self._check_open()
+        if not self.readonly:
+            self.flush()  # records still buffered in this handle are part of its prefix
+        return prefix_copy.copy_prefix(self._fs, self.path, os.fspath(dst), at_seq, link=link)
+
     def close(self) -> None:
         """Write buffered records (flush level) and release the lock. Idempotent."""
         if self._closed:
@@ -520,17 +556,6 @@ class Journal(Writer):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-
-def _readonly_tail(res: fmt.ScanResult, data: bytes) -> str:
-    """What a read-only open found after the live segment's last frame (it changes nothing)."""
-    if res.stop == fmt.Stop.SEALED:
-        return "sealed"
-    if res.stop == fmt.Stop.END:
-        return "clean"
-    if fmt.zeros_from(data, res.stop_offset):
-        return "zeros"  # a writer's reserved space (it has the journal open, or did not close)
-    return "torn"
 
 
 def open(  # noqa: A001 - the public contract is journal.open

@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import enum
 import struct
+from array import array
 from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
 from typing import NamedTuple
 
 import xxhash
+
+from journal.engine import native as _native
+from journal.errors import InvariantError, invariant, present
 
 FORMAT_VERSION = 1
 
@@ -37,7 +43,75 @@ SEGMENT_MAGIC = b"JRNLSEG\x00"
 # base seq, salt. Then the XXH64 (seed 0) of those 56 bytes.
 _SEGMENT_HEADER_BODY = struct.Struct("<8sHHI16sQQQ")
 SEGMENT_HEADER_SIZE_BYTES = _SEGMENT_HEADER_BODY.size + 8
-assert SEGMENT_HEADER_SIZE_BYTES == 64
+invariant(SEGMENT_HEADER_SIZE_BYTES == 64, "the segment header is 64 bytes")
+
+# --- named offsets and sizes ----------------------------------------------------------------
+#
+# Every offset and size the engine uses outside a struct, named once here (and compared with the
+# C helper's #defines by tests/test_constants.py).
+#
+# Where each field of the segment header lies. Only code that reads a header whose checksum
+# failed needs these (salvage tries its salt, which proves itself frame by frame); everything
+# else goes through decode_segment_header. They are the struct's own offsets, asserted below.
+SEGMENT_MAGIC_OFFSET = 0
+SEGMENT_MAGIC_SIZE_BYTES = 8
+SEGMENT_VERSION_OFFSET = 8  # u16 format version
+SEGMENT_HEADER_SIZE_OFFSET = 10  # u16, the header's own size
+SEGMENT_HEADER_FLAGS_OFFSET = 12  # u32, reserved (0)
+SEGMENT_JOURNAL_ID_OFFSET = 16
+SEGMENT_JOURNAL_ID_SIZE_BYTES = 16
+SEGMENT_NUMBER_OFFSET = 32  # u64
+SEGMENT_BASE_SEQ_OFFSET = 40  # u64
+SEGMENT_SALT_OFFSET = 48  # u64
+SEGMENT_SALT_SIZE_BYTES = 8
+SEGMENT_HEADER_CHECKSUM_OFFSET = 56  # u64, XXH64 (seed 0) of the bytes before it
+SEGMENT_HEADER_CHECKSUM_SIZE_BYTES = 8
+_SEGMENT_HEADER_FIELDS = ("8s", "H", "H", "I", "16s", "Q", "Q", "Q")  # _SEGMENT_HEADER_BODY, field by field
+invariant("<" + "".join(_SEGMENT_HEADER_FIELDS) == _SEGMENT_HEADER_BODY.format, "header fields match the struct")
+invariant(
+    [struct.calcsize("<" + "".join(_SEGMENT_HEADER_FIELDS[:i])) for i in range(len(_SEGMENT_HEADER_FIELDS) + 1)]
+    == [
+        SEGMENT_MAGIC_OFFSET,
+        SEGMENT_VERSION_OFFSET,
+        SEGMENT_HEADER_SIZE_OFFSET,
+        SEGMENT_HEADER_FLAGS_OFFSET,
+        SEGMENT_JOURNAL_ID_OFFSET,
+        SEGMENT_NUMBER_OFFSET,
+        SEGMENT_BASE_SEQ_OFFSET,
+        SEGMENT_SALT_OFFSET,
+        SEGMENT_HEADER_CHECKSUM_OFFSET,
+    ],
+    "segment header field offsets are the struct's",
+)
+invariant(SEGMENT_MAGIC_SIZE_BYTES == len(SEGMENT_MAGIC) == SEGMENT_VERSION_OFFSET - SEGMENT_MAGIC_OFFSET, "magic size")
+invariant(SEGMENT_JOURNAL_ID_SIZE_BYTES == SEGMENT_NUMBER_OFFSET - SEGMENT_JOURNAL_ID_OFFSET, "journal id size")
+invariant(SEGMENT_SALT_SIZE_BYTES == SEGMENT_HEADER_CHECKSUM_OFFSET - SEGMENT_SALT_OFFSET, "salt size")
+invariant(
+    SEGMENT_HEADER_CHECKSUM_OFFSET + SEGMENT_HEADER_CHECKSUM_SIZE_BYTES == SEGMENT_HEADER_SIZE_BYTES,
+    "the header checksum ends the header",
+)
+
+# The writer rounds the live segment's reserved size (reserve_bytes) up to a multiple of this: a
+# page of the page cache and a block of the common file systems, so a reservation never ends
+# inside one and the zeros past the last record are whole blocks.
+RESERVE_ROUND_BYTES = 4096
+# The smallest sector_bytes accepted: the smallest logical sector a block device has. Padding a
+# synced batch to a smaller unit could leave a later write sharing a sector with synced data.
+SECTOR_BYTES_MIN = 512
+# What a frame's stored payload may hold beyond its record: the idempotency key prefix (u8 length
+# and up to IDEMPOTENCY_KEY_BYTES_MAX bytes; the body is compressed only when that makes it
+# smaller), with room to spare. record_size_bytes_max stays this far below
+# FRAME_STORED_BYTES_LIMIT, and a reader trusts a stored length of at most its record size limit
+# plus this before it reads a frame.
+RECORD_STORED_OVERHEAD_BYTES_MAX = 512
+# The densest seal index: at most one entry per 512 segment bytes, so that an index (16 bytes an
+# entry) stays within 1/32 of its segment.
+INDEX_INTERVAL_BYTES_MIN = 512
+# The bounds of segment_size_bytes (4 KiB to 1 TiB) and of reserve_bytes, the options' sanity
+# limits: a segment holds at least its header, a frame and a seal footer.
+SEGMENT_SIZE_BYTES_MIN = 4096
+SEGMENT_SIZE_BYTES_MAX = 1 << 40
+RESERVE_BYTES_MAX = 1 << 30  # reserve_bytes beyond this only wastes space (0 turns reserving off)
 
 # --- frame header ---------------------------------------------------------------------------
 
@@ -45,7 +119,8 @@ assert SEGMENT_HEADER_SIZE_BYTES == 64
 _FRAME_HEADER = struct.Struct("<QIIQHHI")
 _FRAME_TAIL = struct.Struct("<IIQHHI")  # the header after its checksum
 FRAME_HEADER_SIZE_BYTES = _FRAME_HEADER.size
-assert FRAME_HEADER_SIZE_BYTES == 32
+if not (FRAME_HEADER_SIZE_BYTES == 32):
+    raise InvariantError('FRAME_HEADER_SIZE_BYTES == 32')
 FRAME_CHECKSUMMED_FROM = 8  # the checksum covers header bytes [8, 32) and the stored payload
 FRAME_MARKER = 0x3146524A  # b"JRF1" little-endian: lets a resync find candidate frames quickly
 FRAME_MARKER_BYTES = struct.pack("<I", FRAME_MARKER)
@@ -117,12 +192,14 @@ def segment_salt(journal_id: bytes, segment_number: int, base_seq: int) -> int:
     """The salt of a segment: distinct per journal (random id) and per segment, and derived,
     not drawn, so that writing the same records again (a repair redone after a crash, a
     roll-over retried) gives the same bytes. 63 bits keep it a positive C int64 as well."""
-    assert len(journal_id) == 16
+    if not (len(journal_id) == 16):
+        raise InvariantError('len(journal_id) == 16')
     return xxhash.xxh64_intdigest(journal_id + _SALT_INPUT.pack(segment_number, base_seq), seed=0) & (2**63 - 1)
 
 
 def segment_name(base_seq: int) -> str:
-    assert 1 <= base_seq < 10**SEGMENT_NAME_DIGITS
+    if not (1 <= base_seq < 10**SEGMENT_NAME_DIGITS):
+        raise InvariantError('1 <= base_seq < 10**SEGMENT_NAME_DIGITS')
     return f"{base_seq:0{SEGMENT_NAME_DIGITS}d}{SEGMENT_SUFFIX}"
 
 
@@ -138,8 +215,10 @@ def parse_segment_name(name: str) -> int | None:
 
 
 def encode_segment_header(header: SegmentHeader) -> bytes:
-    assert len(header.journal_id) == 16
-    assert header.base_seq >= 1 and header.segment_number >= 0
+    if not (len(header.journal_id) == 16):
+        raise InvariantError('len(header.journal_id) == 16')
+    if not (header.base_seq >= 1 and header.segment_number >= 0):
+        raise InvariantError('header.base_seq >= 1 and header.segment_number >= 0')
     body = _SEGMENT_HEADER_BODY.pack(
         SEGMENT_MAGIC,
         header.version,
@@ -151,7 +230,8 @@ def encode_segment_header(header: SegmentHeader) -> bytes:
         header.salt,
     )
     out = body + _U64.pack(xxhash.xxh64_intdigest(body, seed=0))
-    assert len(out) == SEGMENT_HEADER_SIZE_BYTES
+    if not (len(out) == SEGMENT_HEADER_SIZE_BYTES):
+        raise InvariantError('len(out) == SEGMENT_HEADER_SIZE_BYTES')
     return out
 
 
@@ -195,9 +275,12 @@ def frame_checksum(header_tail: bytes | memoryview, payload: bytes | memoryview,
 
 def encode_frame(seq: int, flags: int, raw_len: int, stored: bytes, salt: int, dict_id: int = 0) -> bytes:
     """One frame: header + stored payload. ``stored`` is already compressed/keyed."""
-    assert flags & ~FLAGS_KNOWN == 0, "unknown flag bits"
-    assert len(stored) <= FRAME_STORED_BYTES_LIMIT
-    assert seq >= 0 and 0 <= raw_len <= 0xFFFFFFFF and 0 <= dict_id <= 0xFFFF
+    if not (flags & ~FLAGS_KNOWN == 0):
+        raise InvariantError("unknown flag bits")
+    if not (len(stored) <= FRAME_STORED_BYTES_LIMIT):
+        raise InvariantError('len(stored) <= FRAME_STORED_BYTES_LIMIT')
+    if not (seq >= 0 and 0 <= raw_len <= 0xFFFFFFFF and 0 <= dict_id <= 0xFFFF):
+        raise InvariantError('seq >= 0 and 0 <= raw_len <= 0xFFFFFFFF and 0 <= dict_id <= 0xFFFF')
     tail = _FRAME_TAIL.pack(len(stored), raw_len, seq, flags, dict_id, FRAME_MARKER) + stored
     return _U64.pack(xxhash.xxh64_intdigest(tail, seed=salt)) + tail
 
@@ -228,7 +311,8 @@ def zeros_from(data: bytes, start: int = 0) -> bool:
 
     bytes.count runs in C: ten times ``any()`` over a MiB of reserved space.
     """
-    assert 0 <= start <= len(data)
+    if not (0 <= start <= len(data)):
+        raise InvariantError('0 <= start <= len(data)')
     return data.count(0, start) == len(data) - start
 
 
@@ -329,47 +413,77 @@ def scan(
     return ScanResult(frames, Stop.END, pos + base_offset, 0)
 
 
-def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
-    """Offset (in ``buf``) of the first genuine commit-marked or seal frame at or after ``start``
-    whose seq is above ``after_seq``, if any.
+class GenuineFrame(NamedTuple):
+    """A frame whose marker, length and salted checksum hold: its fields can be trusted. Whether
+    this version can read it (``supported``) and whether its seq fits are other questions."""
 
-    The marker narrows the candidates and the salted 64-bit checksum rules out false positives.
-    This is the search primitive; ``find_durable_point`` decides what a found frame proves.
-    """
-    # The pure twin stays pure (the C helper rebinds ``scan``; the twin must not depend on it).
-    return _find_genuine(buf, start, salt, after_seq, commit_only=True, pure=True)
+    offset: int
+    seq: int
+    flags: int
+    raw_len: int
+    stored_len: int
+    dict_id: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + FRAME_HEADER_SIZE_BYTES + self.stored_len
+
+    @property
+    def kind(self) -> int:
+        return self.flags & FLAG_KIND_MASK
+
+    @property
+    def supported(self) -> bool:
+        return flags_supported(self.flags, self.dict_id)
 
 
-def _find_genuine(
-    buf: bytes | memoryview, start: int, salt: int, after_seq: int, commit_only: bool, pure: bool = False
-) -> int | None:
+def verify_frame(buf: bytes | memoryview, pos: int, salt: int) -> GenuineFrame | None:
+    """The frame at ``pos`` if it is genuine (marker, a length within the limit and the buffer,
+    the checksum seeded with ``salt``), else None. The one answer to "is this frame genuine";
+    ``scan`` makes the same checks in the same order. This is the pure twin of the C helper's."""
     mv = memoryview(buf)
-    data = buf if isinstance(buf, bytes) else bytes(mv)
-    pos = start + FRAME_MARKER_OFFSET
+    if pos < 0 or mv.nbytes - pos < FRAME_HEADER_SIZE_BYTES:
+        return None
+    checksum, stored_len, raw_len, seq, flags, dict_id, marker = _FRAME_HEADER.unpack_from(mv, pos)
+    if marker != FRAME_MARKER or stored_len > FRAME_STORED_BYTES_LIMIT:
+        return None
+    end = pos + FRAME_HEADER_SIZE_BYTES + stored_len
+    if end > mv.nbytes or xxhash.xxh64_intdigest(mv[pos + FRAME_CHECKSUMMED_FROM : end], seed=salt) != checksum:
+        return None
+    return GenuineFrame(pos, seq, flags, raw_len, stored_len, dict_id)
+
+
+def next_genuine_frame(buf: bytes | memoryview, start: int, salt: int, pure: bool = False) -> GenuineFrame | None:
+    """The first genuine frame that starts at or after ``start``: the marker narrows the
+    candidates, the salted 64-bit checksum rules out false positives. ``pure`` keeps the pure
+    twins pure (they must not depend on the C helper they are checked against)."""
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    verify = py_verify_frame if pure else verify_frame
+    pos = max(start, 0) + FRAME_MARKER_OFFSET
     while True:
         pos = data.find(FRAME_MARKER_BYTES, pos)
         if pos < 0:
             return None
-        frame_at = pos - FRAME_MARKER_OFFSET
+        got = verify(data, pos - FRAME_MARKER_OFFSET, salt)
+        if got is not None:
+            return got
         pos += 1
-        if frame_at < start:
-            continue
-        single = scan_one(mv, frame_at, salt, pure)
-        if single is None or single[0] <= after_seq:
-            continue
-        flags = single[1]
-        if not commit_only or flags & FLAG_COMMIT or flags & FLAG_KIND_MASK == KIND_SEAL:
-            return frame_at
 
 
-def scan_one(buf: bytes | memoryview, pos: int, salt: int, pure: bool = False) -> tuple[int, int] | None:
-    """(seq, flags) of a genuine frame at ``pos`` (checksum verified), or None."""
-    # A genuine frame stops a scan expecting seq 0 as SEQ (or FLAGS): its checksum held.
-    res = (py_scan if pure else scan)(buf, pos, salt, 0, frames_max=1)
-    if res.stop not in (Stop.SEQ, Stop.SEALED, Stop.FLAGS) or res.stop_offset != pos:
-        return None
-    (flags,) = struct.unpack_from("<H", buf, pos + 24)
-    return res.stop_seq, flags
+def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
+    """Offset (in ``buf``) of the first genuine commit-marked or seal frame at or after ``start``
+    whose seq is above ``after_seq``, if any.
+
+    This is the search primitive; ``find_durable_point`` decides what a found frame proves.
+    """
+    pos = start
+    while True:
+        got = next_genuine_frame(buf, pos, salt, pure=True)
+        if got is None:
+            return None
+        if got.seq > after_seq and (got.flags & FLAG_COMMIT or got.kind == KIND_SEAL):
+            return got.offset
+        pos = got.offset + 1
 
 
 def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
@@ -385,15 +499,34 @@ def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq
     commit_at = find_later_commit(buf, start, salt, after_seq)
     if commit_at is None:
         return None
-    commit_seq = read_frame_header(buf, commit_at)[3]
-    commit_end = commit_at + FRAME_HEADER_SIZE_BYTES + read_frame_header(buf, commit_at)[1]
+    commit = present(verify_frame(buf, commit_at, salt), "find_later_commit returned a frame that does not verify")
     # Usually the very next frame is the proof; search the rest only if it is not.
-    nxt = scan_one(buf, commit_end, salt) if len(buf) - commit_end >= FRAME_HEADER_SIZE_BYTES else None
-    if nxt is not None and nxt[0] > commit_seq:
+    nxt = verify_frame(buf, commit.end, salt)
+    if nxt is not None and nxt.seq > commit.seq:
         return commit_at
-    if _find_genuine(buf, commit_end, salt, commit_seq, commit_only=False) is not None:
-        return commit_at
-    return None
+    pos = commit.end
+    while True:
+        later = next_genuine_frame(buf, pos, salt)
+        if later is None:
+            return None
+        if later.seq > commit.seq:
+            return commit_at
+        pos = later.offset + 1
+
+
+def padding_frame(end: int, sector_bytes: int, seq: int, salt: int) -> bytes:
+    """The padding frame that makes ``end`` a multiple of ``sector_bytes`` (b"" if it is one, or
+    without sector_bytes). It carries the seq of the record before it. The only place padding
+    is computed: after a new segment's header and after each synced batch."""
+    if not sector_bytes or end % sector_bytes == 0:
+        return b""
+    gap = -end % sector_bytes
+    if gap < FRAME_HEADER_SIZE_BYTES:
+        gap += sector_bytes
+    pad_len = gap - FRAME_HEADER_SIZE_BYTES
+    frame = encode_frame(seq, KIND_PADDING, pad_len, bytes(pad_len), salt)
+    invariant((end + len(frame)) % sector_bytes == 0, "padding frame does not end on a sector boundary")
+    return frame
 
 
 # --- seal footer ----------------------------------------------------------------------------
@@ -418,12 +551,14 @@ def encode_seal_payload(
     seal_offset: int,
     keys: list[tuple[int, bytes]] | None = None,
 ) -> bytes:
-    assert record_count >= 1 and last_seq - first_seq + 1 == record_count
+    if not (record_count >= 1 and last_seq - first_seq + 1 == record_count):
+        raise InvariantError('record_count >= 1 and last_seq - first_seq + 1 == record_count')
     keys = keys or []
     parts = [_SEAL_HEAD.pack(record_count, first_seq, last_seq, index_interval_bytes, len(index), len(keys))]
     parts.extend(_SEAL_ENTRY.pack(seq, off) for seq, off in index)
     for seq, key in keys:
-        assert first_seq <= seq <= last_seq and 1 <= len(key) <= IDEMPOTENCY_KEY_BYTES_MAX
+        if not (first_seq <= seq <= last_seq and 1 <= len(key) <= IDEMPOTENCY_KEY_BYTES_MAX):
+            raise InvariantError('first_seq <= seq <= last_seq and 1 <= len(key) <= IDEMPOTENCY_KEY_BYTES_MAX')
         parts.append(_SEAL_KEY.pack(seq, len(key)) + key)
     parts.append(_U64.pack(seal_offset))
     return b"".join(parts)
@@ -453,7 +588,8 @@ def decode_seal_payload(payload: bytes | memoryview) -> SealInfo:
 
 def seal_tail_offset(tail: bytes | memoryview) -> int:
     """The seal frame offset stored in a sealed segment's last 8 bytes (not yet verified)."""
-    assert len(tail) == SEAL_TAIL_SIZE_BYTES
+    if not (len(tail) == SEAL_TAIL_SIZE_BYTES):
+        raise InvariantError('len(tail) == SEAL_TAIL_SIZE_BYTES')
     (offset,) = _U64.unpack(bytes(tail))
     return int(offset)
 
@@ -477,16 +613,114 @@ def split_keyed(stored: bytes | memoryview) -> tuple[bytes, memoryview]:
 
 
 # --- the C helper ---------------------------------------------------------------------------
-# The pure functions above stay reachable as py_*; when the C helper is built (and
-# JOURNAL_PURE is not set) the hot three are rebound to it. Callers use fmt.scan etc., so
-# the rebinding is all the selection there is. See journal/native.py and docs/NATIVE.md.
+# The pure functions above stay reachable as py_*. When the C helper is built (and JOURNAL_PURE
+# is not set) the hot ones are rebound to the c_* functions below, which check that the
+# arguments fit the C types and hand anything else to the pure twin, so even the errors raised
+# are the same. Callers use fmt.scan etc.: the rebinding is all the selection there is.
+# journal/engine/native.py is a leaf that knows buffers and integers only; docs/NATIVE.md.
 py_scan = scan
 py_encode_batch = encode_batch
 py_find_later_commit = find_later_commit
+py_verify_frame = verify_frame
 
-from journal.engine import native as _native  # noqa: E402 - the helper's wrappers use the names above
+U64_MAX = (1 << 64) - 1
+_new_frame = partial(tuple.__new__, Frame)  # a C row is already in Frame's field order
+_spec_flags = itemgetter(0)
+_spec_raw_len = itemgetter(1)
+_spec_stored = itemgetter(2)
+
+
+def _c_args_ok(mv: memoryview, start: int, salt: int, seq: int, base_offset: int) -> bool:
+    return (
+        mv.itemsize == 1
+        and mv.c_contiguous
+        and 0 <= start <= mv.nbytes
+        and 0 <= salt <= U64_MAX
+        and 0 <= seq <= U64_MAX
+        and 0 <= base_offset <= U64_MAX - mv.nbytes
+    )
+
+
+def c_encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_last: bool) -> bytes:
+    """encode_batch in C: the same bytes in one output buffer."""
+    n = len(specs)
+    if n == 0 or first_seq < 0 or first_seq + n - 1 > U64_MAX or not 0 <= salt <= U64_MAX:
+        return py_encode_batch(first_seq, specs, salt, commit_last)
+    try:
+        stored = list(map(_spec_stored, specs))
+        lens = array("I", map(len, stored))
+        flags = array("I", map(_spec_flags, specs))
+        raw_lens = array("I", map(_spec_raw_len, specs))
+        payload = b"".join(stored)
+    except (OverflowError, TypeError, ValueError):
+        return py_encode_batch(first_seq, specs, salt, commit_last)
+    data = _native.encode_batch(payload, flags, raw_lens, lens, first_seq, salt, commit_last)
+    if data is None:
+        # Refused (unknown flags, a payload over the limit): the twin raises the same error.
+        return py_encode_batch(first_seq, specs, salt, commit_last)
+    return data
+
+
+def c_scan(
+    buf: bytes | memoryview,
+    start: int,
+    salt: int,
+    expected_seq: int,
+    base_offset: int = 0,
+    frames_max: int = 1 << 62,
+) -> ScanResult:
+    """scan in C: the same frames, stop reason, stop offset and stop seq."""
+    mv = memoryview(buf)
+    if not _c_args_ok(mv, start, salt, expected_seq, base_offset):
+        return py_scan(buf, start, salt, expected_seq, base_offset, frames_max)
+    frames, stop, pos, stop_seq = _native.scan(mv, start, salt, expected_seq, base_offset, frames_max, _new_frame)
+    if stop == _native.STOP_FULL:
+        return ScanResult(frames, Stop.END, pos + base_offset, 0)
+    return ScanResult(frames, Stop(stop), pos + base_offset, stop_seq)
+
+
+class Verified(NamedTuple):
+    """What a verify-only scan found: how many frames are valid and where and why it stopped."""
+
+    frame_count: int
+    stop: Stop
+    stop_offset: int
+    stop_seq: int
+    next_seq: int  # the seq the next data frame would carry
+
+
+def verify_scan(buf: bytes | memoryview, start: int, salt: int, expected_seq: int, base_offset: int = 0) -> Verified:
+    """Validate every frame like scan() but build no per-frame objects (integrity checks,
+    benchmarks). The pure scan when the C helper is not in use."""
+    mv = memoryview(buf)
+    if not _native.native_available() or not _c_args_ok(mv, start, salt, expected_seq, base_offset):
+        res = py_scan(buf, start, salt, expected_seq, base_offset)
+        data_count = sum(1 for f in res.frames if f.flags & FLAG_KIND_MASK == KIND_DATA)
+        return Verified(len(res.frames), res.stop, res.stop_offset, res.stop_seq, expected_seq + data_count)
+    count, stop, pos, stop_seq, exhausted, next_seq = _native.count_frames(mv, start, salt, expected_seq, base_offset)
+    return Verified(count, Stop(stop), pos + base_offset, stop_seq, U64_MAX + 1 if exhausted else next_seq)
+
+
+def c_verify_frame(buf: bytes | memoryview, pos: int, salt: int) -> GenuineFrame | None:
+    """verify_frame in C."""
+    mv = memoryview(buf)
+    if not _c_args_ok(mv, max(pos, 0), salt, 0, 0) or pos < 0:
+        return py_verify_frame(buf, pos, salt)
+    row = _native.verify_frame(mv, pos, salt)
+    return None if row is None else GenuineFrame._make(row)
+
+
+def c_find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
+    """find_later_commit in C."""
+    mv = memoryview(buf)
+    if not _c_args_ok(mv, start, salt, after_seq, 0):
+        return py_find_later_commit(buf, start, salt, after_seq)
+    at = _native.find_later_commit(mv, start, salt, after_seq)
+    return None if at < 0 else at
+
 
 if _native.native_available():
-    scan = _native.scan
-    encode_batch = _native.encode_batch
-    find_later_commit = _native.find_later_commit
+    scan = c_scan
+    encode_batch = c_encode_batch
+    find_later_commit = c_find_later_commit
+    verify_frame = c_verify_frame

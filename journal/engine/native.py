@@ -1,14 +1,12 @@
-"""The C helper: loading it, and wrappers that make it a drop-in for the hot format functions.
+"""The C helper's loader and raw wrappers: a leaf module that knows buffers and integers only.
 
-journal/format.py keeps the pure-Python twins as ``py_scan``, ``py_encode_batch`` and
-``py_find_later_commit`` and, at its bottom, rebinds ``scan``, ``encode_batch`` and
-``find_later_commit`` to the wrappers here when the compiled module loaded. Callers go through
-the ``format`` module attribute, so they never know which path ran; the bytes and the results
-are the same either way (tests/test_native.py holds them equal).
+It imports nothing of the engine. journal/engine/format.py owns everything else: the range
+checks that decide whether an argument fits the C types, the fall-back to the pure-Python
+twin, and the choice of path (``format.scan`` and friends are rebound to the C path when the
+compiled module loaded). The bytes and the results are the same either way
+(tests/test_native.py holds them equal); docs/NATIVE.md tells the story.
 
 Set ``JOURNAL_PURE=1`` to force the pure path (the compiled module is then not even loaded).
-Arguments the C types cannot carry (a seq past 2**64, a negative start, a strided buffer) are
-handed to the pure twin, so even the errors raised are the same.
 
 The C functions release the GIL while they run (cffi's API mode does that for every call), so
 a scan or an encode on one thread does not stall the others.
@@ -20,25 +18,17 @@ import importlib
 import logging
 import os
 import threading
-from array import array
-from functools import partial
-from operator import itemgetter
-from typing import Any, NamedTuple
-
-from journal.engine import format as fmt
+from collections.abc import Callable
+from typing import Any
 
 PURE_ENV = "JOURNAL_PURE"
 MODULE_NAME = "journal.engine._journal_native"
-U64_MAX = (1 << 64) - 1
-_STOP_FULL = 7  # the C scanner's "frame array is full, call again"; never escapes this module
+STOP_FULL = 7  # the C scanner's "frame array is full, call again"; never escapes format.py
 SCRATCH_BYTES_MAX = 8 * 1024 * 1024  # larger outputs get their own buffer (the writer caps a batch at 4 MiB)
+SCRATCH_BYTES_MIN = 64 * 1024  # the smallest per-thread scratch buffer, so small batches do not regrow it
 SCAN_CHUNK_FRAMES = 4096  # frames converted per C call: bounds the scratch array at 128 KiB
-
-_FRAME_ROW_BYTES = 32  # sizeof(jn_frame): u64 offset, u64 seq, u32 flags, raw_len, stored_len, reserved
-_new_frame = partial(tuple.__new__, fmt.Frame)  # a row is already in Frame's field order
-_spec_flags = itemgetter(0)
-_spec_raw_len = itemgetter(1)
-_spec_stored = itemgetter(2)
+FRAME_ROW_BYTES = 32  # sizeof(jn_frame): u64 offset, u64 seq, u32 flags, raw_len, stored_len, reserved
+FRAME_HEADER_BYTES = 32  # JN_FRAME_HEADER_BYTES; format.FRAME_HEADER_SIZE_BYTES (tests compare them)
 
 _local = threading.local()
 _ext: Any = None
@@ -62,7 +52,9 @@ def load() -> Any:
             _load_error = str(exc)
             return None
         _ffi, _lib = _ext.ffi, _ext.lib
-        assert _ffi.sizeof("jn_frame") == _FRAME_ROW_BYTES
+        if _ffi.sizeof("jn_frame") != FRAME_ROW_BYTES:
+            _ext, _load_error = None, f"jn_frame is {_ffi.sizeof('jn_frame')} bytes, expected {FRAME_ROW_BYTES}"
+            return None
         # Output buffers are overwritten in full by the encoder: skip cffi's zero fill.
         _alloc = _ffi.new_allocator(should_clear_after_alloc=False)
     return _ext
@@ -100,7 +92,8 @@ if not _selected and not forced_pure():
     )
 
 
-# --- wrappers (only called once load() has succeeded) ---------------------------------------
+# --- raw wrappers (only called once load() has succeeded) -----------------------------------
+# Arguments are already in range for the C types: format.py checks them first.
 
 
 def xxh64(data: bytes | memoryview, seed: int = 0) -> int:
@@ -120,24 +113,17 @@ def _scratch(size: int) -> Any:
         return _alloc("uint8_t[]", size)
     buf: Any = getattr(_local, "scratch", None)
     if buf is None or len(buf) < size:
-        buf = _local.scratch = _alloc("uint8_t[]", max(size, 64 * 1024))
+        buf = _local.scratch = _alloc("uint8_t[]", max(size, SCRATCH_BYTES_MIN))
     return buf
 
 
-def encode_batch(first_seq: int, specs: list[fmt.FrameSpec], salt: int, commit_last: bool) -> bytes:
-    """format.encode_batch in C: the same bytes in one output buffer."""
-    n = len(specs)
-    if n == 0 or first_seq < 0 or first_seq + n - 1 > U64_MAX or not 0 <= salt <= U64_MAX:
-        return fmt.py_encode_batch(first_seq, specs, salt, commit_last)
-    try:
-        stored = list(map(_spec_stored, specs))
-        lens = array("I", map(len, stored))
-        flags = array("I", map(_spec_flags, specs))
-        raw_lens = array("I", map(_spec_raw_len, specs))
-        payload = b"".join(stored)
-    except (OverflowError, TypeError, ValueError):
-        return fmt.py_encode_batch(first_seq, specs, salt, commit_last)
-    total = len(payload) + n * fmt.FRAME_HEADER_SIZE_BYTES
+def encode_batch(
+    payload: bytes, flags: Any, raw_lens: Any, lens: Any, first_seq: int, salt: int, commit_last: bool
+) -> bytes | None:
+    """jn_encode_batch over arrays of u32 (flags, raw lengths, stored lengths) and the joined
+    payloads; None when the C code refuses the arguments (the twin then raises the error)."""
+    n = len(lens)
+    total = len(payload) + n * FRAME_HEADER_BYTES
     out = _scratch(total)
     written = _lib.jn_encode_batch(
         out,
@@ -153,94 +139,72 @@ def encode_batch(first_seq: int, specs: list[fmt.FrameSpec], salt: int, commit_l
         1 if commit_last else 0,
     )
     if written != total:
-        # Refused (unknown flags, a payload over the limit): the twin raises the same error.
-        return fmt.py_encode_batch(first_seq, specs, salt, commit_last)
+        return None
     data: bytes = _ffi.buffer(out, total)[:]
     return data
 
 
-def _c_args_ok(mv: memoryview, start: int, salt: int, seq: int, base_offset: int) -> bool:
-    return (
-        mv.itemsize == 1
-        and mv.c_contiguous
-        and 0 <= start <= mv.nbytes
-        and 0 <= salt <= U64_MAX
-        and 0 <= seq <= U64_MAX
-        and 0 <= base_offset <= U64_MAX - mv.nbytes
-    )
-
-
 def scan(
-    buf: bytes | memoryview,
+    mv: memoryview,
     start: int,
     salt: int,
     expected_seq: int,
-    base_offset: int = 0,
-    frames_max: int = 1 << 62,
-) -> fmt.ScanResult:
-    """format.scan in C: the same frames, stop reason, stop offset and stop seq."""
-    mv = memoryview(buf)
-    if not _c_args_ok(mv, start, salt, expected_seq, base_offset):
-        return fmt.py_scan(buf, start, salt, expected_seq, base_offset, frames_max)
+    base_offset: int,
+    frames_max: int,
+    make_frame: Callable[[tuple[int, int, int, int, int]], Any],
+) -> tuple[list[Any], int, int, int]:
+    """jn_scan to a stop: (frames made by ``make_frame`` from (offset, seq, flags, raw_len,
+    stored_len) rows, stop code, stop offset without ``base_offset``, stop seq). The stop code
+    is STOP_FULL when ``frames_max`` frames were taken before any other stop."""
     size = mv.nbytes
     cbuf = _ffi.from_buffer("uint8_t[]", mv)
     state = _ffi.new("jn_scan_state *")
     state.pos = start
     state.expected_seq = expected_seq
-    rows_max = max(1, min(SCAN_CHUNK_FRAMES, (size - start) // fmt.FRAME_HEADER_SIZE_BYTES))
+    rows_max = max(1, min(SCAN_CHUNK_FRAMES, (size - start) // FRAME_HEADER_BYTES))
     rows = _alloc("jn_frame[]", rows_max)
-    frames: list[fmt.Frame] = []
+    frames: list[Any] = []
     while True:
         room = frames_max - len(frames)
         if room <= 0:
-            return fmt.ScanResult(frames, fmt.Stop.END, state.pos + base_offset, 0)
+            return frames, STOP_FULL, state.pos, 0
         stop = _lib.jn_scan(cbuf, size, base_offset, salt, state, rows, min(room, rows_max), 0)
         count = state.count
         if count:
             # Columns of the jn_frame rows (native byte order: these are C structs, not disk
-            # bytes); zip reuses its tuple, so each frame costs one Frame and its ints.
-            mem = memoryview(_ffi.buffer(rows, count * _FRAME_ROW_BYTES))
+            # bytes); zip reuses its tuple, so each frame costs one object and its ints.
+            mem = memoryview(_ffi.buffer(rows, count * FRAME_ROW_BYTES))
             u64, u32 = mem.cast("Q"), mem.cast("I")
             columns = zip(u64[0::4], u64[1::4], u32[4::8], u32[5::8], u32[6::8], strict=True)
-            frames.extend(map(_new_frame, columns))
-        if stop != _STOP_FULL:
-            return fmt.ScanResult(frames, fmt.Stop(stop), state.pos + base_offset, state.stop_seq)
+            frames.extend(map(make_frame, columns))
+        if stop != STOP_FULL:
+            return frames, stop, state.pos, state.stop_seq
 
 
-class Verified(NamedTuple):
-    """What a verify-only scan found: how many frames are valid and where and why it stopped."""
-
-    frame_count: int
-    stop: fmt.Stop
-    stop_offset: int
-    stop_seq: int
-    next_seq: int  # the seq the next data frame would carry
-
-
-def verify(buf: bytes | memoryview, start: int, salt: int, expected_seq: int, base_offset: int = 0) -> Verified:
-    """Validate every frame like scan() but build no per-frame objects (integrity checks, benchmarks).
-
-    Falls back to the pure scan when the C helper is not in use.
-    """
-    mv = memoryview(buf)
-    if not _selected or not _c_args_ok(mv, start, salt, expected_seq, base_offset):
-        res = fmt.py_scan(buf, start, salt, expected_seq, base_offset)
-        data_count = sum(1 for f in res.frames if f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA)
-        return Verified(len(res.frames), res.stop, res.stop_offset, res.stop_seq, expected_seq + data_count)
+def count_frames(
+    mv: memoryview, start: int, salt: int, expected_seq: int, base_offset: int
+) -> tuple[int, int, int, int, bool, int]:
+    """jn_scan without rows: (frames accepted, stop code, stop offset without ``base_offset``,
+    stop seq, whether a data frame carried the last u64 seq, the next expected seq)."""
     state = _ffi.new("jn_scan_state *")
     state.pos = start
     state.expected_seq = expected_seq
-    frames_cap = mv.nbytes // fmt.FRAME_HEADER_SIZE_BYTES + 1  # never reached: a frame is >= 32 bytes
+    frames_cap = mv.nbytes // FRAME_HEADER_BYTES + 1  # never reached: a frame is >= 32 bytes
     cbuf = _ffi.from_buffer("uint8_t[]", mv)
     stop = _lib.jn_scan(cbuf, mv.nbytes, base_offset, salt, state, _ffi.NULL, frames_cap, 1)
-    next_seq = U64_MAX + 1 if state.seq_exhausted else state.expected_seq
-    return Verified(state.count, fmt.Stop(stop), state.pos + base_offset, state.stop_seq, next_seq)
+    return state.count, stop, state.pos, state.stop_seq, bool(state.seq_exhausted), state.expected_seq
 
 
-def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
-    """format.find_later_commit in C."""
-    mv = memoryview(buf)
-    if not _c_args_ok(mv, start, salt, after_seq, 0):
-        return fmt.py_find_later_commit(buf, start, salt, after_seq)
+def verify_frame(mv: memoryview, pos: int, salt: int) -> tuple[int, int, int, int, int, int] | None:
+    """jn_verify_frame: (offset, seq, flags, raw_len, stored_len, dict_id) of a genuine frame at
+    ``pos``, or None."""
+    out = _ffi.new("jn_frame *")
+    if not _lib.jn_verify_frame(_ffi.from_buffer("uint8_t[]", mv), mv.nbytes, pos, salt, out):
+        return None
+    return out.offset, out.seq, out.flags, out.raw_len, out.stored_len, out.reserved
+
+
+def find_later_commit(mv: memoryview, start: int, salt: int, after_seq: int) -> int:
+    """jn_find_later_commit: an offset, or -1."""
     at: int = _lib.jn_find_later_commit(_ffi.from_buffer("uint8_t[]", mv), mv.nbytes, start, salt, after_seq)
-    return None if at < 0 else at
+    return at

@@ -23,13 +23,15 @@ class Options:
     reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT
 
     def check(self) -> None:
-        if self.sector_bytes and (self.sector_bytes < 512 or self.sector_bytes & (self.sector_bytes - 1)):
-            raise ValueError("sector_bytes must be 0 or a power of two of at least 512")
-        if not 4096 <= self.segment_size_bytes <= 1 << 40:
+        sector_min = fmt.SECTOR_BYTES_MIN
+        if self.sector_bytes and (self.sector_bytes < sector_min or self.sector_bytes & (self.sector_bytes - 1)):
+            raise ValueError(f"sector_bytes must be 0 or a power of two of at least {sector_min}")
+        if not fmt.SEGMENT_SIZE_BYTES_MIN <= self.segment_size_bytes <= fmt.SEGMENT_SIZE_BYTES_MAX:
             raise ValueError("segment_size_bytes must be between 4 KiB and 1 TiB")
-        if not 1 <= self.record_size_bytes_max <= fmt.FRAME_STORED_BYTES_LIMIT - 512:
-            raise ValueError(f"record_size_bytes_max must be between 1 and {fmt.FRAME_STORED_BYTES_LIMIT - 512}")
-        if not 0 <= self.reserve_bytes <= 1 << 30:
+        record_max = fmt.FRAME_STORED_BYTES_LIMIT - fmt.RECORD_STORED_OVERHEAD_BYTES_MAX
+        if not 1 <= self.record_size_bytes_max <= record_max:
+            raise ValueError(f"record_size_bytes_max must be between 1 and {record_max}")
+        if not 0 <= self.reserve_bytes <= fmt.RESERVE_BYTES_MAX:
             raise ValueError("reserve_bytes must be between 0 (off) and 1 GiB")
-        if self.index_interval_bytes < 512:
-            raise ValueError("index_interval_bytes must be at least 512")
+        if self.index_interval_bytes < fmt.INDEX_INTERVAL_BYTES_MIN:
+            raise ValueError(f"index_interval_bytes must be at least {fmt.INDEX_INTERVAL_BYTES_MIN}")

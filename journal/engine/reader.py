@@ -9,25 +9,28 @@ segment, and any gap or duplicate in seqs are errors that name the segment, offs
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
 
 import zstandard
 
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.engine.segment import SegmentName, list_segments, read_header, read_seal
-from journal.errors import CorruptionError, NewerFormatError, RecordTooLargeError, SequenceError
+from journal.errors import (
+    CorruptionError,
+    ForeignSegmentError,
+    InvariantError,
+    RecordTooLargeError,
+    SequenceError,
+    present,
+)
 from journal.fs import File, FileSystem
+from journal.record import Record as Record  # explicit re-export: engine modules import it from here
 
 READ_CHUNK_BYTES = 1024 * 1024
-# Payloads of dict events are UTF-8 JSON from the writer's encoder (never a BOM, never another
-# encoding): decoding the bytes once and handing a str to a prebuilt decoder skips json.loads'
-# encoding detection and keyword handling, which cost a sixth of a decode.
-_JSON_DECODE = json.JSONDecoder().decode
 _KIND_MASK, _KIND_DATA, _HEADER = fmt.FLAG_KIND_MASK, fmt.KIND_DATA, fmt.FRAME_HEADER_SIZE_BYTES
 _CODEC_MASK, _ZSTD, _BYTES, _SYNTHETIC = fmt.FLAG_CODEC_MASK, fmt.CODEC_ZSTD, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC
 _SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed, or a codec decoded elsewhere
@@ -41,32 +44,6 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     if d is None:
         d = _local.dctx = zstandard.ZstdDecompressor()
     return d
-
-
-class Record:
-    """One record read back: its seq and the event exactly as it was appended."""
-
-    __slots__ = ("_event", "is_bytes", "key", "payload", "seq", "synthetic")
-
-    def __init__(self, seq: int, payload: bytes, is_bytes: bool, key: str | None, synthetic: bool) -> None:
-        self.seq = seq
-        self.payload = payload  # the uncompressed stored bytes (UTF-8 JSON, or the raw bytes)
-        self.is_bytes = is_bytes
-        self.key = key
-        self.synthetic = synthetic
-        self._event: Any = None
-
-    @property
-    def event(self) -> Any:
-        """The appended dict (decoded from JSON) or the appended bytes."""
-        if self.is_bytes:
-            return self.payload
-        if self._event is None:
-            self._event = _JSON_DECODE(self.payload.decode("utf-8", "surrogatepass"))
-        return self._event
-
-    def __repr__(self) -> str:
-        return f"Record(seq={self.seq}, {len(self.payload)} bytes{', synthetic' if self.synthetic else ''})"
 
 
 def decode_payload(
@@ -95,16 +72,9 @@ def decode_payload(
 
 def raise_for_stop(res: fmt.ScanResult, segment: str, path: str, last_seq: int) -> None:
     """Errors that no position in a file can excuse: seq gaps/duplicates and newer formats."""
-    if res.stop == fmt.Stop.SEQ:
-        kind = "duplicate" if res.stop_seq <= last_seq else "gap"
-        raise SequenceError(
-            segment,
-            res.stop_offset,
-            res.stop_seq,
-            f"sequence {kind}: found seq {res.stop_seq} where seq {last_seq + 1} was expected",
-        )
-    if res.stop == fmt.Stop.FLAGS:
-        raise NewerFormatError(path, f"frame at offset {res.stop_offset} uses unknown flags", fmt.FORMAT_VERSION)
+    error = tail.stop_error(res, segment, path, last_seq)
+    if error is not None:
+        raise error
 
 
 class _OpenSegment:
@@ -135,7 +105,8 @@ class SegmentCache:
     """
 
     def __init__(self, fs: FileSystem, dirpath: str, open_max: int = 8) -> None:
-        assert open_max >= 1
+        if not (open_max >= 1):
+            raise InvariantError('open_max >= 1')
         self._fs = fs
         self._dir = dirpath
         self._open_max = open_max
@@ -182,11 +153,13 @@ class Cursor:
         record_size_bytes_max: int,
         hint: tuple[int, int, int] | None = None,
         cache: SegmentCache | None = None,
+        journal_id: bytes | None = None,
     ) -> None:
         """``hint`` (segment base seq, seq, offset) says where a frame at or before ``after_seq + 1``
         should start, from the writer's sparse index of its live segment. It is only a hint: it
         is used once the frame there verifies (checksum with the segment's salt, and the seq)."""
-        assert after_seq >= 0
+        if not (after_seq >= 0):
+            raise InvariantError('after_seq >= 0')
         self._hint = hint
         self._cache = cache
         self._few = 0  # records a small read wants (0: read on in big chunks)
@@ -197,7 +170,10 @@ class Cursor:
         self._cur: _OpenSegment | None = None
         self._offset = 0  # of the next frame in the current segment
         self._expected = 0  # seq the next data frame must carry
-        self._journal_id: bytes | None = None
+        # Every segment read must carry the journal's id (the handle's, when it has one; else
+        # the first segment's this cursor opens): a segment copied in from another journal is
+        # refused by name, never served.
+        self._journal_id: bytes | None = journal_id or None
         self._listed: list[SegmentName] = []  # the directory's segments when last listed
         # (segment base seq, offset, file size) where the last read found only zeros after the
         # last frame of the live segment: a writer's reserved space. While the size and the
@@ -219,7 +195,7 @@ class Cursor:
         elif opened.header.journal_id != self._journal_id:
             if self._cache is None:
                 opened.file.close()
-            raise CorruptionError(seg.name, 0, None, "segment belongs to a different journal (journal id differs)")
+            raise ForeignSegmentError(seg.name, opened.file.path)
         return opened
 
     def _seek(self, segments: list[SegmentName]) -> bool:
@@ -249,16 +225,10 @@ class Cursor:
 
     def _frame_at(self, offset: int, seq: int) -> bool:
         """True if a genuine data frame carrying ``seq`` starts at ``offset`` of the current segment."""
-        assert self._cur is not None
-        head = self._cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
-        if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
-            return False
-        stored_len = fmt.read_frame_header(head, 0)[1]
-        if stored_len > min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + 512):
-            return False
-        buf = self._cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
-        res = fmt.scan(buf, 0, self._cur.header.salt, seq, base_offset=offset, frames_max=1)
-        return len(res.frames) == 1 and res.frames[0].seq == seq
+        cur = present(self._cur, "a hint is checked in the segment the cursor is on")
+        stored_max = min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + fmt.RECORD_STORED_OVERHEAD_BYTES_MAX)
+        got = _read_frame(cur, offset, stored_max)
+        return got is not None and got.supported and got.kind == fmt.KIND_DATA and got.seq == seq
 
     def read(self, limit: int = 1 << 62) -> Iterator[Record]:
         """Yield records from ``next_seq`` on, up to what is written now; resumable."""
@@ -272,7 +242,8 @@ class Cursor:
                 if not self._seek(self._listed):
                     return
             cur = self._cur
-            assert cur is not None
+            if not (cur is not None):
+                raise InvariantError('cur is not None')
             size = cur.refresh_seal()
             sealed = cur.seal
             end = sealed.seal_offset if sealed is not None else size
@@ -394,24 +365,27 @@ class Cursor:
             return
 
     def _check_live_tail(self, cur: _OpenSegment, stop_offset: int) -> None:
-        """Damage in the live segment is only "not yet written" if nothing durable follows it."""
+        """Where a scan of the live segment stopped, ask the tail classifier what the rest of the
+        file means: a torn or zero-filled tail is "not yet written" (the writer may be in the
+        middle of it); anything refused is raised, damage before a durable point only once a
+        fresh read of the frame there confirms it."""
         size = cur.file.size()
         rest = cur.file.pread(size - stop_offset, stop_offset)
         if fmt.zeros_from(rest):
             self._idle_at = (cur.seg.base_seq, stop_offset, size)  # reserved space, nothing else
             return
-        if fmt.scan(rest, 0, cur.header.salt, self._expected, frames_max=1).frames:
-            # The frame is whole now: the first read caught a write half done. Not damage;
-            # the next read picks it up.
+        res = fmt.scan(rest, 0, cur.header.salt, self._expected, base_offset=stop_offset)
+        if res.frames:
+            # Frames are whole there now: the first read caught a write half done. Not damage;
+            # the next read picks them up.
             return
-        later = fmt.find_durable_point(rest, 0, cur.header.salt, self._expected - 1)
-        if later is not None and not self._frame_now_at(cur, stop_offset):
-            raise CorruptionError(
-                cur.seg.name,
-                stop_offset,
-                self._expected,
-                f"invalid frame before a durable (commit-marked) frame at offset {stop_offset + later}",
-            )
+        found = tail.classify(
+            res, rest[res.stop_offset - stop_offset :], cur.header, cur.seg.name, cur.file.path,
+            last_seq=self._expected - 1,
+        )
+        if found.kind == tail.CORRUPT and self._frame_now_at(cur, stop_offset):
+            return  # a long read raced the writer (see _frame_now_at)
+        found.raise_if_refused()
 
     def _frame_now_at(self, cur: _OpenSegment, offset: int) -> bool:
         """Whether a whole frame starts at ``offset`` now, read afresh.
@@ -421,13 +395,23 @@ class Cursor:
         batches were written only once that frame was whole, so if it is whole now the read
         raced the writer; if it still is not, the damage is real.
         """
-        head = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
-        if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
-            return False
-        stored_len = fmt.read_frame_header(head, 0)[1]
         # Only the format's hard cap: a frame over this reader's record size limit is still a
         # whole frame (the next read raises RecordTooLargeError for it, not corruption).
-        if stored_len > fmt.FRAME_STORED_BYTES_LIMIT:
+        got = _read_frame(cur, offset, fmt.FRAME_STORED_BYTES_LIMIT)
+        if got is None or not got.supported:
             return False
-        buf = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
-        return bool(fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=1).frames)
+        # The frame the scan expected there: the next data frame, or padding after the last one.
+        return got.seq == (self._expected if got.kind == fmt.KIND_DATA else self._expected - 1)
+
+
+def _read_frame(cur: _OpenSegment, offset: int, stored_bytes_max: int) -> fmt.GenuineFrame | None:
+    """The genuine frame at ``offset`` of a segment, read afresh (header first, so a damaged
+    length is never used to size a read past ``stored_bytes_max``), or None."""
+    head = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
+    if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
+        return None
+    stored_len = fmt.read_frame_header(head, 0)[1]
+    if stored_len > stored_bytes_max:
+        return None
+    got = fmt.verify_frame(cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset), 0, cur.header.salt)
+    return None if got is None else got._replace(offset=offset)

@@ -1,64 +1,28 @@
 """Recovery on open: find the last complete record of the live segment and decide what it means.
 
-The decision is a pure function of the segment's bytes (``decide``); ``apply`` carries it out
-through the file layer. The rules, in the order they are checked:
-
-* a valid frame with a seq out of order is a gap or duplicate: refuse (SequenceError);
-* a valid frame with unknown flags was written by a newer version: refuse (NewerFormatError);
-* damage (bad checksum, torn frame, zeros) followed somewhere later by a genuine commit-marked
-  frame sits before a durable point: that is corruption of committed data, refuse, cut nothing;
-* damage with nothing durable after it is a torn tail: the bytes from the last complete frame
-  on are copied to ``quarantine/`` (synced), then the segment is truncated and synced, before
-  any new append can land. A tail of zero bytes only (the space a writer reserves ahead of its
-  records, left by one that did not close) is truncated without a copy: it holds nothing.
+What the live segment's tail means is decided by journal/engine/tail.py (``decide`` asks it
+and refuses what it refuses: a foreign segment, a seq gap or duplicate, a newer format, damage
+before a durable point). What recovery then does, through the file layer: a torn tail (damage
+with nothing durable after it) is copied to ``quarantine/`` (synced), then the segment is
+truncated and synced, before any new append can land. A tail of zero bytes only (the space a
+writer reserves ahead of its records, left by one that did not close) is truncated without a
+copy: it holds nothing.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import xxhash
 
+from journal.api import RecoveryReport as RecoveryReport  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
-from journal.engine.reader import raise_for_stop
-from journal.errors import CorruptionError
+from journal.engine import tail
+from journal.errors import JournalError
 from journal.fs import FileSystem, write_atomic
 
 QUARANTINE_DIR = "quarantine"
-
-
-@dataclass
-class RecoveryReport:
-    """What opening the journal found and did. ``actions`` lists every change made to disk."""
-
-    segments: int = 0
-    last_seq: int = 0
-    live_segment: str | None = None
-    live_records: int = 0
-    tail: str = "clean"  # clean | sealed | torn | zeros | empty
-    truncated_at: int | None = None
-    truncated_bytes: int = 0
-    quarantined: list[str] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        lines = [
-            f"segments: {self.segments}, last seq: {self.last_seq}, live segment: {self.live_segment}"
-            f" ({self.live_records} records), tail: {self.tail}",
-        ]
-        if self.truncated_at is not None and self.tail == "zeros":
-            lines.append(
-                f"zero-filled tail: cut {self.truncated_bytes} zero bytes at offset {self.truncated_at} "
-                "(space reserved by a writer that did not close; nothing to keep)"
-            )
-        elif self.truncated_at is not None:
-            lines.append(
-                f"torn tail: cut {self.truncated_bytes} bytes at offset {self.truncated_at}; "
-                f"kept in {', '.join(self.quarantined)}"
-            )
-        lines.extend(f"action: {a}" for a in self.actions)
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -67,30 +31,32 @@ class TailDecision:
     valid_end: int  # offset just after the last valid frame (or the seal)
     sealed: bool
     cut: bool  # whether [valid_end, len) must be quarantined and truncated
-    tail: str
+    tail: str  # a journal/engine/tail.py kind
+    error: JournalError | None = None  # set when the tail is refused (only with refuse=False)
+
+    def raise_if_refused(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
-def decide(data: bytes, header: fmt.SegmentHeader, segment: str, path: str) -> TailDecision:
-    """Classify a live segment's bytes. Raises for anything that must not be cut."""
+def decide(
+    data: bytes,
+    header: fmt.SegmentHeader,
+    segment: str,
+    path: str,
+    journal_id: bytes | None = None,
+    refuse: bool = True,
+) -> TailDecision:
+    """Classify a live segment's bytes with the tail classifier (journal/engine/tail.py). Raises
+    for anything that must not be cut, unless ``refuse`` is False (the error is then returned)."""
     res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
-    last_seq = res.frames[-1].seq if res.frames else header.base_seq - 1
-    if res.stop == fmt.Stop.END:
-        return TailDecision(res.frames, res.stop_offset, False, False, "clean")
-    if res.stop == fmt.Stop.SEALED:
-        if res.stop_offset != len(data):
-            raise CorruptionError(segment, res.stop_offset, last_seq, "bytes after the seal footer")
-        return TailDecision(res.frames, res.stop_offset, True, False, "sealed")
-    raise_for_stop(res, segment, path, last_seq)
-    later = fmt.find_durable_point(data, res.stop_offset, header.salt, last_seq)
-    if later is not None:
-        raise CorruptionError(
-            segment,
-            res.stop_offset,
-            last_seq + 1,
-            f"{res.stop.name.lower()} frame before a durable (commit-marked) frame at offset {later}",
-        )
-    tail = "zeros" if fmt.zeros_from(data, res.stop_offset) else "torn"
-    return TailDecision(res.frames, res.stop_offset, False, True, tail)
+    verdict = tail.classify(res, data[res.stop_offset :], header, segment, path, journal_id)
+    decision = TailDecision(
+        res.frames, res.stop_offset, verdict.kind == tail.SEALED, verdict.cut, verdict.kind, verdict.error
+    )
+    if refuse:
+        decision.raise_if_refused()
+    return decision
 
 
 def quarantine_name(segment: str, offset: int, cut: bytes) -> str:

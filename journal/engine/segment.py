@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from journal.engine import format as fmt
-from journal.errors import CorruptionError, NewerFormatError
+from journal.errors import CorruptionError, InvariantError, NewerFormatError
 from journal.fs import File, FileSystem, write_all
 
 TMP_SUFFIX = ".tmp"
@@ -53,7 +53,8 @@ def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader, sect
     name = fmt.segment_name(header.base_seq)
     final = os.path.join(dirpath, name)
     tmp = final + TMP_SUFFIX
-    assert not fs.exists(final), f"segment {name} already exists"
+    if not (not fs.exists(final)):
+        raise InvariantError(f"segment {name} already exists")
     if fs.exists(tmp):
         fs.unlink(tmp)  # a previous attempt's temp file holds only a header
     f = fs.open_write(tmp, create=True)
@@ -71,15 +72,7 @@ def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader, sect
 
 def header_padding(header: fmt.SegmentHeader, sector_bytes: int) -> bytes:
     """The padding frame that ends a new segment's first sector (b"" without sector_bytes)."""
-    if not sector_bytes:
-        return b""
-    gap = -fmt.SEGMENT_HEADER_SIZE_BYTES % sector_bytes
-    if gap < fmt.FRAME_HEADER_SIZE_BYTES:
-        gap += sector_bytes
-    pad_len = gap - fmt.FRAME_HEADER_SIZE_BYTES
-    frame = fmt.encode_frame(header.base_seq - 1, fmt.KIND_PADDING, pad_len, bytes(pad_len), header.salt)
-    assert (fmt.SEGMENT_HEADER_SIZE_BYTES + len(frame)) % sector_bytes == 0
-    return frame
+    return fmt.padding_frame(fmt.SEGMENT_HEADER_SIZE_BYTES, sector_bytes, header.base_seq - 1, header.salt)
 
 
 def read_header(f: File, segment: str) -> fmt.SegmentHeader:
@@ -124,14 +117,10 @@ def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) 
     buf = f.pread(file_size - seal_offset, seal_offset)
     if len(buf) < file_size - seal_offset:
         return None
-    res = fmt.scan(buf, 0, header.salt, 0, base_offset=seal_offset, frames_max=1)
-    # A genuine seal fails the seq expectation of 0 (it carries the last seq), so look at the
-    # frame directly once the checksum has held.
-    if res.stop not in (fmt.Stop.SEQ, fmt.Stop.SEALED):
+    seal = fmt.verify_frame(buf, 0, header.salt)
+    if seal is None or not seal.supported or seal.kind != fmt.KIND_SEAL or seal.end != len(buf):
         return None
-    _, stored_len, _, seq, flags, _, _ = fmt.read_frame_header(buf, 0)
-    if flags & fmt.FLAG_KIND_MASK != fmt.KIND_SEAL or fmt.FRAME_HEADER_SIZE_BYTES + stored_len != len(buf):
-        return None
+    seq = seal.seq
     try:
         info = fmt.decode_seal_payload(buf[fmt.FRAME_HEADER_SIZE_BYTES :])
     except ValueError as exc:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from journal.engine import format as fmt
 from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
-from journal.errors import JournalClosedError, JournalFailStoppedError, ReadOnlyError
+from journal.errors import (
+    InvariantError,
+    JournalClosedError,
+    JournalFailStoppedError,
+    ReadOnlyError,
+    present,
+)
 from journal.fs import File, FileSystem, write_all
 from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
 
@@ -23,6 +29,11 @@ BATCH_BYTES_MAX = 4 * 1024 * 1024  # one group-commit write never carries more t
 BATCH_RECORDS_MAX = 4096
 BUFFER_BYTES_MAX = 1024 * 1024  # buffered appends are written once this much is waiting
 KEYS_REMEMBERED_MAX = 1_000_000  # idempotency keys kept in memory (live segment and recent)
+
+# (status, reason, errno) of a write: "ok", "rolled_back" (nothing of it is in the file),
+# "not_written" (a roll-over failed before it) or "failed" (fail-stop: unknown what is durable).
+Results = tuple[str, str, "int | None"]
+WRITTEN: Results = ("ok", "", None)
 
 
 class Request:
@@ -108,12 +119,13 @@ class Writer:
         If the file system refuses (a full disk), the write grows the file itself as it would
         without a reservation, and reservation stops for this segment.
         """
-        assert self._active is not None and end > self._reserved_end
+        if not (self._active is not None and end > self._reserved_end):
+            raise InvariantError('self._active is not None and end > self._reserved_end')
         step = self.options.reserve_bytes
         if not step or self._reserve_refused:
             return
         want = max(end, self._active_size + step)
-        want += -want % 4096
+        want += -want % fmt.RESERVE_ROUND_BYTES
         want = max(end, min(want, self.options.segment_size_bytes))  # never past a full segment
         try:
             self._active.truncate(want)
@@ -127,7 +139,8 @@ class Writer:
     def _unreserve(self) -> bool:
         """Cut whatever follows the last frame off the live segment (seal and close): a segment at
         rest ends at its last frame. Not synced here. True if it cut something."""
-        assert self._active is not None
+        if not (self._active is not None):
+            raise InvariantError('self._active is not None')
         cut = self._active.size() > self._active_size  # the file's size, not what we believe it is
         if cut:
             self._active.truncate(self._active_size)
@@ -157,7 +170,8 @@ class Writer:
                 and len(tail.items) < BATCH_RECORDS_MAX
                 and tail.nbytes + nbytes <= BATCH_BYTES_MAX
             ):
-                assert tail.first_seq + len(tail.items) == seq
+                if not (tail.first_seq + len(tail.items) == seq):
+                    raise InvariantError('tail.first_seq + len(tail.items) == seq')
                 tail.items.append(enc)
                 tail.nbytes += nbytes
             else:
@@ -204,40 +218,20 @@ class Writer:
                 self._next_seq = seq + 1
         if queued is not None:
             return self._await_turn(queued, leading)[0]
-        assert active is not None and self._active_header is not None
+        active = present(active, "a lone append leads with a live segment")
+        header = present(self._active_header, "a live segment has a header")
         sync = level == "sync"
         start = self._active_size
-        results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
+        results: Results = ("failed", "interrupted before the write finished", None)
         outcome: Outcome | None = None
         try:
             data = fmt.encode_frame(
-                seq,
-                spec.flags | fmt.FLAG_COMMIT if sync else spec.flags,
-                spec.raw_len,
-                spec.stored,
-                self._active_header.salt,
+                seq, spec.flags | fmt.FLAG_COMMIT if sync else spec.flags, spec.raw_len, spec.stored, header.salt
             )
-            if start + len(data) > self._reserved_end:
-                self._reserve(start + len(data))
-            try:
-                write_all(active, data, start)
-            except OSError as exc:
-                results = self._roll_back(start, f"write failed: {exc}", exc.errno)
-            else:
-                self._unsynced = True
-                try:
-                    if sync:
-                        active.fdatasync()
-                        self._unsynced = False
-                except OSError as exc:
-                    results = ("failed", f"fdatasync failed: {exc}", exc.errno)
-                else:
-                    if start >= self._next_index_at:
-                        self._note_frame(seq, start)
-                    self._active_size = start + len(data)
-                    self._active_count += 1
-                    self._last_seq = seq
-                    outcome = Committed(seq, level)
+            results = self._write_frames(active, data, start, sync, header_last=False)
+            if results is WRITTEN:
+                self._advance(seq, (spec,), start, start + len(data))
+                outcome = Committed(seq, level)
         finally:
             with self._mu:
                 if outcome is None:
@@ -245,8 +239,7 @@ class Writer:
                     self._settle([req], results)
                     if self._failed is not None:
                         self._fail_queue()
-                    assert req.outcomes is not None
-                    outcome = req.outcomes[0]
+                    outcome = present(req.outcomes, "a settled request has outcomes")[0]
                 if self._queue:
                     self._hand_off()
                 else:
@@ -299,7 +292,8 @@ class Writer:
                 carried = None
             leading = self._enqueue(req)
         self._await_turn(req, leading)
-        assert req.outcomes is not None
+        if not (req.outcomes is not None):
+            raise InvariantError('req.outcomes is not None')
         answers: dict[int, Outcome] = dict(dupes)
         if dupes and self._failed is not None:
             # The write this call waited on failed: what the duplicates point at is unknown too.
@@ -320,7 +314,8 @@ class Writer:
     def _await_turn(self, req: Request, leading: bool) -> list[Outcome]:
         """Park a queued caller until its outcome is set or it is made leader; lead if so."""
         if not leading:
-            assert req.wake is not None
+            if not (req.wake is not None):
+                raise InvariantError('req.wake is not None')
             try:
                 req.wake.acquire()  # released when our outcome is set, or when we are made leader
             except BaseException:
@@ -328,7 +323,8 @@ class Writer:
                 raise
         if req.outcomes is None:
             self._lead(req)
-        assert req.outcomes is not None and len(req.outcomes) == len(req.items)
+        if not (req.outcomes is not None and len(req.outcomes) == len(req.items)):
+            raise InvariantError('req.outcomes is not None and len(req.outcomes) == len(req.items)')
         return req.outcomes
 
     def _remember_key(self, key: str, seq: int) -> None:
@@ -345,7 +341,8 @@ class Writer:
         """
         with self._mu:
             req.abandoned = True
-            assert req.wake is not None
+            if not (req.wake is not None):
+                raise InvariantError('req.wake is not None')
             woken = req.wake.acquire(blocking=False)
             if woken and req.outcomes is None:
                 self._hand_off()
@@ -353,11 +350,13 @@ class Writer:
     @staticmethod
     def _merge(items: list[Encoded], fresh_outcomes: list[Outcome], dupes: Mapping[int, Outcome]) -> list[Outcome]:
         if not dupes:
-            assert len(fresh_outcomes) == len(items)
+            if not (len(fresh_outcomes) == len(items)):
+                raise InvariantError('len(fresh_outcomes) == len(items)')
             return fresh_outcomes
         it = iter(fresh_outcomes)
         merged = [dupes[i] if i in dupes else next(it) for i in range(len(items))]
-        assert len(merged) == len(items)
+        if not (len(merged) == len(items)):
+            raise InvariantError('len(merged) == len(items)')
         return merged
 
     def _lead(self, req: Request) -> None:
@@ -375,7 +374,7 @@ class Writer:
                     self._cv.notify_all()
                     return
                 batch = self._take_batch()
-            results: tuple[str, str, int | None] = ("failed", "interrupted before the write finished", None)
+            results: Results = ("failed", "interrupted before the write finished", None)
             try:
                 results = self._write_batch(batch)
             finally:
@@ -399,7 +398,8 @@ class Writer:
             self._leader = False
             self._cv.notify_all()  # close() waits for the writer to be idle
         else:
-            assert nxt.wake is not None
+            if not (nxt.wake is not None):
+                raise InvariantError('nxt.wake is not None')
             nxt.wake.release()
 
     def _fail_queue(self) -> None:
@@ -429,7 +429,7 @@ class Writer:
             records += len(nxt.items)
         return batch
 
-    def _settle(self, batch: list[Request], results: tuple[str, str, int | None]) -> None:
+    def _settle(self, batch: list[Request], results: Results) -> None:
         """Hand out outcomes for a written (or failed) batch; called under the mutex."""
         status, reason, errno_ = results
         for r in batch:
@@ -476,8 +476,8 @@ class Writer:
                 reason = f"a write failed after buffered records were acknowledged ({reason}); they are lost"
             self._failed = reason
 
-    def _write_batch(self, batch: list[Request]) -> tuple[str, str, int | None]:
-        """The leader's I/O, outside the mutex. Returns (status, reason, errno)."""
+    def _write_batch(self, batch: list[Request]) -> Results:
+        """The leader's I/O for a batch, outside the mutex. Returns (status, reason, errno)."""
         if len(batch) == 1:
             specs = [it.spec for it in batch[0].items]
             want_sync = batch[0].durability == "sync"
@@ -486,21 +486,17 @@ class Writer:
             want_sync = any(r.durability == "sync" for r in batch)
         if not specs:
             if want_sync and self._active is not None and self._unsynced:
-                assert self._active_header is not None
+                # sync() with nothing new: pad (with sector_bytes) and fdatasync. A failure here
+                # leaves earlier records of unknown durability: fail-stop, never a rollback.
                 pad = self._padding(self._active_size)
-                if pad and self._active_size + len(pad) > self._reserved_end:
-                    self._reserve(self._active_size + len(pad))
-                try:
-                    if pad:
-                        write_all(self._active, pad, self._active_size)
-                    self._active.fdatasync()
-                except OSError as exc:
-                    return ("failed", f"sync failed: {exc}", exc.errno)
+                results = self._write_frames(self._active, pad, self._active_size, True, header_last=False)
+                if results is not WRITTEN:
+                    return ("failed", f"sync failed: {results[1]}", results[2])
                 self._active_size += len(pad)
-                self._unsynced = False
-            return ("ok", "", None)
+            return WRITTEN
         first_seq = batch[0].first_seq if batch[0].items else next(r.first_seq for r in batch if r.items)
-        assert first_seq == self._last_seq + 1, (first_seq, self._last_seq)
+        if first_seq != self._last_seq + 1:
+            raise InvariantError(f"batch starts at seq {first_seq}, after seq {self._last_seq}")
         nbytes = sum(r.nbytes for r in batch)
         try:
             if (
@@ -515,41 +511,57 @@ class Writer:
             # Nothing of this batch was written, but a seal or a new segment may be half done:
             # stop until recovery has looked at the files.
             return ("not_written", f"segment roll-over failed: {exc}", exc.errno)
-        assert self._active is not None and self._active_header is not None
+        active = present(self._active, "a segment is live after roll-over")
+        salt = present(self._active_header, "a live segment has a header").salt
         if len(specs) == 1:
             # One frame: a struct pack and a hash beat the setup of a batch call into C.
             spec = specs[0]
             flags = spec.flags | fmt.FLAG_COMMIT if want_sync else spec.flags
-            data = fmt.encode_frame(first_seq, flags, spec.raw_len, spec.stored, self._active_header.salt)
+            data = fmt.encode_frame(first_seq, flags, spec.raw_len, spec.stored, salt)
         else:
-            data = fmt.encode_batch(first_seq, specs, self._active_header.salt, commit_last=want_sync)
+            data = fmt.encode_batch(first_seq, specs, salt, commit_last=want_sync)
         start = self._active_size
         data_end = start + len(data)
         if want_sync and self.options.sector_bytes:
             data += self._padding(data_end, first_seq + len(specs) - 1)
+        # Several frames (padding counts): the first frame's header goes last. A lock-free
+        # reader then sees none of the batch until all of it is there, so a write that fails
+        # part way and is rolled back never showed it a record that will not exist.
+        header_last = len(data) > data_end - start or len(specs) > 1
+        results = self._write_frames(active, data, start, want_sync, header_last)
+        if results is WRITTEN:
+            self._advance(first_seq, specs, start, start + len(data))
+        return results
+
+    def _write_frames(self, active: File, data: bytes, start: int, sync: bool, header_last: bool) -> Results:
+        """The one write path, for one record and for a batch: reserve space, write the frames
+        (the first header last if asked), fdatasync if asked. A failed write is truncated back
+        to ``start`` and that is synced (NotCommitted); a failed fdatasync, or a failed
+        rollback, is fail-stop (AckLost): the kernel may have dropped the pages, and retrying
+        the fdatasync could report success for data that never reached the disk."""
         if start + len(data) > self._reserved_end:
             self._reserve(start + len(data))
         try:
-            if len(data) > data_end - start or len(specs) > 1:
-                # Several frames: the first frame's header goes last. A lock-free reader then
-                # sees none of the batch until all of it is there, so a write that fails part
-                # way and is rolled back never showed it a record that will not exist.
+            if header_last:
                 view = memoryview(data)
-                write_all(self._active, view[fmt.FRAME_HEADER_SIZE_BYTES :], start + fmt.FRAME_HEADER_SIZE_BYTES)
-                write_all(self._active, view[: fmt.FRAME_HEADER_SIZE_BYTES], start)
-            else:
-                write_all(self._active, data, start)
+                write_all(active, view[fmt.FRAME_HEADER_SIZE_BYTES :], start + fmt.FRAME_HEADER_SIZE_BYTES)
+                write_all(active, view[: fmt.FRAME_HEADER_SIZE_BYTES], start)
+            elif data:
+                write_all(active, data, start)
         except OSError as exc:
             return self._roll_back(start, f"write failed: {exc}", exc.errno)
         self._unsynced = True
-        if want_sync:
+        if sync:
             try:
-                self._active.fdatasync()
+                active.fdatasync()
             except OSError as exc:
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
             self._unsynced = False
-        end = start + len(data)
-        if data_end >= self._next_index_at:
+        return WRITTEN
+
+    def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], start: int, end: int) -> None:
+        """Account for frames written at [start, end): index points, sizes, the last seq."""
+        if end >= self._next_index_at:
             offset = start
             for i, spec in enumerate(specs):
                 self._note_frame(first_seq + i, offset)
@@ -557,30 +569,15 @@ class Writer:
         self._active_size = end
         self._active_count += len(specs)
         self._last_seq = first_seq + len(specs) - 1
-        return ("ok", "", None)
 
     def _padding(self, end: int, seq: int | None = None) -> bytes:
         """A padding frame that makes ``end`` a multiple of sector_bytes (b"" if it is one)."""
-        sector = self.options.sector_bytes
-        if not sector or end % sector == 0:
-            return b""
-        assert self._active_header is not None
-        gap = -end % sector
-        if gap < fmt.FRAME_HEADER_SIZE_BYTES:
-            gap += sector
-        pad_len = gap - fmt.FRAME_HEADER_SIZE_BYTES
-        frame = fmt.encode_frame(
-            self._last_seq if seq is None else seq,
-            fmt.KIND_PADDING,
-            pad_len,
-            bytes(pad_len),
-            self._active_header.salt,
-        )
-        assert (end + len(frame)) % sector == 0
-        return frame
+        header = present(self._active_header, "padding needs a live segment")
+        return fmt.padding_frame(end, self.options.sector_bytes, self._last_seq if seq is None else seq, header.salt)
 
-    def _roll_back(self, start: int, reason: str, errno_: int | None) -> tuple[str, str, int | None]:
-        assert self._active is not None
+    def _roll_back(self, start: int, reason: str, errno_: int | None) -> Results:
+        if not (self._active is not None):
+            raise InvariantError('self._active is not None')
         try:
             self._active.truncate(start)
             self._reserved_end = start
@@ -590,7 +587,8 @@ class Writer:
         return ("rolled_back", reason, errno_)
 
     def _seal_active(self) -> None:
-        assert self._active is not None and self._active_header is not None and self._active_count > 0
+        if not (self._active is not None and self._active_header is not None and self._active_count > 0):
+            raise InvariantError("only a live segment with records is sealed")
         base = self._active_header.base_seq
         payload = fmt.encode_seal_payload(
             self._active_count,
