@@ -250,6 +250,85 @@ def test_structural_repair_of_a_session(tmp_path: pathlib.Path) -> None:
     assert cli_json("verify", str(path), check=0)["session"]["openStructures"] == []
 
 
+def session_with(path: pathlib.Path, extra: dict[str, Any] | None = None) -> str:
+    """A healthy session journal with an open turn and tool call, then ``extra`` appended raw
+    (fields of the envelope of the session: a newer schemaVersion, an undeclared type ...)."""
+    from journal import session
+
+    with session.open(path, create=True) as s:
+        s.append("user.message", {"text": "fix the tests"})
+        s.append("turn.started", turn_id="t1")
+        s.append("tool.requested", {"tool": "edit", "sideEffect": "workspace-write", "idempotency": "unsafe"},
+                 turn_id="t1", tool_call_id="c1")
+        sid = s.session_id
+    if extra is not None:
+        with journal.open(path) as j:
+            j.append({"schemaVersion": 1, "sessionId": sid, "data": {}, **extra}, durability="sync")
+    return sid
+
+
+REFUSED_SESSIONS: dict[str, tuple[dict[str, Any], str, int, tuple[str, ...]]] = {
+    # name: (extra event, session verdict, exit code, words the message must say)
+    "newer-schema": ({"schemaVersion": 2, "type": "user.message"}, "newer-schema", common.NEWER_FORMAT,
+                     ("schemaVersion 2", "Upgrade")),
+    "undeclared-type": ({"type": "myrt.cache_hit"}, "unknown-type", common.NEWER_FORMAT,
+                        ("'myrt.cache_hit'", "Registry.register")),
+    "not-an-envelope": ({"schemaVersion": 0, "type": "user.message"}, "refused", common.ERROR,
+                        ("not a valid session envelope", "schemaVersion is 0")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_SESSIONS))
+def test_verify_runs_the_session_checks(tmp_path: pathlib.Path, name: str) -> None:
+    """Was a bug: verify said CLEAN (exit 0) for a session journal that repair and replay refuse."""
+    extra, verdict, code, words = REFUSED_SESSIONS[name]
+    path = tmp_path / "s"
+    session_with(path, extra)
+    before = snapshot_files(path)
+    rep = cli_json("verify", str(path), check=code)
+    assert rep["verdict"] == "clean", "the byte-level verdict is the engine's own"
+    got = rep["session"]
+    assert got["verdict"] == verdict and got["seq"] == 5 and got["openStructures"] == []
+    assert all(w in got["error"] for w in words), got
+    human = cli("verify", str(path), check=code).stdout
+    assert "CLEAN" in human and all(w in human for w in words) and "journal repair" in human
+    # repair and replay refuse the same journal, so verify agrees with them.
+    from journal import session
+
+    assert cli("repair", str(path), "--dry-run").returncode != 0
+    with pytest.raises(journal.JournalError):
+        session.open(path, readonly=True).close()
+    # With a torn tail as well, what stops a reader is still the session's refusal.
+    with open(segments(path)[-1], "ab") as f:
+        f.write(b"\x17" * 20)
+    torn = cli_json("verify", str(path), check=code)
+    assert torn["verdict"] == "torn" and torn["session"]["verdict"] == verdict
+    assert cli_json("verify", str(path), "--no-session", check=common.TORN)["verdict"] == "torn"
+    assert snapshot_files(path) == {**before, segments(path)[-1].name: segments(path)[-1].read_bytes()}
+
+
+def test_verify_of_a_healthy_session_and_a_plain_journal(tmp_path: pathlib.Path, jdir: pathlib.Path) -> None:
+    healthy = tmp_path / "ok"
+    session_with(healthy)
+    rep = cli_json("verify", str(healthy), check=common.OK)
+    assert rep["session"]["verdict"] == "clean" and rep["session"]["error"] is None
+    assert len(rep["session"]["openStructures"]) == 2, "an open turn and tool call are notes, not damage"
+    human = cli("verify", str(healthy), check=common.OK).stdout
+    assert "2 open structure(s) a repair would close" in human
+    # An unknown type its writer marked ignorable is skipped by every session reader: not refused.
+    ignorable = tmp_path / "ignorable"
+    session_with(ignorable, {"type": "myrt.cache_hit", "ignorable": True})
+    assert cli_json("verify", str(ignorable), check=common.OK)["session"]["verdict"] == "clean"
+    # A plain journal is not a session: its verdict and exit code are the engine's alone.
+    plain = cli_json("verify", str(jdir), check=common.OK)
+    assert plain["verdict"] == "clean" and plain["session"]["verdict"] is None
+    assert plain["session"]["skipped"] == "not a session journal"
+    odd = tmp_path / "odd"
+    with journal.open(odd, create=True) as j:
+        j.append({"schemaVersion": 99, "type": "anything"})
+    assert cli_json("verify", str(odd), check=common.OK)["session"]["verdict"] is None
+
+
 # --- import / export through the command ------------------------------------------------------
 
 

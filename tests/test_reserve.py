@@ -247,7 +247,7 @@ def test_verify_racing_appends_into_reserved_space_reports_no_corruption(jpath: 
         orig = V._read
         calls = []
 
-        def split_read(p: str) -> bytes:
+        def split_read(fs: OsFileSystem, p: str) -> bytes:
             calls.append(p)
             with open(p, "rb") as f:
                 first = f.read(PAGE)
@@ -436,7 +436,7 @@ def test_verify_while_the_writer_closes_or_rolls_over_is_not_corrupt(tmp_path: p
     orig = V._read
     done = []
 
-    def between(p: str) -> bytes:  # runs after the walk's read, before verify's own
+    def between(fs: OsFileSystem, p: str) -> bytes:  # runs after the walk's read, before verify's own
         if not done:
             done.append(p)
             if action == "close":
@@ -446,7 +446,7 @@ def test_verify_while_the_writer_closes_or_rolls_over_is_not_corrupt(tmp_path: p
                 while len(segments(path)) < 2:
                     w.append({"fill": "x" * 2000, "i": i})
                     i += 1
-        return orig(p)
+        return orig(fs, p)
 
     V._read = between  # type: ignore[assignment]
     try:

@@ -98,6 +98,13 @@ def record_json(rec: Any) -> dict[str, Any]:
     return out
 
 
+def is_session(j: Any) -> bool:
+    """A session journal starts with its ``session.started`` header (journal/session/session.py)."""
+    first = next(iter(j.read()), None)
+    return (first is not None and not first.is_bytes and isinstance(first.event, dict)
+            and first.event.get("type") == "session.started")
+
+
 def event_type(rec: Any) -> str | None:
     if rec.is_bytes:
         return None

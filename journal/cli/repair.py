@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from journal.cli.common import DAMAGED, ERROR, OK, configure_common, emit
+from journal.cli.common import DAMAGED, ERROR, OK, configure_common, emit, is_session
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,12 +22,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="change nothing; say what would be done")
     parser.add_argument("--core-only", action="store_true", help="byte-level recovery only, no session closers")
     configure_common(parser)
-
-
-def _is_session(j: Any) -> bool:
-    first = next(iter(j.read()), None)
-    return (first is not None and not first.is_bytes and isinstance(first.event, dict)
-            and first.event.get("type") == "session.started")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         data["quarantined"] = list(j.recovery.quarantined)
     try:
         lines.extend(f"byte-level: {a}" for a in data["byteLevel"] or ["nothing to do"])
-        if not args.core_only and _is_session(j):
+        if not args.core_only and is_session(j):
             try:
                 rep = repair(j, Registry(), dry_run=args.dry_run)
             except SessionError as exc:

@@ -19,7 +19,8 @@ resolution) still point where they did. ``renumber=True`` packs the records inst
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,16 @@ from journal.engine import format as fmt
 from journal.engine.reader import Record, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR
 from journal.engine.segment import TMP_SUFFIX
-from journal.errors import CorruptionError, JournalError, JournalNotFoundError, NotAJournalError, RecordTooLargeError
+from journal.errors import (
+    CorruptionError,
+    JournalError,
+    JournalIOError,
+    JournalNotFoundError,
+    NotAJournalError,
+    RecordTooLargeError,
+    present,
+)
+from journal.fs import FileSystem, OsFileSystem, read_file
 
 LOST_TYPE = "journal.lost"
 SALVAGE_BATCH_RECORDS = 1024
@@ -123,50 +133,22 @@ class JournalWalk:
         return out
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _genuine_at(data: bytes, offset: int, salt: int) -> tuple[int, int, int] | None:
-    """(seq, flags, end) of the genuine frame at ``offset``, or None."""
-    if offset < 0 or len(data) - offset < fmt.FRAME_HEADER_SIZE_BYTES:
-        return None
-    res = fmt.py_scan(data, offset, salt, 0, frames_max=1)
-    # A genuine frame never carries the seq 0 that was asked for (nor -1, for a seal or padding
-    # frame), so it stops as SEQ, or FLAGS, exactly at ``offset``; anything else failed the
-    # checksum or the bounds.
-    if res.stop not in (fmt.Stop.SEQ, fmt.Stop.FLAGS) or res.stop_offset != offset:
-        return None
-    _, stored_len, _, seq, flags, _, _ = fmt.read_frame_header(data, offset)
-    return seq, flags, offset + fmt.FRAME_HEADER_SIZE_BYTES + stored_len
-
-
-def next_genuine_frame(data: bytes, start: int, salt: int) -> int | None:
-    """Offset of the first genuine frame that starts at or after ``start``."""
-    pos = start + fmt.FRAME_MARKER_OFFSET
-    while True:
-        pos = data.find(fmt.FRAME_MARKER_BYTES, pos)
-        if pos < 0:
-            return None
-        frame_at = pos - fmt.FRAME_MARKER_OFFSET
-        pos += 1
-        if frame_at >= start and _genuine_at(data, frame_at, salt) is not None:
-            return frame_at
+@contextmanager
+def reading(path: str) -> Iterator[None]:
+    """An OSError of the file layer while reading the journal at ``path`` becomes JournalIOError,
+    as it does for every other command: a typed error that says what to do, never a traceback."""
+    try:
+        yield
+    except JournalError:
+        raise
+    except OSError as exc:
+        raise JournalIOError(path, exc, "reading") from exc
 
 
 def _durable_after(data: bytes, offset: int, salt: int) -> bool:
-    pos = offset
-    while True:
-        nxt = next_genuine_frame(data, pos, salt)
-        if nxt is None:
-            return False
-        got = _genuine_at(data, nxt, salt)
-        assert got is not None
-        _, flags, _end = got
-        if flags & fmt.FLAG_COMMIT or flags & fmt.FLAG_KIND_MASK == fmt.KIND_SEAL:
-            return True
-        pos = nxt + 1
+    """Whether a genuine commit-marked or seal frame follows ``offset`` in the same segment."""
+    # Every commit-marked or seal frame carries a seq of at least 1 (seqs start there).
+    return fmt.find_later_commit(data, offset, salt, 0) is not None
 
 
 def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT) -> SegmentWalk:
@@ -181,8 +163,10 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
             return walk
         # The header's checksum failed, but its salt may still be intact: frames are verified
         # with it one by one, so trying it costs nothing and a wrong salt matches no frame.
-        salt = int.from_bytes(data[48:56], "little")
-        header = fmt.SegmentHeader(fmt.FORMAT_VERSION, data[16:32], -1, base_from_name, salt)
+        salt_at, id_at = fmt.SEGMENT_SALT_OFFSET, fmt.SEGMENT_JOURNAL_ID_OFFSET
+        salt = int.from_bytes(data[salt_at : salt_at + fmt.SEGMENT_SALT_SIZE_BYTES], "little")
+        journal_id = data[id_at : id_at + fmt.SEGMENT_JOURNAL_ID_SIZE_BYTES]
+        header = fmt.SegmentHeader(fmt.FORMAT_VERSION, journal_id, -1, base_from_name, salt)
         walk.header_trusted = False
         walk.losses.append(Loss(name, 0, fmt.SEGMENT_HEADER_SIZE_BYTES, f"segment header: {exc.reason}", None, None))
     walk.header = header
@@ -215,9 +199,8 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
             return walk
         at = res.stop_offset
         if res.stop in (fmt.Stop.SEQ, fmt.Stop.FLAGS):
-            got = _genuine_at(data, at, salt)
-            assert got is not None
-            seq, flags, end = got
+            got = present(fmt.verify_frame(data, at, salt), "a scan stopped at SEQ or FLAGS on a genuine frame")
+            seq, flags, end = got.seq, got.flags, got.end
             kind = flags & fmt.FLAG_KIND_MASK
             pos = end
             if res.stop == fmt.Stop.FLAGS:
@@ -245,22 +228,20 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
                     if end != size:
                         walk.losses.append(Loss(name, end, size - end, "bytes after the seal footer"))
                     return walk
-            follow = _genuine_at(data, pos, salt)
-            if follow is not None and follow[1] & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
-                expected = follow[0]  # re-anchor on the frame that follows, whatever it carries
+            follow = fmt.verify_frame(data, pos, salt)
+            if follow is not None and follow.kind == fmt.KIND_DATA:
+                expected = follow.seq  # re-anchor on the frame that follows, whatever it carries
             continue
         # TRUNCATED, ZEROS or CHECKSUM: skip to the next frame that proves itself genuine.
         reason = {fmt.Stop.TRUNCATED: "frame runs past the end of the file", fmt.Stop.ZEROS: "zeroed bytes",
                   fmt.Stop.CHECKSUM: "bad frame (marker, length or checksum)"}[res.stop]
-        nxt = next_genuine_frame(data, at + 1, salt)
-        if nxt is None:
+        found = fmt.next_genuine_frame(data, at + 1, salt)
+        if found is None:
             loss = Loss(name, at, size - at, reason, expected, None, False)
             walk.losses.append(loss)
             walk.tail = loss
             return walk
-        got = _genuine_at(data, nxt, salt)
-        assert got is not None
-        seq, flags, _ = got
+        nxt, seq, flags = found.offset, found.seq, found.flags
         kind = flags & fmt.FLAG_KIND_MASK
         last_lost = seq - 1 if kind == fmt.KIND_DATA else seq
         walk.losses.append(Loss(name, at, nxt - at, reason, expected, last_lost, _durable_after(data, at, salt)))
@@ -275,26 +256,42 @@ def _kind(kind: int) -> str:
     return {fmt.KIND_SEAL: "seal", fmt.KIND_PADDING: "padding"}.get(kind, "data")
 
 
+def _size(fs: FileSystem, path: str) -> int:
+    f = fs.open_read(path)
+    try:
+        return f.size()
+    finally:
+        f.close()
+
+
 def walk_journal(path: str, progress: Progress | None = None,
-                 record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT) -> JournalWalk:
-    """Read every segment of the journal at ``path``; changes nothing."""
-    if not os.path.exists(path):
-        raise JournalNotFoundError(path)
-    if not os.path.isdir(path):
-        raise NotAJournalError(path, "it is a file, not a directory")
-    names = os.listdir(path)
-    segs = sorted(
-        (n for n in names if fmt.parse_segment_name(n) is not None), key=lambda n: fmt.parse_segment_name(n) or 0
-    )
-    temps = sorted(n for n in names if n.endswith(fmt.SEGMENT_SUFFIX + TMP_SUFFIX))
-    if not segs:
-        raise NotAJournalError(path, "it holds no segment")
-    sizes = [os.path.getsize(os.path.join(path, n)) for n in segs]
+                 record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT,
+                 fs: FileSystem | None = None) -> JournalWalk:
+    """Read every segment of the journal at ``path`` through ``fs``; changes nothing.
+
+    Raises JournalNotFoundError, NotAJournalError, or JournalIOError when the file layer fails.
+    """
+    fs = fs or OsFileSystem()
+    with reading(path):
+        if not fs.exists(path):
+            raise JournalNotFoundError(path)
+        if not fs.is_dir(path):
+            raise NotAJournalError(path, "it is a file, not a directory")
+        names = fs.listdir(path)
+        segs = sorted(
+            (n for n in names if fmt.parse_segment_name(n) is not None), key=lambda n: fmt.parse_segment_name(n) or 0
+        )
+        temps = sorted(n for n in names if n.endswith(fmt.SEGMENT_SUFFIX + TMP_SUFFIX))
+        if not segs:
+            raise NotAJournalError(path, "it holds no segment")
+        sizes = [_size(fs, os.path.join(path, n)) for n in segs]
     total = sum(sizes) or 1
     done = 0
     walks: list[SegmentWalk] = []
     for name, size in zip(segs, sizes, strict=True):
-        walks.append(walk_segment(name, _read(os.path.join(path, name)), record_size_bytes_max))
+        with reading(path):
+            data = read_file(fs, os.path.join(path, name))
+        walks.append(walk_segment(name, data, record_size_bytes_max))
         done += size
         if progress is not None:
             progress(done, total)
@@ -434,18 +431,24 @@ def salvage(
     renumber: bool = False,
     progress: Progress | None = None,
     write_progress: Progress | None = None,
+    fs: FileSystem | None = None,
 ) -> SalvageReport:
-    """Copy what is recoverable from ``source`` into a new journal at ``dest``. Never writes ``source``."""
+    """Copy what is recoverable from ``source`` into a new journal at ``dest``. Never writes ``source``.
+
+    Both are reached through ``fs``; a failure of the file layer raises JournalIOError.
+    """
     from journal.engine.core import Journal
     from journal.outcomes import Committed
 
+    fs = fs or OsFileSystem()
     source = os.fspath(source)
     dest = os.fspath(dest)
     if os.path.abspath(source) == os.path.abspath(dest):
         raise ValueError("salvage writes a new journal: the destination must differ from the source")
-    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
-        raise JournalError(f"destination {dest!r} exists and is not empty; salvage only writes a new journal")
-    walk = walk_journal(source, progress=progress)
+    with reading(dest):
+        if fs.exists(dest) and (not fs.is_dir(dest) or fs.listdir(dest)):
+            raise JournalError(f"destination {dest!r} exists and is not empty; salvage only writes a new journal")
+    walk = walk_journal(source, progress=progress, fs=fs)
     report = SalvageReport(source, dest, renumbered=renumber, losses=walk.losses())
     by_seq: dict[int, Record] = {}
     for seg in walk.segments:
@@ -456,7 +459,7 @@ def salvage(
             by_seq[rec.seq] = rec
     seqs = sorted(by_seq)
     total = len(seqs) or 1
-    with Journal.open(dest, create=True) as out:
+    with Journal.open(dest, create=True, fs=fs) as out:
         batch: list[Any] = []
         keys: list[str | None] = []
         synthetic: bool | None = None
@@ -501,6 +504,7 @@ def salvage(
     return report
 
 
-def quarantine_files(path: str) -> list[str]:
+def quarantine_files(path: str, fs: FileSystem | None = None) -> list[str]:
+    fs = fs or OsFileSystem()
     qdir = os.path.join(path, QUARANTINE_DIR)
-    return sorted(os.listdir(qdir)) if os.path.isdir(qdir) else []
+    return sorted(fs.listdir(qdir)) if fs.is_dir(qdir) else []

@@ -32,12 +32,13 @@ from journal.engine.salvage import (
     Progress,
     SegmentWalk,
     quarantine_files,
+    reading,
     walk_journal,
     walk_segment,
 )
 from journal.engine.segment import read_seal
 from journal.errors import CorruptionError, NewerFormatError
-from journal.fs import OsFileSystem, flock_holder
+from journal.fs import FileSystem, OsFileSystem, flock_holder, read_file
 
 CLEAN = "clean"
 TORN = "torn"
@@ -99,10 +100,9 @@ class VerifyReport:
         }
 
 
-def _check_seal(path: str, seg: SegmentWalk, problems: list[Loss]) -> None:
+def _check_seal(fs: FileSystem, path: str, seg: SegmentWalk, problems: list[Loss]) -> None:
     """A sealed segment's footer must be findable from the end and agree with the frames."""
     assert seg.header is not None
-    fs = OsFileSystem()
     f = fs.open_read(os.path.join(path, seg.name))
     try:
         try:
@@ -130,25 +130,27 @@ def _check_seal(path: str, seg: SegmentWalk, problems: list[Loss]) -> None:
                              f"({len(bad)} bad entries)", s, s))
 
 
-def classify(walk: JournalWalk) -> VerifyReport:
-    """The verdict for a walked journal (reads the segments' footers again; writes nothing)."""
+def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
+    """The verdict for a walked journal (reads the segments' footers again through ``fs``; writes
+    nothing). An OSError of the file layer propagates: ``verify`` makes it a JournalIOError."""
+    fs = fs or OsFileSystem()
     path = walk.path
     rep = VerifyReport(path, segments=len(walk.segments), temp_files=list(walk.temp_files))
-    rep.quarantined = quarantine_files(path)
+    rep.quarantined = quarantine_files(path, fs)
     rep.problems.extend(walk.between)
     live = walk.segments[-1]
     for seg in walk.segments[:-1]:
         rep.problems.extend(seg.losses)
         if seg.header is not None and seg.header_trusted and not seg.losses:
-            _check_seal(path, seg, rep.problems)
+            _check_seal(fs, path, seg, rep.problems)
     # The live segment: exactly what the writer's recovery would decide. It is read again here
     # and everything said of it comes from that one read: a writer appending, closing or rolling
     # over since the walk read it changes its bytes (the reserved space is cut at both).
-    data = _read(os.path.join(path, live.name))
+    data = _read(fs, os.path.join(path, live.name))
     decision: TailDecision | None = None
     failure: CorruptionError | NewerFormatError | None = None
     if live.header is not None and live.header_trusted:
-        decision, failure, data = _decide_live(data, live.header, live.name, os.path.join(path, live.name))
+        decision, failure, data = _decide_live(fs, data, live.header, live.name, os.path.join(path, live.name))
         live = walk_segment(live.name, data)
         walk.segments[-1] = live
     for seg in walk.segments:
@@ -187,7 +189,7 @@ def classify(walk: JournalWalk) -> VerifyReport:
         else:
             rep.problems.extend(live.losses)
         if decision.sealed:
-            _check_seal(path, live, rep.problems)
+            _check_seal(fs, path, live, rep.problems)
     if rep.verdict != NEWER:
         if rep.problems:
             rep.verdict = CORRUPT
@@ -201,7 +203,7 @@ LIVE_REREAD_WAIT_S = 0.02  # before reading a live writer's torn-looking tail ag
 
 
 def _decide_live(
-    data: bytes, header: fmt.SegmentHeader, name: str, path: str
+    fs: FileSystem, data: bytes, header: fmt.SegmentHeader, name: str, path: str
 ) -> tuple[TailDecision | None, CorruptionError | NewerFormatError | None, bytes]:
     """recovery.decide on the live segment, read again while it looks damaged.
 
@@ -226,15 +228,22 @@ def _decide_live(
             if decision.tail != "torn" or last or flock_holder(lock) is None:
                 return decision, None, data
             time.sleep(LIVE_REREAD_WAIT_S * (attempt + 1))  # give the batch's header time to land
-        data = _read(path)
+        data = _read(fs, path)
     raise AssertionError("unreachable")
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+def _read(fs: FileSystem, path: str) -> bytes:
+    return read_file(fs, path)
 
 
-def verify(path: str, progress: Progress | None = None) -> VerifyReport:
-    """Check the journal at ``path`` without changing a byte; see the module doc for the verdicts."""
-    return classify(walk_journal(os.fspath(path), progress=progress))
+def verify(path: str, progress: Progress | None = None, fs: FileSystem | None = None) -> VerifyReport:
+    """Check the journal at ``path`` without changing a byte; see the module doc for the verdicts.
+
+    Every read goes through ``fs`` (the real file system by default); a failure of the file layer
+    (permissions, the device) raises JournalIOError, like every other way of opening a journal.
+    """
+    path = os.fspath(path)
+    fs = fs or OsFileSystem()
+    walk = walk_journal(path, progress=progress, fs=fs)
+    with reading(path):
+        return classify(walk, fs)
