@@ -34,6 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 from journal.errors import (
     CorruptionError,
     EventNotSerializableError,
+    ForeignSegmentError,
+    InvariantError,
     JournalClosedError,
     JournalError,
     JournalFailStoppedError,
@@ -45,6 +47,8 @@ from journal.errors import (
     ReadOnlyError,
     RecordTooLargeError,
     SequenceError,
+    invariant,
+    present,
 )
 from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
 from journal.record import Record
@@ -61,7 +65,7 @@ class RecoveryReport:
     last_seq: int = 0
     live_segment: str | None = None
     live_records: int = 0
-    tail: str = "clean"  # clean | sealed | torn | zeros | empty
+    tail: str = "clean"  # a journal/engine/tail.py kind (clean, sealed, torn, zeros), or empty
     truncated_at: int | None = None
     truncated_bytes: int = 0
     quarantined: list[str] = field(default_factory=list)
@@ -208,6 +212,8 @@ __all__ = [
     "CorruptionError",
     "Durability",
     "EventNotSerializableError",
+    "ForeignSegmentError",
+    "InvariantError",
     "Journal",
     "JournalClosedError",
     "JournalError",
@@ -226,4 +232,6 @@ __all__ = [
     "RecordTooLargeError",
     "RecoveryReport",
     "SequenceError",
+    "invariant",
+    "present",
 ]

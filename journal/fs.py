@@ -200,7 +200,8 @@ def holder_in_proc_locks(lines: list[str], where: str) -> int | None:
 
 def take_lock(fs: FileSystem, path: str, timeout_s: float) -> Lock | None:
     """Try the lock until ``timeout_s`` has passed (0: try once)."""
-    assert timeout_s >= 0
+    if timeout_s < 0:
+        raise ValueError(f"lock timeout must be >= 0 seconds, not {timeout_s}")
     deadline = time.monotonic() + timeout_s
     while True:
         lock = fs.try_lock(path)

@@ -24,7 +24,7 @@ from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved
 from journal.engine import format as fmt
 from journal.engine.reader import raise_for_stop
 from journal.engine.segment import list_segments, read_header, read_seal
-from journal.errors import CorruptionError
+from journal.errors import CorruptionError, InvariantError
 from journal.fs import File, FileSystem, write_all, write_new
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
@@ -39,7 +39,8 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
     CorruptionError if a segment that is needed is damaged, ValueError if ``src`` ends before
     ``at_seq``.
     """
-    assert at_seq >= 1
+    if not (at_seq >= 1):
+        raise InvariantError('at_seq >= 1')
     out = PrefixCopy()
     segments = list_segments(fs, src)
     if not segments:

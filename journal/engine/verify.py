@@ -37,7 +37,7 @@ from journal.engine.salvage import (
     walk_segment,
 )
 from journal.engine.segment import read_seal
-from journal.errors import CorruptionError, NewerFormatError
+from journal.errors import CorruptionError, InvariantError, NewerFormatError
 from journal.fs import FileSystem, OsFileSystem, flock_holder, read_file
 
 CLEAN = "clean"
@@ -102,7 +102,8 @@ class VerifyReport:
 
 def _check_seal(fs: FileSystem, path: str, seg: SegmentWalk, problems: list[Loss]) -> None:
     """A sealed segment's footer must be findable from the end and agree with the frames."""
-    assert seg.header is not None
+    if not (seg.header is not None):
+        raise InvariantError('seg.header is not None')
     f = fs.open_read(os.path.join(path, seg.name))
     try:
         try:
@@ -169,7 +170,8 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
         rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
         rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
     else:
-        assert decision is not None
+        if not (decision is not None):
+            raise InvariantError('decision is not None')
         holder = flock_holder(os.path.join(path, LOCK_FILE)) if decision.tail == "zeros" else None
         if holder is not None:
             # Zeros after the last frame while a writer holds the lock: its reserved space.

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from journal.api import InvariantError
 from journal.session.envelope import Event
 from journal.session.errors import SessionError
 from journal.session.reducer import Reducer, SessionReducer
@@ -30,7 +31,8 @@ from journal.session.session import Appended, Session
 
 def _builtin(name: str) -> EventType:
     spec = Registry().get(name)
-    assert spec is not None, f"{name} is a built-in event type"
+    if spec is None:
+        raise InvariantError(f"{name} is a built-in event type")
     return spec
 
 
@@ -151,6 +153,7 @@ class BranchTree:
             state = red.apply(state, event, spec)
         for event in self.path(leaf):
             known = self.session.registry.get(event.type)
-            assert known is not None  # session.read() decoded it with this registry
+            if known is None:  # session.read() decoded it with this registry
+                raise InvariantError("a decoded event has a registered type")
             state = red.apply(state, event, known)
         return state

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, Protocol, TypeVar
 
+from journal.api import InvariantError
 from journal.session.envelope import Event
 from journal.session.registry import EventType, Role
 from journal.session.state import (
@@ -171,7 +172,8 @@ class SessionReducer:
         return state
 
     def _request(self, state: SessionState, event: Event) -> ToolCall:
-        assert event.tool_call_id is not None
+        if event.tool_call_id is None:
+            raise InvariantError("a tool event carries a toolCallId")
         data = event.data
         call = state.tools.get(event.tool_call_id)
         if call is None:

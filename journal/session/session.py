@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import journal
-from journal.api import Committed, Durability, Journal, Outcome
+from journal.api import Committed, Durability, InvariantError, Journal, Outcome
 from journal.outcomes import DURABILITY_RANK
 from journal.session.closers import RepairPolicy
 from journal.session.envelope import Event, check_for_append, decode
@@ -205,7 +205,8 @@ class Session:
             data=dict(data or {}), ignorable=spec.ignorable if spec else False,
         )
         check_for_append(event, spec)
-        assert spec is not None
+        if spec is None:
+            raise InvariantError("the event type is registered")
         existing = self._guard(event, spec)
         if existing is not None:
             return existing

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from journal.errors import JournalError
+from journal.api import InvariantError, JournalError
 from journal.fs import OsFileSystem
 from journal.session.envelope import ID_BYTES_MAX, Event
 from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
@@ -311,7 +311,8 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
             continue
         ev = rec.event
         data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
-        assert isinstance(data, dict)
+        if not isinstance(data, dict):
+            raise InvariantError("an import mapping produced a dict")
         if fmt_name is None:
             origin = data.get("importedFrom")
             fmt_name = origin.get("format") if isinstance(origin, dict) else ""
