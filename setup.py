@@ -1,7 +1,7 @@
 """Build the optional C helper with cffi; metadata lives in pyproject.toml.
 
 The helper is an accelerator, not a requirement: if the C compiler is missing or fails,
-installation still succeeds, the pure-Python twin in journal/format.py is used, and one
+installation still succeeds, the pure-Python twin in journal/engine/format.py is used, and one
 warning line says so (journal.native_available() tells which path is in use).
 """
 

@@ -93,7 +93,7 @@ def bench_codec(quick: bool) -> list[dict[str, Any]]:
         assert fmt.verify_scan(seg, 0, SALT, 1).frame_count == n_frames
         scan_py = best_rate(partial(fmt.py_scan, seg, 0, SALT, 1), len(seg), min_time, 1 if quick else 2)
         scan_c = best_rate(partial(fmt.c_scan, seg, 0, SALT, 1), len(seg), min_time, repeats)
-        verify_c = best_rate(partial(native.verify, seg, 0, SALT, 1), len(seg), min_time, repeats)
+        verify_c = best_rate(partial(fmt.verify_scan, seg, 0, SALT, 1), len(seg), min_time, repeats)
         rows.append(
             {
                 "stored_bytes": stored,

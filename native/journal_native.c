@@ -1,4 +1,4 @@
-/* The C helper of journal: see journal_native.h for the contract and journal/format.py for
+/* The C helper of journal: see journal_native.h for the contract and journal/engine/format.py for
  * the byte layout it mirrors. Integers are little-endian on disk; loads go through memcpy
  * and stores byte by byte, so nothing needs alignment and the bytes are the same on any host. */
 #include "journal_native.h"

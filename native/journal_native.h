@@ -1,8 +1,9 @@
 /* The C helper of journal: frame encoding and frame scanning over memory buffers.
  *
  * It computes and never does I/O, so every byte that reaches a file still goes through the
- * Python file layer (and the crash simulator). journal/format.py is the specification and the
- * pure-Python twin; tests hold the two byte-equal. Every constant below mirrors a name there.
+ * Python file layer (and the crash simulator). journal/engine/format.py, the code of
+ * docs/FORMAT.md, is the reference and the pure-Python twin; tests hold the two byte-equal.
+ * Every constant below mirrors a name there.
  */
 #ifndef JOURNAL_NATIVE_H
 #define JOURNAL_NATIVE_H
