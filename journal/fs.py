@@ -17,6 +17,7 @@ from typing import Protocol
 FILE_MODE = 0o600  # agent logs carry prompts, secrets and tool output: owner-only by default
 DIR_MODE = 0o700
 LOCK_POLL_INTERVAL_S = 0.01
+LOCK_NOTE_BYTES = 64  # the lock file holds one note of this size, space-padded: "<pid>[ shared <state>]"
 
 
 class File(Protocol):
@@ -34,6 +35,12 @@ class File(Protocol):
 
 
 class Lock(Protocol):
+    """A held writer lock. Its file carries a short note: the holder's pid, and in shared-writer
+    mode whether the last holder finished its batch (journal/engine/shared.py)."""
+
+    note_before: bytes  # the lock file's note as the previous holder left it
+
+    def write_note(self, note: bytes) -> None: ...
     def release(self) -> None: ...
 
 
@@ -95,8 +102,14 @@ class OsFile:
 
 
 class OsLock:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, note_before: bytes) -> None:
         self._fd = fd
+        self.note_before = note_before
+
+    def write_note(self, note: bytes) -> None:
+        # Not synced: the note is for processes that outlive a holder's death (the page cache
+        # survives that); after a power loss every writer's open recovers and syncs anyway.
+        os.pwrite(self._fd, note.ljust(LOCK_NOTE_BYTES), 0)
 
     def release(self) -> None:
         if self._fd >= 0:
@@ -126,6 +139,10 @@ class OsFileSystem:
 
     def mkdir(self, path: str) -> None:
         os.mkdir(path, DIR_MODE)
+
+    def rmdir(self, path: str) -> None:
+        """Remove an empty directory (remove_tree's last step; optional in other file layers)."""
+        os.rmdir(path)
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -157,20 +174,20 @@ class OsFileSystem:
             raise
         # The pid is advisory, for the error message of a second writer; the flock is the lock.
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            before = os.pread(fd, LOCK_NOTE_BYTES, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode().ljust(LOCK_NOTE_BYTES), 0)
         except OSError:
             os.close(fd)  # drops the lock too
             raise
-        return OsLock(fd)
+        return OsLock(fd, before)
 
     def read_lock_owner(self, path: str) -> int | None:
         try:
             with open(path, "rb") as f:
-                text = f.read(32).strip()
+                fields = f.read(LOCK_NOTE_BYTES).split()
         except OSError:
             return None
-        return int(text) if text.isdigit() else None
+        return int(fields[0]) if fields and fields[0].isdigit() else None
 
 
 def flock_holder(path: str) -> int | None:
@@ -275,3 +292,81 @@ def read_file(fs: FileSystem, path: str) -> bytes:
         return read_all(f)
     finally:
         f.close()
+
+
+def remove_tree(fs: FileSystem, path: str) -> None:
+    """Remove the directory ``path`` and everything in it, through ``fs``: files by ``unlink``,
+    directories by the file layer's ``rmdir`` where it has one (a layer without it keeps the
+    emptied directories). Raises the first OSError; what was removed by then stays removed.
+    Used for what was never published (a temporary build directory) or is superseded."""
+    for name in fs.listdir(path):
+        child = os.path.join(path, name)
+        if fs.is_dir(child):
+            remove_tree(fs, child)
+        else:
+            fs.unlink(child)
+    rmdir = getattr(fs, "rmdir", None)
+    if rmdir is not None:
+        rmdir(path)
+
+
+def make_dirs(fs: FileSystem, path: str) -> None:
+    """Like mkdir -p, each new directory made durable in its parent."""
+    missing = []
+    d = os.path.abspath(path)
+    while not fs.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    for d in reversed(missing):
+        fs.mkdir(d)
+        fs.fsync_dir(os.path.dirname(d))
+
+
+def temp_dir_beside(fs: FileSystem, dest: str, tag: str, lock_name: str) -> str:
+    """An empty directory beside ``dest`` to build it in (``.<name>.<tag>-<random>``: a dot name,
+    so nothing lists it), for ``publish_dir`` to rename into place once it is whole.
+
+    Leftovers of earlier runs for the same ``dest`` that failed or crashed are removed first,
+    unless a process still holds the lock file ``lock_name`` in one (a run building it now).
+    """
+    dest = os.path.abspath(dest)
+    parent, name = os.path.split(dest)
+    make_dirs(fs, parent)
+    prefix = f".{name}.{tag}-"
+    for stale in fs.listdir(parent):
+        path = os.path.join(parent, stale)
+        if not (stale.startswith(prefix) and fs.is_dir(path)):
+            continue
+        lock = fs.try_lock(os.path.join(path, lock_name)) if fs.exists(os.path.join(path, lock_name)) else None
+        if fs.exists(os.path.join(path, lock_name)) and lock is None:
+            continue  # being built right now
+        try:
+            remove_tree(fs, path)
+        finally:
+            if lock is not None:
+                lock.release()
+    tmp = os.path.join(parent, prefix + os.urandom(4).hex())
+    fs.mkdir(tmp)
+    return tmp
+
+
+def publish_dir(fs: FileSystem, tmp: str, dest: str) -> None:
+    """Rename the directory ``tmp`` (built whole) to ``dest`` (absent, or an empty directory,
+    which the rename replaces) and make the rename durable (its parent directory's fsync).
+
+    If that fsync fails, the rename is taken back (and an empty ``dest`` made again), so that a
+    failed publish leaves what was there before and ``tmp`` for its caller to remove.
+    """
+    parent = os.path.dirname(os.path.abspath(dest))
+    was_dir = fs.exists(dest)
+    fs.rename(tmp, dest)
+    try:
+        fs.fsync_dir(parent)
+    except OSError:
+        try:
+            fs.rename(dest, tmp)
+            if was_dir:
+                fs.mkdir(dest)
+        except OSError:
+            pass  # dest keeps the whole copy; the error says the publish failed
+        raise

@@ -82,6 +82,13 @@ class _MemLock:
     def __init__(self, fs: MemFileSystem, path: str) -> None:
         self._fs = fs
         self._path = path
+        # The note lives with the lock in memory: it outlives a holder (the page cache does),
+        # and a crash of the simulated machine forgets it with everything else unsynced.
+        self.note_before = fs._lock_notes.get(path, b"")
+
+    def write_note(self, note: bytes) -> None:
+        with self._fs._mu:
+            self._fs._lock_notes[self._path] = note
 
     def release(self) -> None:
         with self._fs._mu:
@@ -157,6 +164,7 @@ class MemFileSystem:
         self._inodes: dict[int, _Inode] = {}
         self._dirs: dict[str, dict[str, int]] = {root: {}}
         self._locks: set[str] = set()
+        self._lock_notes: dict[str, bytes] = {}
         self._next_ino = 1
         self.log: list[Op] = []
         self.base: Image = ({}, frozenset({root}))  # the durable state the log starts from

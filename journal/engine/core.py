@@ -36,8 +36,8 @@ from journal.api import LOCK_FILE as LOCK_FILE  # explicit re-export: verify imp
 from journal.api import PrefixCopy
 from journal.engine import copy as prefix_copy
 from journal.engine import format as fmt
-from journal.engine import tail
-from journal.engine.encoding import encode_event
+from journal.engine import shared, tail
+from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
 from journal.engine.options import Options
 from journal.engine.reader import Cursor, Record, SegmentCache
 from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
@@ -48,9 +48,12 @@ from journal.engine.segment import (
     read_header,
     read_seal,
 )
-from journal.engine.writer import Request, Writer, chunks
+from journal.engine.writer import BATCH_BYTES_MAX, KeyDigestUnknown, Request, Writer, chunks
 from journal.errors import (
     CorruptionError,
+    DurabilityError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
     InvariantError,
     JournalError,
     JournalFailStoppedError,
@@ -58,6 +61,7 @@ from journal.errors import (
     JournalLockedError,
     JournalNotFoundError,
     NotAJournalError,
+    present,
 )
 from journal.fs import File, FileSystem, Lock, OsFileSystem, take_lock
 from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
@@ -76,9 +80,15 @@ def _only_header(data: bytes) -> bool:
     return res.stop == fmt.Stop.END and all(f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_PADDING for f in res.frames)
 
 
+def _data_start(sector_bytes: int) -> int:
+    """Where a new segment's first record goes: after its header (and, with sector_bytes, the
+    padding that ends its first sector)."""
+    return fmt.SEGMENT_HEADER_SIZE_BYTES + len(fmt.padding_frame(fmt.SEGMENT_HEADER_SIZE_BYTES, sector_bytes, 0, 0))
+
+
 def _check_durability(durability: str) -> Durability:
     if durability not in DURABILITY_LEVELS:
-        raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
+        raise DurabilityError(durability, DURABILITY_LEVELS)
     return durability
 
 
@@ -88,6 +98,8 @@ class Journal(Writer):
     def __init__(self, path: str, fs: FileSystem, options: Options, readonly: bool) -> None:
         self.path = path
         self.readonly = readonly
+        self.shared = False  # set by open(): shared-writer mode
+        self.shared_lock_timeout_s = shared.SHARED_LOCK_TIMEOUT_S_DEFAULT
         self.options = options
         self.recovery = RecoveryReport()
         self._fs = fs
@@ -116,6 +128,11 @@ class Journal(Writer):
         self._segments = SegmentCache(fs, path)  # open segments kept for get()
         self._keys: dict[str, int] = {}  # idempotency key -> seq, of records written (or buffered)
         self._pending_keys: dict[str, tuple[Request, int]] = {}  # keys of records on their way
+        self._key_digests: dict[str, tuple[int, int]] = {}  # key -> (seq, digest), of keys appended here
+        # The most one request (an append_many chunk, or buffered appends merged) carries: a batch,
+        # and never more than a new segment holds, so no segment grows past its size limit.
+        self._segment_room_bytes = options.segment_size_bytes - _data_start(options.sector_bytes)
+        self._request_bytes_max = min(BATCH_BYTES_MAX, self._segment_room_bytes)
 
     # --- opening ------------------------------------------------------------------------
 
@@ -133,20 +150,39 @@ class Journal(Writer):
         compress: bool = True,
         sector_bytes: int = 0,
         reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT,
+        writer: str = "exclusive",
+        shared_lock_timeout_s: float = shared.SHARED_LOCK_TIMEOUT_S_DEFAULT,
     ) -> Journal:
-        """Open (and, for writing, lock and recover) the journal in directory ``path``."""
+        """Open (and, for writing, lock and recover) the journal in directory ``path``.
+
+        ``writer="shared"`` lets several processes append to the journal: the lock is taken
+        per batch, not for the life of the handle (journal/engine/shared.py). A shared batch
+        waits up to ``shared_lock_timeout_s`` for the lock, then its records are NotCommitted.
+        """
         if create and readonly:
             raise ValueError("create=True needs a writable journal; drop readonly=True")
+        if writer not in shared.WRITER_MODES:
+            raise ValueError(f"writer must be one of {shared.WRITER_MODES}, not {writer!r}")
+        if not 0 <= shared_lock_timeout_s <= shared.SHARED_LOCK_TIMEOUT_S_MAX:
+            raise ValueError(f"shared_lock_timeout_s must be between 0 and {shared.SHARED_LOCK_TIMEOUT_S_MAX}")
         options = Options(
             segment_size_bytes, record_size_bytes_max, index_interval_bytes, compress, sector_bytes, reserve_bytes
         )
         options.check()
         j = cls(os.fspath(path), fs or OsFileSystem(), options, readonly)
+        j.shared = writer == "shared" and not readonly
+        j.shared_lock_timeout_s = shared_lock_timeout_s
         try:
             if readonly:
                 j._open_readonly()
             else:
                 j._open_writer(create, lock_timeout_s)
+                if j.shared:
+                    # Recovered and synced with the lock held; from now on it is taken per batch.
+                    lock = present(j._lock, "a writer's open holds the lock")
+                    lock.write_note(shared.note(shared.NOTE_CLEAN))
+                    lock.release()
+                    j._lock = None
         except OSError as exc:
             j._release()
             if isinstance(exc, JournalError):
@@ -173,7 +209,13 @@ class Journal(Writer):
             if not fs.is_dir(d):
                 raise NotAJournalError(path, f"{d} is a file, not a directory")
             for d in reversed(missing):
-                fs.mkdir(d)
+                try:
+                    fs.mkdir(d)
+                except FileExistsError:
+                    if not fs.is_dir(d):
+                        raise
+                    # Another process made it at the same moment (shared writers starting
+                    # together); it is synced below all the same.
                 fs.fsync_dir(os.path.dirname(d))
         segments = list_segments(fs, path)
         if not segments:
@@ -225,7 +267,10 @@ class Journal(Writer):
         fs = self._fs
         segments = self._check_dir(create)
         lock_path = os.path.join(self.path, LOCK_FILE)
-        self._lock = take_lock(fs, lock_path, lock_timeout_s)
+        if self.shared:  # other processes hold the lock for a batch at a time: wait them out
+            self._lock = shared.take_lock(fs, self.path, max(lock_timeout_s, self.shared_lock_timeout_s))
+        else:
+            self._lock = take_lock(fs, lock_path, lock_timeout_s)
         if self._lock is None:
             raise JournalLockedError(self.path, fs.read_lock_owner(lock_path))
         report = RecoveryReport()
@@ -255,6 +300,12 @@ class Journal(Writer):
             report.tail = "empty"
             report.last_seq = 0
             return
+        self._adopt_live(segments, report)
+
+    def _adopt_live(self, segments: list[SegmentName], report: RecoveryReport) -> None:
+        """Recover the last segment and make it this writer's live segment (open, and a shared
+        writer whose live segment another process sealed). Refuses before it cuts anything."""
+        fs = self._fs
         last = segments[-1]
         f = fs.open_write(os.path.join(self.path, last.name), create=False)
         self._active = f
@@ -302,6 +353,8 @@ class Journal(Writer):
         self._active_size = decision.valid_end
         self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
         self._active_count = len(data_frames)
+        self._index = []
+        self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
         for fr in data_frames:
             self._note_frame(fr.seq, fr.offset)
             if fr.flags & fmt.FLAG_KEYED:
@@ -366,7 +419,8 @@ class Journal(Writer):
             out = self._append_buffered(enc) if level == "buffered" else self._append_alone(enc, level)
             if out is not None:
                 return out
-        return self._submit([enc], level)[0]
+            return self._submit([enc], level)[0]
+        return self._submit_keyed([enc], level)[0]
 
     def append_many(
         self,
@@ -380,20 +434,90 @@ class Journal(Writer):
         events = list(events)
         keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
         if len(keys) != len(events):
-            raise ValueError("idempotency_keys must have one entry per event")
+            raise InvalidArgumentError(
+                f"idempotency_keys must have one entry per event ({len(keys)} keys for {len(events)} events); "
+                "nothing was written"
+            )
         encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=True)]
+        keyed = any(k is not None for k in keys)
+        # Every key is checked before the first chunk is queued, so a conflict anywhere in the
+        # call writes nothing; a key used twice in the call is written once.
+        repeats = repeated_keys(encoded) if keyed else {}
+        unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
+        vouched = self._check_keys(unique) if keyed else None
         outcomes: list[Outcome] = []
-        for chunk in chunks(encoded):
+        room, fresh = self._segment_room()
+        for chunk in chunks(unique, room, fresh):
             if outcomes and self._failed is not None:
                 # An earlier chunk fail-stopped the journal: its outcomes (AckLost, to resolve
                 # later) are kept; the rest were never written.
                 reason = f"journal fail-stopped before this record was written: {self._failed}"
                 outcomes.extend([NotCommitted(reason)] * len(chunk))
                 continue
-            outcomes.extend(self._submit(chunk, level))
+            outcomes.extend(self._submit_keyed(chunk, level, vouched) if keyed else self._submit(chunk, level))
+        if repeats:
+            outcomes = _with_repeats(outcomes, repeats, len(encoded))
         if not (len(outcomes) == len(encoded)):
             raise InvariantError('len(outcomes) == len(encoded)')
         return outcomes
+
+    def _segment_room(self) -> tuple[int, int]:
+        """(bytes the live segment still takes before the leader rolls over, bytes a new one
+        takes), for splitting an append_many where the roll-overs will fall. Read without the
+        mutex: a hint. A wrong one only moves a roll-over earlier; no request is ever larger
+        than a new segment holds."""
+        fresh = self._segment_room_bytes
+        if self._active is None:
+            return fresh, fresh
+        return self.options.segment_size_bytes - self._active_size - self._buffered_bytes, fresh
+
+    def _submit_keyed(
+        self, items: list[Encoded], level: Durability, vouched: frozenset[tuple[str, int]] | None = None
+    ) -> list[Outcome]:
+        """_submit for records with idempotency keys. A key already in the journal with another
+        event raises IdempotencyConflictError; where the writer does not know the digest of the
+        record a key points at, that record is read first (by _check_keys, outside the mutex)."""
+        if vouched is None:
+            vouched = self._check_keys(items)
+        while True:
+            try:
+                return self._submit(items, level, vouched)
+            except KeyDigestUnknown:
+                vouched = self._check_keys(items)  # the journal changed meanwhile (a renumbering)
+
+    def _check_keys(self, items: list[Encoded]) -> frozenset[tuple[str, int]]:
+        """Compare each remembered key with the event now given for it, before anything is queued.
+
+        Digests of records appended through this handle are known; the record of any other
+        remembered key (found at open in the live segment or a seal footer, or renumbered after
+        a rollback) is read with get(), which flushes through the writer and so must run
+        without the mutex. Raises IdempotencyConflictError; returns the (key, seq) pairs read
+        and found to hold the same event.
+        """
+        todo: list[tuple[Encoded, str, int]] = []
+        with self._mu:
+            for it in items:
+                if it.key is None:
+                    continue
+                seq = self._keys.get(it.key)
+                if seq is None:
+                    continue
+                known = self._key_digests.get(it.key)
+                if known is None or known[0] != seq or known[1] != it.digest:
+                    todo.append((it, it.key, seq))
+        vouched: set[tuple[str, int]] = set()
+        for it, key, seq in todo:
+            rec = self.get(seq)
+            if rec is None or rec.key != key:
+                vouched.add((key, seq))  # nothing to compare with: taken as a retry, as before
+                continue
+            if not same_event(rec.payload, rec.is_bytes, it):
+                raise IdempotencyConflictError(key, seq)
+            with self._mu:
+                if self._keys.get(key) == seq:
+                    self._note_digest(key, seq, xxhash.xxh64_intdigest(rec.payload))
+            vouched.add((key, seq))
+        return frozenset(vouched)
 
     def flush(self) -> None:
         """Write buffered records to the OS. Raises JournalFailStoppedError if that failed."""
@@ -539,13 +663,30 @@ class Journal(Writer):
                     self._cv.wait()
             if self._active is not None and not self.readonly and self._failed is None:
                 try:
-                    self._unreserve()
-                except OSError:
+                    self._close_cut()
+                except (OSError, JournalError):
                     pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
             self._release()
         if self._failed is not None and failed_before is None:
             # The final flush of buffered records failed: they are lost, and the caller must know.
             raise JournalFailStoppedError(self._failed)
+
+    def _close_cut(self) -> None:
+        """Cut the reserved zeros off the live segment at close. A shared writer does it under
+        the lock, after catching up: other processes may have appended past its last frame."""
+        if not self.shared:
+            self._unreserve()
+            return
+        lock = shared.take_lock(self._fs, self.path, self.shared_lock_timeout_s)
+        if lock is None:
+            return  # the zeros stay; whoever writes next reuses them, any writer's open cuts them
+        try:
+            shared.catch_up(self, shared.note_state(lock.note_before) != shared.NOTE_CLEAN)
+            if self._active is not None:
+                self._unreserve()
+                lock.write_note(shared.note(shared.NOTE_CLEAN))
+        finally:
+            lock.release()
 
     def _release(self) -> None:
         with self._get_mu:
@@ -556,6 +697,22 @@ class Journal(Writer):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def _with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
+    """The outcomes of an append_many whose repeated keys were written once: each repeat gets
+    the first one's outcome, as a duplicate when it was committed."""
+    fresh = iter(outcomes)
+    out: list[Outcome] = []
+    for i in range(total):
+        if i not in repeats:
+            out.append(next(fresh))
+            continue
+        first = out[repeats[i]]
+        if isinstance(first, Committed):
+            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
+        out.append(first)
+    return out
 
 
 def open(  # noqa: A001 - the public contract is journal.open

@@ -1,23 +1,28 @@
 """The write path: group commit, the three outcomes, rollback and fail-stop, segment roll-over.
 
-The Journal (journal/core.py) is a Writer: this class holds the methods that put bytes into
+The Journal (journal/engine/core.py) is a Writer: this class holds the methods that put bytes into
 the live segment, and the Journal the ones that open, recover and read. Life of an append is
-told at the top of journal/core.py; docs/GUARANTEES.md says what each outcome promises.
+told at the top of journal/engine/core.py; docs/GUARANTEES.md says what each outcome promises.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 
+from journal.api import LOCK_FILE
 from journal.engine import format as fmt
+from journal.engine import shared
 from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
+    IdempotencyConflictError,
     InvariantError,
     JournalClosedError,
+    JournalError,
     JournalFailStoppedError,
     ReadOnlyError,
     present,
@@ -36,10 +41,18 @@ Results = tuple[str, str, "int | None"]
 WRITTEN: Results = ("ok", "", None)
 
 
+class KeyDigestUnknown(Exception):
+    """_submit found a remembered key whose record's digest it does not know: its caller reads
+    the record and retries. A signal between the two, never raised out of the journal."""
+
+
 class Request:
     """One caller's records in the queue; ``wake`` parks the caller until it is done or leads."""
 
-    __slots__ = ("abandoned", "acked", "durability", "first_seq", "items", "nbytes", "outcomes", "wake")
+    __slots__ = (
+        "abandoned", "acked", "conflicts", "durability", "first_seq", "full", "items", "late", "nbytes", "outcomes",
+        "wake",
+    )
 
     def __init__(self, items: list[Encoded], first_seq: int, durability: Durability) -> None:
         self.items = items
@@ -53,18 +66,36 @@ class Request:
         self.acked = durability == "buffered"  # the caller already holds Committed(buffered)
         self.wake: threading.Lock | None = None
         self.abandoned = False  # its caller was interrupted while waiting
+        # Shared mode: records whose key another process wrote first (position in ``full`` ->
+        # that record's seq); ``items`` then holds only the others until the outcomes are set.
+        self.late: dict[int, int] | None = None
+        self.full: list[Encoded] | None = None
+        self.conflicts: dict[int, str] | None = None  # of those, the ones that hold another event
 
 
-def chunks(items: list[Encoded]) -> Iterator[list[Encoded]]:
+def chunks(
+    items: list[Encoded], room_bytes: int = BATCH_BYTES_MAX, segment_room_bytes: int = BATCH_BYTES_MAX
+) -> Iterator[list[Encoded]]:
     """Split an append_many into requests of at most BATCH_RECORDS_MAX records and, unless one
-    record alone is larger, BATCH_BYTES_MAX bytes, so that no write exceeds the batch bound."""
+    record alone is larger, BATCH_BYTES_MAX bytes, so that no write exceeds the batch bound.
+
+    A request also ends where the segment it goes into is full: ``room_bytes`` is what the live
+    segment still takes, ``segment_room_bytes`` what a new one takes. The leader rolls over
+    before a request that does not fit (_write_batch), so the first request fills the live
+    segment up to its size limit and each later one a new segment: roll-overs fall at the limit,
+    and no segment grows past it (a record larger than a whole segment gets one to itself).
+    """
+    room = room_bytes
     chunk: list[Encoded] = []
     size = 0
     for it in items:
         nbytes = len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
-        if chunk and (size + nbytes > BATCH_BYTES_MAX or len(chunk) == BATCH_RECORDS_MAX):
+        if chunk and (size + nbytes > min(BATCH_BYTES_MAX, room) or len(chunk) == BATCH_RECORDS_MAX):
             yield chunk
+            room -= size  # what this request takes of the segment it goes into
             chunk, size = [], 0
+        if not chunk and nbytes > room:
+            room = segment_room_bytes  # the leader rolls over before this request
         chunk.append(it)
         size += nbytes
     if chunk:
@@ -77,6 +108,8 @@ class Writer:
 
     path: str
     readonly: bool
+    shared: bool  # shared-writer mode (journal/engine/shared.py)
+    shared_lock_timeout_s: float
     options: Options
     _fs: FileSystem
     _mu: threading.Lock
@@ -100,7 +133,10 @@ class Writer:
     _buffered_bytes: int
     _unsynced: bool
     _keys: dict[str, int]
+    _segment_room_bytes: int  # a new segment's room for frames (its size less header and padding)
     _pending_keys: dict[str, tuple[Request, int]]
+    _key_digests: dict[str, tuple[int, int]]  # key -> (seq, payload digest) where known here
+    _request_bytes_max: int  # what one request carries at most: a batch, and no more than a new segment holds
 
     def _check_open(self) -> None:
         if self._closed:
@@ -155,7 +191,7 @@ class Writer:
         """
         nbytes = len(enc.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
         with self._mu:
-            if self._closed or self._failed is not None or self.readonly:
+            if self._closed or self._failed is not None or self.readonly or self.shared:
                 return None
             if self._buffered_bytes + nbytes >= BUFFER_BYTES_MAX:
                 return None  # the general path writes the buffer out
@@ -168,7 +204,7 @@ class Writer:
                 tail is not None
                 and tail.acked
                 and len(tail.items) < BATCH_RECORDS_MAX
-                and tail.nbytes + nbytes <= BATCH_BYTES_MAX
+                and tail.nbytes + nbytes <= self._request_bytes_max  # a batch, and at most a new segment
             ):
                 if not (tail.first_seq + len(tail.items) == seq):
                     raise InvariantError('tail.first_seq + len(tail.items) == seq')
@@ -192,8 +228,8 @@ class Writer:
         spec = enc.spec
         queued: Request | None = None
         with self._mu:
-            if self._failed is not None or self._closed or self.readonly:
-                return None  # _submit raises the right error
+            if self._failed is not None or self._closed or self.readonly or self.shared:
+                return None  # _submit raises the right error (or, shared, takes the lock per batch)
             active = self._active
             if self._leader or self._queue:
                 # Contended, or buffered records wait: join the queue under this same hold of
@@ -247,9 +283,20 @@ class Writer:
                     self._cv.notify_all()
         return outcome
 
-    def _submit(self, items: list[Encoded], durability: Durability) -> list[Outcome]:
+    def _submit(
+        self, items: list[Encoded], durability: Durability, vouched: frozenset[tuple[str, int]] | None = None
+    ) -> list[Outcome]:
+        """Queue ``items`` (or answer them as duplicates) and wait for their outcomes.
+
+        A key remembered with another payload raises IdempotencyConflictError before anything
+        is queued. ``vouched``: the (key, seq) pairs whose record the caller read and found to
+        hold the same event (Journal._check_keys, outside the mutex); with it, a key whose
+        record's digest is not known here raises KeyDigestUnknown so the caller reads it first.
+        """
         if self.readonly:
             raise ReadOnlyError("append")
+        if self.shared and durability == "buffered":
+            durability = "flush"  # shared mode: a record gets its seq only when it is written
         with self._mu:
             keyed = any(it.key is not None for it in items)
             # A retry of a record that is still on its way waits for its outcome: answering
@@ -265,6 +312,7 @@ class Writer:
                 fresh = []
                 for i, item in enumerate(items):
                     if item.key is not None and item.key in self._keys:
+                        self._check_same(item, self._keys[item.key], vouched)
                         dupes[i] = Committed(self._keys[item.key], durability, True, "idempotency key matched")
                     else:
                         fresh.append(item)
@@ -272,6 +320,7 @@ class Writer:
             self._next_seq += len(fresh)
             for k, item in enumerate(fresh):
                 if item.key is not None:
+                    self._note_digest(item.key, req.first_seq + k, item.digest)
                     if durability == "buffered":
                         self._remember_key(item.key, req.first_seq + k)  # acknowledged below, seq final
                     else:
@@ -327,6 +376,29 @@ class Writer:
             raise InvariantError('req.outcomes is not None and len(req.outcomes) == len(req.items)')
         return req.outcomes
 
+    def _check_same(self, item: Encoded, seq: int, vouched: frozenset[tuple[str, int]] | None) -> None:
+        """Under the mutex: ``item``'s key is remembered at ``seq``; refuse it if that record holds
+        a different payload. Digests are known for keys appended through this handle (noted at
+        submit, with the seq they were given); keys found at open, or whose record was renumbered
+        after a rollback, are checked by the caller reading the record (``vouched``)."""
+        key = present(item.key, "a keyed item has a key")
+        if vouched is not None and (key, seq) in vouched:
+            return
+        known = self._key_digests.get(key)
+        if known is not None and known[0] == seq:
+            if known[1] != item.digest:
+                raise IdempotencyConflictError(key, seq)
+            return
+        if vouched is not None:
+            raise KeyDigestUnknown(key)
+        # No caller that reads records: the key is taken as a retry (a duplicate), as before.
+
+    def _note_digest(self, key: str, seq: int, digest: int) -> None:
+        self._key_digests.pop(key, None)  # re-inserted last: the oldest are forgotten first
+        self._key_digests[key] = (seq, digest)
+        if len(self._key_digests) > KEYS_REMEMBERED_MAX:
+            del self._key_digests[next(iter(self._key_digests))]
+
     def _remember_key(self, key: str, seq: int) -> None:
         self._keys[key] = seq
         if len(self._keys) > KEYS_REMEMBERED_MAX:
@@ -376,7 +448,7 @@ class Writer:
                 batch = self._take_batch()
             results: Results = ("failed", "interrupted before the write finished", None)
             try:
-                results = self._write_batch(batch)
+                results = self._shared_write(batch) if self.shared else self._write_batch(batch)
             finally:
                 with self._mu:
                     self._settle(batch, results)
@@ -418,11 +490,20 @@ class Writer:
         self._cv.notify_all()
 
     def _take_batch(self) -> list[Request]:
+        """The front of the queue, bounded by the batch limits and by the room left in the live
+        segment (a batch that does not fit starts a new one, and then fills that one at most)."""
         batch: list[Request] = []
         size = records = 0
+        if self._active is not None and self._active_count:
+            room = self.options.segment_size_bytes - self._active_size
+        else:
+            room = self._segment_room_bytes
         while self._queue:
             nxt = self._queue[0]
-            if batch and (size + nxt.nbytes > BATCH_BYTES_MAX or records + len(nxt.items) > BATCH_RECORDS_MAX):
+            if not batch and nxt.nbytes > room:
+                room = self._segment_room_bytes  # it rolls over first: a new segment's room
+            limit = min(BATCH_BYTES_MAX, room)
+            if batch and (size + nxt.nbytes > limit or records + len(nxt.items) > BATCH_RECORDS_MAX):
                 break
             batch.append(self._queue.popleft())
             size += nxt.nbytes
@@ -431,6 +512,26 @@ class Writer:
 
     def _settle(self, batch: list[Request], results: Results) -> None:
         """Hand out outcomes for a written (or failed) batch; called under the mutex."""
+        self._settle_batch(batch, results)
+        for r in batch:
+            if r.late is not None and r.full is not None:
+                # Shared mode: put back the records another process had written under their key.
+                level = r.durability
+                fresh = iter(present(r.outcomes, "a settled request has outcomes"))
+                conflicts = r.conflicts or {}
+                r.outcomes = [
+                    (
+                        NotCommitted(conflicts[i])
+                        if i in conflicts
+                        else Committed(r.late[i], level, True, "idempotency key matched (written by another process)")
+                    )
+                    if i in r.late
+                    else next(fresh)
+                    for i in range(len(r.full))
+                ]
+                r.items, r.full, r.late, r.conflicts = r.full, None, None, None
+
+    def _settle_batch(self, batch: list[Request], results: Results) -> None:
         status, reason, errno_ = results
         for r in batch:
             if r.acked:
@@ -458,13 +559,15 @@ class Writer:
         for r in batch:
             if r.acked:
                 continue
-            if status in ("rolled_back", "not_written"):
+            if status == "busy":
+                r.outcomes = [NotCommitted(reason, errno_)] * len(r.items)
+            elif status in ("rolled_back", "not_written"):
                 r.outcomes = [NotCommitted(f"write failed and was rolled back: {reason}", errno_)] * len(r.items)
             else:
                 r.outcomes = [
                     AckLost(r.first_seq + k, reason, it.digest, it.key, errno_) for k, it in enumerate(r.items)
                 ]
-        if status == "rolled_back" and not lost_buffered:
+        if status in ("rolled_back", "busy") and not lost_buffered:
             # Nothing acknowledged was lost: renumber what is still queued and carry on.
             self._next_seq = self._last_seq + 1
             for q in self._queue:
@@ -532,6 +635,65 @@ class Writer:
         if results is WRITTEN:
             self._advance(first_seq, specs, start, start + len(data))
         return results
+
+    def _shared_write(self, batch: list[Request]) -> Results:
+        """A batch in shared-writer mode: take the lock, catch up with the other processes, give
+        the batch its seqs, write it, release (journal/engine/shared.py tells the protocol)."""
+        lock = shared.take_lock(self._fs, self.path, self.shared_lock_timeout_s)
+        if lock is None:
+            return ("busy", shared.lock_busy_reason(self.shared_lock_timeout_s, self._lock_owner()), None)
+        finished = False
+        try:
+            dirty = shared.note_state(lock.note_before) != shared.NOTE_CLEAN
+            lock.write_note(shared.note(shared.NOTE_WRITING))
+            try:
+                shared.catch_up(self, dirty)  # type: ignore[arg-type]  # self is a Journal
+            except (OSError, JournalError) as exc:
+                return ("not_written", f"catching up with the journal's other writers failed: {exc}", None)
+            with self._mu:
+                self._shared_number(batch)
+            results = self._write_batch(batch)
+            finished = results[0] in ("ok", "rolled_back")  # rolled back: truncated and synced
+            return results
+        finally:
+            if finished:
+                try:
+                    lock.write_note(shared.note(shared.NOTE_CLEAN))
+                except OSError:
+                    pass  # the note stays "writing": the next holder syncs first, which is safe
+            lock.release()
+
+    def _shared_number(self, batch: list[Request]) -> None:
+        """Under the mutex, after a catch-up: records whose key another process wrote become
+        duplicates; the rest get their seqs now, and so does everything still queued."""
+        first = self._last_seq + 1
+        for r in batch:
+            keys = self._keys
+            late = {k: keys[it.key] for k, it in enumerate(r.items) if it.key is not None and it.key in keys}
+            for k, seq in late.items():
+                key = r.items[k].key
+                known = self._key_digests.get(key) if key is not None else None
+                if known is not None and known[0] == seq and known[1] != r.items[k].digest:
+                    # Another process wrote another event under this key: a caller's bug, and
+                    # nothing of this record is written (the conflict is its outcome's reason).
+                    r.conflicts = {**(r.conflicts or {}), k: f"{IdempotencyConflictError(key or '', seq)}"}
+            if late:
+                for k in late:
+                    key = r.items[k].key
+                    if key is not None and self._pending_keys.get(key, (None, 0))[0] is r:
+                        del self._pending_keys[key]
+                r.full, r.late = r.items, late
+                r.items = [it for k, it in enumerate(r.items) if k not in late]
+                r.nbytes = sum(len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES for it in r.items)
+            r.first_seq = first
+            first += len(r.items)
+        for q in self._queue:
+            q.first_seq = first  # pending keys point at (request, index): no fix-up
+            first += len(q.items)
+        self._next_seq = first
+
+    def _lock_owner(self) -> int | None:
+        return self._fs.read_lock_owner(os.path.join(self.path, LOCK_FILE))
 
     def _write_frames(self, active: File, data: bytes, start: int, sync: bool, header_last: bool) -> Results:
         """The one write path, for one record and for a batch: reserve space, write the frames
