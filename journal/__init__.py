@@ -20,7 +20,10 @@ from journal.engine.core import Journal, Options, open  # noqa: A004 - the publi
 from journal.engine.native import native_available
 from journal.errors import (
     CorruptionError,
+    DurabilityError,
     EventNotSerializableError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
     JournalClosedError,
     JournalError,
     JournalFailStoppedError,
@@ -28,10 +31,12 @@ from journal.errors import (
     JournalLockedError,
     JournalNotFoundError,
     NewerFormatError,
+    NonStringKeyError,
     NotAJournalError,
     ReadOnlyError,
     RecordTooLargeError,
     SequenceError,
+    WriteFailedError,
 )
 from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
 from journal.record import Record
@@ -48,7 +53,10 @@ __all__ = [
     "AckLost",
     "Committed",
     "CorruptionError",
+    "DurabilityError",
     "EventNotSerializableError",
+    "IdempotencyConflictError",
+    "InvalidArgumentError",
     "Journal",
     "JournalClosedError",
     "JournalError",
@@ -57,6 +65,7 @@ __all__ = [
     "JournalLockedError",
     "JournalNotFoundError",
     "NewerFormatError",
+    "NonStringKeyError",
     "NotAJournalError",
     "NotCommitted",
     "Options",
@@ -68,6 +77,7 @@ __all__ = [
     "RecordTooLargeError",
     "RecoveryReport",
     "SequenceError",
+    "WriteFailedError",
     "native_available",
     "open",
 ]

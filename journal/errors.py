@@ -92,6 +92,62 @@ class EventNotSerializableError(JournalError):
         )
 
 
+class NonStringKeyError(EventNotSerializableError):
+    """A dict in the event has a key that is not a string. JSON would store it as a string (1 as
+    "1", True as "true", None as "null"), so reading the event back would give different data."""
+
+    def __init__(self, where: str, key: object) -> None:
+        JournalError.__init__(
+            self,
+            f"event cannot be stored: key {key!r} ({type(key).__name__}) at {where} is not a string, and "
+            f"JSON would store it as the string {_json_key(key)!r}, so the event read back would differ. "
+            "Convert the keys to strings yourself (str(key)) before appending; nothing was written",
+        )
+        self.where = where
+        self.key = key
+
+
+def _json_key(key: object) -> str:
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    return repr(key) if isinstance(key, float) else str(key)
+
+
+class InvalidArgumentError(JournalError, ValueError):
+    """An argument is out of its range or not one of its choices (also a ValueError). Nothing
+    was done."""
+
+
+class DurabilityError(InvalidArgumentError):
+    def __init__(self, durability: object, levels: tuple[str, ...]) -> None:
+        super().__init__(
+            f"durability must be one of {', '.join(map(repr, levels))}, not {durability!r}; "
+            "nothing was written (docs/GUARANTEES.md says what each level survives)"
+        )
+        self.durability = durability
+
+
+class IdempotencyConflictError(JournalError):
+    """An idempotency key was used again with a different event: a caller bug, never a retry."""
+
+    def __init__(self, key: str, seq: int | None) -> None:
+        if seq is None:
+            what = "appears more than once in this call with different events"
+        else:
+            what = f"is already used by the record at seq {seq}, which holds a different event"
+        super().__init__(
+            f"idempotency key {key!r} {what}. A retry must append the same event under the same "
+            f"key (it then returns the existing record as a duplicate); give a different event its "
+            "own key. Nothing was written"
+        )
+        self.key = key
+        self.seq = seq
+
+
 class RecordTooLargeError(JournalError):
     def __init__(self, size_bytes: int, limit_bytes: int, reading: bool = False) -> None:
         if reading:
@@ -153,6 +209,41 @@ class JournalIOError(JournalError, OSError):
             + after,
         )
         self.path = path
+
+
+class WriteFailedError(JournalIOError):
+    """A command that makes a new journal (import, salvage) failed part way while writing it. Its
+    partial output, built in a temporary directory beside the destination, was removed, so the
+    destination is as it was. An OSError too, with the cause's errno (ENOSPC: a full disk)."""
+
+    def __init__(self, what: str, dest: str, cause: BaseException, leftover: str | None = None) -> None:
+        if leftover is None:
+            left = f"nothing was left at {dest!r} (the partial copy was removed)"
+        else:
+            left = (f"nothing was left at {dest!r}; the partial copy in {leftover!r} could not be removed "
+                    "(remove it, or let the next run do it)")
+        root, reason = _what_failed(cause)
+        OSError.__init__(
+            self,
+            getattr(root, "errno", None),
+            f"{what} into {dest!r} failed part way: {reason}. {left}. Fix the cause (free space, "
+            "permissions, the device) and run it again",
+        )
+        self.path = dest
+        self.dest = dest
+        self.leftover = leftover
+
+
+def _what_failed(cause: BaseException) -> tuple[BaseException, str]:
+    """The failure under ``cause`` and its words, without the advice of the errors wrapped around
+    it (reopening and recovery, which concern a journal kept, not a copy that is thrown away)."""
+    while isinstance(cause, JournalIOError) and isinstance(cause.__cause__, OSError):
+        cause = cause.__cause__
+    if isinstance(cause, JournalFailStoppedError):
+        return cause, cause.cause
+    if isinstance(cause, OSError) and not isinstance(cause, JournalError) and cause.strerror:
+        return cause, cause.strerror + (f" ({cause.filename})" if cause.filename else "")
+    return cause, str(cause)
 
 
 class InvariantError(JournalError, AssertionError):

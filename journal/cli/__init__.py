@@ -45,7 +45,9 @@ _optional("bench", "journal.cli.bench", "throughput against the stores a user wo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from journal.cli.common import Parser
+
+    parser = Parser(
         prog="journal",
         description="A crash-safe append-only journal for agent session event logs. See docs/CLI.md.",
     )
@@ -58,9 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from journal.cli.common import INTERRUPTED, exit_code_for
+    from journal.cli.common import INTERRUPTED, Parser, exit_code_for, fail
     from journal.errors import JournalError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    Parser.json_errors = "--json" in argv  # usage errors too are one JSON object then
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -75,9 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (JournalError, FileNotFoundError, FileExistsError, IsADirectoryError, ValueError) as exc:
-        sys.stderr.write(f"journal {args.command}: {exc}\n")
-        return exit_code_for(exc)
+    except (JournalError, OSError, ValueError) as exc:  # OSError: FileNotFoundError, PermissionError ...
+        return fail(args, args.command, exit_code_for(exc), str(exc), errorType=type(exc).__name__)
     return code
 
 

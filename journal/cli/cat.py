@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import OK, configure_common, dumps, event_type, record_json
+from journal.cli.common import OK, configure_common, dumps, event_type, int_at_least, record_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="the journal directory")
-    parser.add_argument("--after-seq", type=int, default=0, metavar="N", help="start after this seq (default 0)")
-    parser.add_argument("--limit", type=int, metavar="N", help="print at most N records")
+    parser.add_argument("--after-seq", type=int_at_least(0), default=0, metavar="N",
+                        help="start after this seq (default 0)")
+    parser.add_argument("--limit", type=int_at_least(0), metavar="N", help="print at most N records")
     parser.add_argument("--type", action="append", metavar="TYPE",
                         help="only events whose \"type\" is TYPE (repeatable)")
     configure_common(parser)
@@ -25,9 +26,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import journal
 
-    if args.after_seq < 0 or (args.limit is not None and args.limit < 0):
-        sys.stderr.write("journal cat: --after-seq and --limit must not be negative\n")
-        return 2
     types = set(args.type or ())
     left = args.limit
     out = sys.stdout

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 OK = 0  # done; verify: clean
@@ -54,16 +56,72 @@ def emit(args: argparse.Namespace, human: str, data: Any) -> None:
         sys.stdout.write(human.rstrip("\n") + "\n")
 
 
+def fail(args: argparse.Namespace | None, command: str, code: int, message: str, **fields: Any) -> int:
+    """Report an error on stderr and return its exit code: ``journal CMD: message`` by default;
+    with --json one JSON object, ``{"error", "exitCode", "command", ...fields}`` (camelCase keys)."""
+    if args is not None and getattr(args, "json", False):
+        sys.stderr.write(dumps({"error": message, "exitCode": code, "command": command, **fields}) + "\n")
+    else:
+        sys.stderr.write(f"journal {command}: {message}\n")
+    return code
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors (exit 2) as one JSON object on stderr when --json is given."""
+
+    json_errors = False  # set by main() when the command line holds --json
+
+    def error(self, message: str) -> Any:  # argparse's signature: it never returns
+        if Parser.json_errors:
+            command = self.prog.removeprefix("journal").strip() or "journal"
+            sys.stderr.write(dumps({"error": message, "exitCode": USAGE, "command": command,
+                                    "usage": self.format_usage().strip()}) + "\n")
+            sys.exit(USAGE)
+        super().error(message)
+
+
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``low`` (and at most ``high``), else exit 2."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, not {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, at least 0, else exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, at least 0, not {text}")
+    return value
+
+
 def exit_code_for(exc: BaseException) -> int:
     """Map a typed error to the documented exit code."""
     from journal.errors import (
         CorruptionError,
+        InvalidArgumentError,
         JournalLockedError,
         JournalNotFoundError,
         NewerFormatError,
         NotAJournalError,
     )
+    from journal.session.errors import InvalidSessionIdError
 
+    if isinstance(exc, (InvalidArgumentError, InvalidSessionIdError)):
+        return USAGE
     if isinstance(exc, CorruptionError):
         return DAMAGED
     if isinstance(exc, (JournalNotFoundError, NotAJournalError, FileNotFoundError)):

@@ -17,6 +17,8 @@ import tempfile
 import time
 from typing import TextIO
 
+from journal.cli.common import int_at_least
+
 CHILD_BATCH_EVENTS = 256
 CHILD_EVENT_BYTES = 12 * 1024  # big, incompressible events make each batch one long write
 CHILD_WAIT_S = 30.0
@@ -25,7 +27,8 @@ KILL_ROUNDS_MAX = 25  # kills are retried until one lands inside a write
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", help="work in this directory instead of a temporary one (kept afterwards)")
-    parser.add_argument("--events", type=int, default=300, help="events written before the child starts")
+    parser.add_argument("--events", type=int_at_least(10), default=300,
+                        help="events written before the child starts (at least 10; default 300)")
     parser.add_argument("--core-only", action="store_true", help="skip the agent-session story")
     parser.add_argument("--child", help=argparse.SUPPRESS)
 

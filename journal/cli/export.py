@@ -5,7 +5,8 @@ that were joined on one line come out on lines of their own). Events the importe
 events written after the import (a repair's closers, a runtime's new events) are not part of
 the source and are left out. A journal written through the API, not imported, exports as plain
 JSONL: one stored event per line with its seq. Writes OUT atomically (temp file, fsync,
-rename), or stdout when OUT is ``-`` or absent.
+rename, directory fsync; owner-only), or stdout when OUT is ``-`` or absent. ``--json`` prints
+the summary on stdout, so it needs OUT.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import OK, USAGE, configure_common
+from journal.cli.common import OK, USAGE, configure_common, fail
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,14 +33,15 @@ def run(args: argparse.Namespace) -> int:
     from journal.cli.common import dumps
     from journal.session.importers import export_journal, write_export
 
+    if args.json and args.out == "-":
+        # The summary goes to stdout, as every --json document does: the export itself cannot.
+        return fail(args, "export", USAGE, "--json prints the summary on stdout; give OUT, the file to export to")
     lines, final_newline, rep = export_journal(args.path, args.drop_defective)
     if args.format is not None and args.format != rep.format:
-        sys.stderr.write(f"journal export: {args.path} holds a {rep.format} import, not {args.format}\n")
-        return USAGE
+        return fail(args, "export", USAGE, f"{args.path} holds a {rep.format} import, not {args.format}")
     write_export(args.out, lines, final_newline)
     if args.json:
-        sys.stderr.write(dumps(rep.to_json()) + "\n") if args.out == "-" else sys.stdout.write(
-            dumps(rep.to_json()) + "\n")
+        sys.stdout.write(dumps({**rep.to_json(), "out": args.out}) + "\n")
     elif args.out != "-":
         sys.stdout.write(f"exported {rep.lines} {rep.format} lines to {args.out}\n")
     return OK

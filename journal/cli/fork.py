@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from journal.cli.common import OK, configure_common, emit
+from journal.cli.common import OK, configure_common, emit, int_at_least
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("parent", help="the parent session's journal directory (a session id with --store)")
     parser.add_argument("child", nargs="?", help="the new journal directory (with --store: the new session id)")
-    parser.add_argument("--at-seq", type=int, metavar="N", help="fork after this seq (default: the last clean point)")
+    parser.add_argument("--at-seq", type=int_at_least(1), metavar="N",
+                        help="fork after this seq (default: the last clean point)")
     parser.add_argument("--origin", default="user", help="why the fork is made: user, subagent, eval (default user)")
     parser.add_argument("--store", metavar="ROOT", help="PARENT and CHILD are ids in this session store")
     parser.add_argument("--points", action="store_true", help="list the clean fork points and exit")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import DAMAGED, OK, configure_common, emit
+from journal.cli.common import DAMAGED, OK, configure_common, emit, fail
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,10 +40,11 @@ def run(args: argparse.Namespace) -> int:
                           split_joined=args.split_joined, progress=bar)
     except MalformedLineError as exc:
         bar.end()
-        if args.json:
-            emit(args, "", {"error": str(exc), "line": exc.lineno, "defect": exc.defect, "reason": exc.reason})
-        sys.stderr.write(f"journal import: {exc}\nnothing was written\n")
-        return DAMAGED
+        return fail(args, "import", DAMAGED, f"{exc}; nothing was written", line=exc.lineno, defect=exc.defect,
+                    reason=exc.reason)
+    except BaseException:
+        bar.end()
+        raise
     bar.end()
     emit(args, rep.summary(), rep.to_json())
     return OK

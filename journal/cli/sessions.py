@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from dataclasses import asdict
 from typing import Any
 
-from journal.cli.common import NOT_FOUND, OK, configure_common, emit
+from journal.cli.common import NOT_FOUND, OK, configure_common, emit, fail
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,15 +27,15 @@ def run(args: argparse.Namespace) -> int:
 
     root = args.root
     if not (os.path.isfile(os.path.join(root, INDEX_FILE)) or os.path.isdir(os.path.join(root, SESSIONS_DIR))):
-        sys.stderr.write(f"journal sessions: {root!r} is not a session store (no {INDEX_FILE}, no {SESSIONS_DIR}/)\n")
-        return NOT_FOUND
+        why = f"{root!r} is not a session store (no {INDEX_FILE}, no {SESSIONS_DIR}/)"
+        return fail(args, "sessions", NOT_FOUND, why)
     store = SessionStore(root)
     if args.latest:
         latest = store.latest(workspace=args.workspace)
         infos = [latest] if latest is not None else []
     else:
         infos = store.list(status=args.status, workspace=args.workspace)
-    rows: list[dict[str, Any]] = [asdict(i) for i in infos]
+    rows: list[dict[str, Any]] = [i.to_json() for i in infos]
     lines = [f"{'session':<24} {'status':<9} {'last seq':>8}  {'updated':<24} workspace"]
     for i in infos:
         parent = f"  (fork of {i.parent} at seq {i.fork_seq})" if i.parent else ""

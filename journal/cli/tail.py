@@ -10,15 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import OK, configure_common, dumps, event_type, record_json
+from journal.cli.common import OK, configure_common, dumps, event_type, int_at_least, record_json, seconds
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="the journal directory")
-    parser.add_argument("-n", "--lines", type=int, default=10, metavar="N", help="how many last records (default 10)")
+    parser.add_argument("-n", "--lines", type=int_at_least(0), default=10, metavar="N",
+                        help="how many last records (default 10; 0 with -f: only new ones)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they are committed")
     parser.add_argument("--type", action="append", metavar="TYPE", help="only events of this type (repeatable)")
-    parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+    parser.add_argument("--idle-timeout", type=seconds, metavar="SECONDS",
                         help="with -f: stop after this long without a new record")
     configure_common(parser)
 

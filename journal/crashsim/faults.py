@@ -5,7 +5,7 @@
     j = journal.open(path, create=True, fs=fs)
 
 Operations: open_read, pread, open_write, pwrite, short_write, truncate, fsync, fdatasync, rename,
-link, unlink, mkdir, fsync_dir, listdir. ``short_write`` makes a pwrite write only half its bytes
+link, unlink, mkdir, rmdir, fsync_dir, listdir. ``short_write`` makes a pwrite write only half its bytes
 and then fail with ENOSPC on the next attempt, the way a full disk behaves. Every call is
 counted in ``calls`` (and listed in order in ``trace``) so a test can first count a workload's
 call sites, then fail each one.
@@ -33,6 +33,7 @@ OPERATIONS = (
     "link",
     "unlink",
     "mkdir",
+    "rmdir",
     "fsync_dir",
     "listdir",
 )
@@ -98,6 +99,12 @@ class FaultyFileSystem:
     def mkdir(self, path: str) -> None:
         self.check("mkdir", path)
         self.inner.mkdir(path)
+
+    def rmdir(self, path: str) -> None:
+        self.check("rmdir", path)
+        rmdir = getattr(self.inner, "rmdir", None)
+        if rmdir is not None:
+            rmdir(path)
 
     def fsync_dir(self, path: str) -> None:
         self.check("fsync_dir", path)

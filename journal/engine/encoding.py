@@ -7,6 +7,7 @@ with the leader's I/O. Nothing here touches a file.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any
 
@@ -15,7 +16,13 @@ import zstandard
 
 from journal.engine import format as fmt
 from journal.engine.options import Options
-from journal.errors import EventNotSerializableError, RecordTooLargeError
+from journal.errors import (
+    EventNotSerializableError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
+    NonStringKeyError,
+    RecordTooLargeError,
+)
 
 COMPRESS_MIN_BYTES = 256  # smaller events gain little (2% of bytes on real logs) and zstd costs ~10 µs each
 ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
@@ -23,6 +30,12 @@ ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
 _local = threading.local()
 # One encoder for every event: json.dumps with options builds a new encoder on each call.
 _JSON_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+# The encoder turns an int, float, bool or None key into a string ({1: "a"} is stored as
+# {"1": "a"}), so the event read back would not be the one appended. Such a key comes out as
+# '"' + a number, true, false or null + '":', and nothing else in compact JSON looks like that
+# except a string key spelled the same ("1"): one C-speed search of the encoded bytes clears a
+# valid event, and only a hit pays for the walk that tells the two apart (_non_string_key).
+_MAYBE_COERCED_KEY = re.compile(rb'"(?:[-0-9][0-9.eE+-]*+|true|false|null)":').search
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -49,6 +62,45 @@ class Encoded:
     def digest(self) -> int:
         return xxhash.xxh64_intdigest(self.raw)
 
+    @property
+    def is_bytes(self) -> bool:
+        return bool(self.spec.flags & fmt.FLAG_BYTES)
+
+
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
+def same_event(raw: bytes, is_bytes: bool, enc: Encoded) -> bool:
+    """Whether the stored payload ``raw`` holds the event ``enc`` encodes: the same bytes, or for
+    JSON the same value with its keys in another order (1 and 1.0, or true and 1, differ)."""
+    if raw == enc.raw:
+        return True
+    if is_bytes or enc.is_bytes:
+        return False
+    try:
+        return bool(_CANONICAL(json.loads(raw)) == _CANONICAL(json.loads(enc.raw)))
+    except ValueError:
+        return False
+
+
+def repeated_keys(items: list[Encoded]) -> dict[int, int]:
+    """{position: position of the first item with the same key} for keys used twice in one call.
+
+    The later ones are duplicates of the first (one record is written); the same key with two
+    different events raises IdempotencyConflictError, before anything is written.
+    """
+    first: dict[str, int] = {}
+    repeats: dict[int, int] = {}
+    for i, it in enumerate(items):
+        if it.key is None:
+            continue
+        j = first.setdefault(it.key, i)
+        if j != i:
+            if not same_event(items[j].raw, items[j].is_bytes, it):
+                raise IdempotencyConflictError(it.key, None)
+            repeats[i] = j
+    return repeats
+
 
 def encode_event(event: Any, key: str | None, synthetic: bool, options: Options) -> Encoded:
     """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written."""
@@ -57,6 +109,8 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
             raw = _JSON_ENCODE(event).encode("utf-8")
         except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
             raise EventNotSerializableError(str(exc)) from None
+        if _MAYBE_COERCED_KEY(raw) is not None:
+            _refuse_non_string_keys(event)
         flags = 0
     elif isinstance(event, (bytes, bytearray, memoryview)):
         raw = bytes(event)
@@ -76,7 +130,39 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
     if key is not None:
         key_bytes = key.encode("utf-8", "surrogateescape")
         if not 1 <= len(key_bytes) <= fmt.IDEMPOTENCY_KEY_BYTES_MAX:
-            raise ValueError(f"idempotency key must be 1..{fmt.IDEMPOTENCY_KEY_BYTES_MAX} bytes of UTF-8")
+            raise InvalidArgumentError(
+                f"idempotency key must be 1..{fmt.IDEMPOTENCY_KEY_BYTES_MAX} bytes of UTF-8, not {len(key_bytes)}; "
+                "nothing was written"
+            )
         body = bytes([len(key_bytes)]) + key_bytes + body
         flags |= fmt.FLAG_KEYED
     return Encoded(fmt.FrameSpec(flags, len(raw), body), raw, key)
+
+
+def _refuse_non_string_keys(event: dict[Any, Any]) -> None:
+    """Raise NonStringKeyError naming the first key, at any depth, that is not a string."""
+    try:
+        found = _non_string_key(event, "event")
+    except RecursionError:
+        raise EventNotSerializableError("it is nested too deeply") from None
+    if found is not None:
+        raise NonStringKeyError(*found)
+
+
+def _non_string_key(value: Any, where: str) -> tuple[str, object] | None:
+    """(where, key) of the first non-string key in ``value``, depth first; None if there is none."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return where, k
+            if isinstance(v, (dict, list, tuple)):
+                found = _non_string_key(v, f"{where}[{k!r}]")
+                if found is not None:
+                    return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            if isinstance(v, (dict, list, tuple)):
+                found = _non_string_key(v, f"{where}[{i}]")
+                if found is not None:
+                    return found
+    return None

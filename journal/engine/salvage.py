@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine.reader import Record, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR
@@ -35,9 +36,10 @@ from journal.errors import (
     JournalNotFoundError,
     NotAJournalError,
     RecordTooLargeError,
+    WriteFailedError,
     present,
 )
-from journal.fs import FileSystem, OsFileSystem, read_file
+from journal.fs import FileSystem, OsFileSystem, publish_dir, read_file, remove_tree, temp_dir_beside
 
 LOST_TYPE = "journal.lost"
 SALVAGE_BATCH_RECORDS = 1024
@@ -296,7 +298,10 @@ def walk_journal(path: str, progress: Progress | None = None,
         if progress is not None:
             progress(done, total)
     ids = [w.header.journal_id for w in walks if w.header is not None and w.header_trusted]
-    journal_id = max(set(ids), key=ids.count) if ids else None
+    # The journal's id is the one most segments carry; on a tie, the earliest segment's (sealed
+    # history never changes, so a later segment with another id is the one copied in), which is
+    # what the writer and the readers conclude too.
+    journal_id = max(ids, key=lambda i: (ids.count(i), -ids.index(i))) if ids else None
     between: list[Loss] = []
     for w in walks:
         if w.header is not None and w.header_trusted and journal_id is not None and w.header.journal_id != journal_id:
@@ -435,11 +440,11 @@ def salvage(
 ) -> SalvageReport:
     """Copy what is recoverable from ``source`` into a new journal at ``dest``. Never writes ``source``.
 
-    Both are reached through ``fs``; a failure of the file layer raises JournalIOError.
+    Both are reached through ``fs``; a failure of the file layer reading ``source`` raises
+    JournalIOError. The new journal is built in a temporary directory beside ``dest`` and renamed
+    into place once it is whole and synced: a failure while writing it (a full disk) leaves
+    nothing at ``dest`` and raises WriteFailedError, so running it again starts afresh.
     """
-    from journal.engine.core import Journal
-    from journal.outcomes import Committed
-
     fs = fs or OsFileSystem()
     source = os.fspath(source)
     dest = os.fspath(dest)
@@ -458,8 +463,47 @@ def salvage(
                 continue
             by_seq[rec.seq] = rec
     seqs = sorted(by_seq)
+    tmp: str | None = None
+    try:
+        tmp = temp_dir_beside(fs, dest, "salvage", LOCK_FILE)
+        _write(fs, tmp, seqs, by_seq, renumber, report, write_progress)
+        publish_dir(fs, tmp, os.path.abspath(dest))
+    except BaseException as exc:
+        leftover = _discard(fs, tmp) if tmp is not None else None
+        if isinstance(exc, (OSError, JournalError)):
+            raise WriteFailedError("salvage", dest, exc, leftover) from exc
+        raise
+    if write_progress is not None:
+        write_progress(len(seqs) or 1, len(seqs) or 1)
+    return report
+
+
+def _discard(fs: FileSystem, tmp: str) -> str | None:
+    """Remove a build directory that was not published; its path if that failed too."""
+    if not fs.exists(tmp):
+        return None  # renamed into place: the failure came after (the rename's directory fsync)
+    try:
+        remove_tree(fs, tmp)
+    except OSError:
+        return tmp
+    return None
+
+
+def _write(
+    fs: FileSystem,
+    path: str,
+    seqs: list[int],
+    by_seq: dict[int, Record],
+    renumber: bool,
+    report: SalvageReport,
+    write_progress: Progress | None,
+) -> None:
+    """Write the salvaged records (and placeholders) into the new journal at ``path``."""
+    from journal.engine.core import Journal
+    from journal.outcomes import Committed
+
     total = len(seqs) or 1
-    with Journal.open(dest, create=True, fs=fs) as out:
+    with Journal.open(path, create=True, fs=fs) as out:
         batch: list[Any] = []
         keys: list[str | None] = []
         synthetic: bool | None = None
@@ -471,7 +515,7 @@ def salvage(
                 outs = out.append_many(batch, durability="flush", idempotency_keys=keys, synthetic=bool(synthetic))
                 failed = [o for o in outs if not isinstance(o, Committed)]
                 if failed:
-                    raise JournalError(f"salvage could not write to {dest!r}: {failed[0]}")
+                    raise OSError(getattr(failed[0], "errno", None), f"a batch was not written: {failed[0].reason}")
             batch, keys = [], []
 
         def add(event: Any, key: str | None, synth: bool) -> None:
@@ -499,9 +543,6 @@ def salvage(
         flush()
         out.sync()
         report.last_seq = out.last_seq
-    if write_progress is not None:
-        write_progress(total, total)
-    return report
 
 
 def quarantine_files(path: str, fs: FileSystem | None = None) -> list[str]:

@@ -16,12 +16,13 @@ reader that does not know the type can still tell whether it may skip it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from journal.api import Record
-from journal.session.errors import EnvelopeError, NewerSchemaError, UnknownEventTypeError
+from journal.session.errors import EnvelopeError, InvalidSessionIdError, NewerSchemaError, UnknownEventTypeError
 from journal.session.registry import EventType, Registry
 
 SCHEMA_VERSION = 1
@@ -39,6 +40,16 @@ _KNOWN_KEYS = frozenset(
     {"schemaVersion", "sessionId", "type", "time", "causationId", "ignorable", "data"} | {k for _, k in _ID_FIELDS}
 )
 ID_BYTES_MAX = 180  # ids also go into idempotency keys ("<type>:<id>"), which the core caps at 255 bytes
+# The session store's rule for session ids (they become directory names), which every new
+# session's id follows: the store's, journal.session.open's, a fork's.
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_session_id(session_id: object) -> str:
+    """``session_id`` if the store's rule allows it; InvalidSessionIdError otherwise."""
+    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id) or ".." in session_id:
+        raise InvalidSessionIdError(session_id)
+    return session_id
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,19 @@ class RepairIncompleteError(SessionError):
         )
         self.done = done
         self.planned = planned
+
+
+class StoreError(SessionError):
+    """Base class of the session store's errors (journal.session.store)."""
+
+
+class InvalidSessionIdError(StoreError, ValueError):
+    """A session id that the store's rule refuses (also what journal.session.open refuses)."""
+
+    def __init__(self, session_id: object) -> None:
+        super().__init__(
+            f"session id {session_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..' (ids become directory names); or pass no "
+            "id and one is made (time-sortable). Nothing was created"
+        )
+        self.session_id = session_id

@@ -32,7 +32,7 @@ from typing import Any
 import journal
 from journal.api import Committed, Journal, PrefixCopy
 from journal.fs import FileSystem, OsFileSystem
-from journal.session.envelope import Event, check_for_append, decode
+from journal.session.envelope import Event, check_for_append, check_session_id, decode
 from journal.session.errors import SessionError
 from journal.session.registry import EventType, Registry, Role
 from journal.session.session import new_session_id, utc_now
@@ -319,6 +319,8 @@ def fork(
     """
     fs = fs or OsFileSystem()
     registry = registry or Registry()
+    if session_id is not None:
+        check_session_id(session_id)  # the store's rule, refused before anything is made
     parent_path, child_path = os.fspath(parent), os.fspath(child)
     if fs.exists(child_path):
         raise FileExistsError(f"fork target {child_path!r} already exists; pick a new directory")
@@ -331,7 +333,7 @@ def fork(
                 raise UncleanForkPointError(pj.last_seq, "no clean boundary in the whole session", [])
             at_seq = points[-1].last_seq
         state, checked_from, reason = check_point(pj, registry, at_seq, snapshot, fs)
-        sid = session_id or new_session_id()
+        sid = new_session_id() if session_id is None else session_id
         depth_before = state.lineage.get("depth", 0)
         depth = (depth_before if isinstance(depth_before, int) else 0) + 1
         lineage = {"parentSessionId": state.session_id, "forkSeq": at_seq, "depth": depth, "origin": origin}

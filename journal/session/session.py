@@ -16,8 +16,10 @@ submittable approval for the same call.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,10 +27,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 import journal
-from journal.api import Committed, Durability, InvariantError, Journal, Outcome
+from journal.api import (
+    DURABILITY_LEVELS,
+    Committed,
+    Durability,
+    DurabilityError,
+    IdempotencyConflictError,
+    InvariantError,
+    Journal,
+    Outcome,
+)
 from journal.outcomes import DURABILITY_RANK
 from journal.session.closers import RepairPolicy
-from journal.session.envelope import Event, check_for_append, decode
+from journal.session.envelope import Event, check_for_append, check_session_id, decode
 from journal.session.errors import NotASessionError, ProtocolError, SessionError
 from journal.session.gate import GateDecision, ResumeChecks, evaluate
 from journal.session.reducer import Reducer, SessionReducer
@@ -44,9 +55,57 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _check_arguments(session_id: str | None, durability_floor: str) -> None:
+    if session_id is not None:
+        check_session_id(session_id)  # the store's rule: ids become directory names
+    if durability_floor not in DURABILITY_LEVELS:
+        raise DurabilityError(durability_floor, DURABILITY_LEVELS)
+
+
+def _without_time(event: Mapping[str, Any]) -> str:
+    """The event as canonical JSON without its ``time`` (so true and 1, or 1 and 1.0, differ)."""
+    return json.dumps({k: v for k, v in event.items() if k != "time"}, sort_keys=True, ensure_ascii=False)
+
+
+class SessionIds:
+    """Session ids, each greater (as a string) than the one before in this process, whatever the
+    clock does: ``s``, 12 hex digits of milliseconds since the epoch, 8 hex digits.
+
+    A new millisecond starts the low part at a random value below 2**31. Within a millisecond,
+    or when the clock stands still or steps back (NTP, a VM restored), the previous id's
+    millisecond is kept and its low part goes up by one, as ULID's monotonic mode does; if it
+    would overflow, the millisecond moves on by one. So ids sort by creation order in a process
+    and by clock across processes, where the random part tells them apart.
+    """
+
+    LOW_BITS = 32
+
+    def __init__(self, clock: Callable[[], float] = _time.time, random_low: Callable[[], int] | None = None) -> None:
+        self._clock = clock  # seconds since the epoch
+        self._random_low = random_low or (lambda: secrets.randbits(self.LOW_BITS - 1))
+        self._mu = threading.Lock()
+        self._last: tuple[int, int] = (-1, 0)  # (milliseconds, low part) of the last id
+
+    def __call__(self) -> str:
+        ms = max(0, int(self._clock() * 1000))
+        with self._mu:
+            last_ms, last_low = self._last
+            if ms > last_ms:
+                low = self._random_low() % (1 << self.LOW_BITS)
+            elif last_low + 1 < 1 << self.LOW_BITS:
+                ms, low = last_ms, last_low + 1
+            else:
+                ms, low = last_ms + 1, self._random_low() % (1 << self.LOW_BITS)
+            self._last = (ms, low)
+        return f"s{ms:012x}{low:08x}"
+
+
+_SESSION_IDS = SessionIds()
+
+
 def new_session_id() -> str:
-    """Time-sortable: 12 hex digits of milliseconds since the epoch, then 8 random hex digits."""
-    return f"s{int(_time.time() * 1000):012x}{secrets.token_hex(4)}"
+    """A new session id: time-sortable, and greater than every id this process made before."""
+    return _SESSION_IDS()
 
 
 @dataclass(frozen=True)
@@ -107,6 +166,7 @@ class Session:
         durability_floor: Durability = "buffered",
         **journal_options: Any,
     ) -> Session:
+        _check_arguments(session_id, durability_floor)  # before the journal (or its directory) exists
         j = journal.open(path, create=create, readonly=readonly, **journal_options)
         try:
             return cls.attach(j, create=create and not readonly, session_id=session_id, workspace=workspace,
@@ -134,6 +194,7 @@ class Session:
 
         The session takes ownership: closing the session closes ``j``.
         """
+        _check_arguments(session_id, durability_floor)
         s = cls(j, registry or Registry(), clock, durability_floor)
         s._load(j.path, create and not j.readonly, session_id, workspace, lineage,
                 repair_on_open and not j.readonly, policy)
@@ -149,7 +210,7 @@ class Session:
                 raise NotASessionError(path, "its first events hold no session.started header")
             if not create:
                 raise NotASessionError(path, "it is empty")
-            sid = session_id or new_session_id()
+            sid = new_session_id() if session_id is None else session_id
             self.session_id = sid
             data: dict[str, Any] = {"workspace": dict(workspace or {}), "lineage": dict(lineage or {"depth": 0})}
             got = self.append("session.started", data=data)
@@ -215,12 +276,28 @@ class Session:
             ident = getattr(event, _STRUCT_ID[spec.role])
             key = f"{type}:{ident}" if ident else None
         level = self.level_for(spec)
-        out = self.journal.append(event.to_stored(), durability=level, idempotency_key=key)
+        stored = event.to_stored()
+        try:
+            out = self.journal.append(stored, durability=level, idempotency_key=key)
+        except IdempotencyConflictError as exc:
+            out = self._retried(exc, stored, level)
         if isinstance(out, Committed):
             event = event.with_seq(out.seq, synthetic=False)
             if not out.duplicate:
                 self._state = self._reducer.apply(self._state, event, spec)
         return Appended(event, out, spec.durability.value, level)
+
+    def _retried(self, exc: IdempotencyConflictError, stored: dict[str, Any], level: Durability) -> Outcome:
+        """A structural key already holds an event: a retry of the same event made again (its
+        ``time``, which is for display only, differs) is that event's duplicate; anything else
+        is the caller's conflict and is raised."""
+        rec = self.journal.get(exc.seq) if exc.seq is not None else None
+        if rec is None or rec.is_bytes or not isinstance(rec.event, dict):
+            raise exc
+        if _without_time(rec.event) != _without_time(stored):
+            raise exc
+        # Appending the stored event again gets the writer's own duplicate answer, durability included.
+        return self.journal.append(rec.event, durability=level, idempotency_key=exc.key)
 
     def _guard(self, event: Event, spec: EventType) -> Appended | None:
         """Refuse what the recovery table forbids; return the earlier event for an idempotent repeat."""

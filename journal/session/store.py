@@ -2,7 +2,8 @@
 
 Layout (directories 0700, files 0600: agent logs hold prompts, secrets and tool output)::
 
-    <root>/index.json                  the index: one entry per session (see below)
+    <root>/index.json                  the index snapshot: one entry per session (see below)
+    <root>/index.log-<generation>/     a journal of the index updates made since that snapshot
     <root>/INDEX.lock                  serializes index updates across processes (flock)
     <root>/sessions/<id>/journal/      the session's journal
     <root>/sessions/<id>/snapshots/    snapshot files (disposable)
@@ -10,64 +11,87 @@ Layout (directories 0700, files 0600: agent logs hold prompts, secrets and tool 
     <root>/artifacts/                  the artifact store shared by the sessions
 
 Session ids are time-sortable (``s`` + milliseconds in hex + random), so sorting ids sorts by
-creation (seed 003). The index is a cache in the snapshot-file format (canonical JSON and an
-XXH64 line, written atomically): per session its status (active, archived), workspace, created,
-updated, last seq and parent. The journals stay the truth: the index is rebuilt from them when
-it is missing or damaged, an entry is rebuilt when its directory appears, disappears or moves,
-and an entry whose session was opened through the store and never closed through it (a crash)
-is refreshed from its journal. Listing otherwise opens one file, the index. A session written
-by something other than the store keeps a stale last seq until ``refresh(id)`` or
-``rebuild_index()``.
+creation (seed 003). The index is a cache: per session its status (active, archived),
+workspace, created, updated, last seq and parent. The journals stay the truth: the index is
+rebuilt from them when it is missing or damaged, an entry is rebuilt when its directory appears,
+disappears or moves, and an entry whose session was opened through the store and never closed
+through it (a crash) is refreshed from its journal. A session written by something other than
+the store keeps a stale last seq until ``refresh(id)`` or ``rebuild_index()``.
+
+How the index is kept, so that an update costs the same with ten sessions or a million: the
+index is a snapshot plus a log. ``index.json`` (snapshot-file format: a header line, canonical
+JSON, an XXH64 line; written atomically) holds every entry as of its *generation* g; the
+journal ``index.log-<g>/`` holds the updates made since, one small record each (``put`` an
+entry, ``set`` some of an entry's fields, ``del`` one), appended at "sync" under INDEX.lock.
+Creating or closing a session appends one record and reads nothing of the index but the
+snapshot's first line (its generation and size): O(1) in the number of sessions. Reading the
+index is the snapshot plus the records of the logs of generation g and later, in order.
+Compaction, once a log holds a quarter as many records as the snapshot has entries (and at
+least INDEX_COMPACT_RECORDS_MIN), folds them into a snapshot of generation g+1: the new log's
+directory is made first, then the snapshot is written (its directory fsync covers both), then
+the older logs are removed. A crash at any point leaves either the old snapshot (the new empty
+log is read after it, harmlessly) or the new one (older logs are ignored, and removed by the
+next compaction). Its O(n) cost comes once per n/4 updates, and a listing replays at most that
+many records after the snapshot. Listing opens the snapshot and the
+log's segments, never a session's journal.
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
+import errno
 import json
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, cast
 
 import xxhash
 
 import journal
-from journal.api import LOCK_FILE, JournalError
-from journal.fs import FileSystem, OsFileSystem, take_lock
+from journal.api import LOCK_FILE, Committed, JournalError, JournalNotFoundError, NotAJournalError
+from journal.fs import FileSystem, Lock, OsFileSystem, take_lock
+from journal.fs import remove_tree as remove_dir
 from journal.session.artifacts import ArtifactStore
-from journal.session.errors import SessionError
+from journal.session.envelope import SESSION_ID_RE, check_session_id
+from journal.session.errors import InvalidSessionIdError, StoreError
 from journal.session.fork import ForkReducer, ForkResult, fork, remove_tree
 from journal.session.registry import Registry
 from journal.session.session import Session, new_session_id, utc_now
 from journal.session.snapshot import snapshot_path, write_atomic
 
 INDEX_FILE = "index.json"
+INDEX_LOG_PREFIX = "index.log-"  # + the generation in 10 digits: the journal of updates since the snapshot
 INDEX_LOCK = "INDEX.lock"
 SESSIONS_DIR = "sessions"
+BUILD_DIR = ".new"  # in sessions/: where a new session is made whole before its rename
 ARCHIVE_DIR = "archive"
 ARTIFACTS_DIR = "artifacts"
 JOURNAL_DIR = "journal"
 SNAPSHOTS_DIR = "snapshots"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # version 1 (a snapshot without a log) is read as generation 0
 INDEX_LOCK_TIMEOUT_S = 10.0
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_INDEX_MAGIC = b"journal-session-index 1\n"
+INDEX_COMPACT_RECORDS_MIN = 64  # a log is folded into a new snapshot at this many records at least
+INDEX_LOG_SHARE = 4  # ... and once it holds a quarter as many records as the snapshot has entries
+INDEX_LOG_SEGMENT_BYTES = 64 * 1024  # an update opens the log: its live segment is read and scanned
+INDEX_LOAD_ATTEMPTS = 3  # reads of the index without the lock that may race a compaction
+HEAD_BYTES_MAX = 128
+_INDEX_MAGIC = b"journal-session-index "
 
-
-class StoreError(SessionError):
-    """Base class of the session store's errors."""
-
-
-class InvalidSessionIdError(StoreError, ValueError):
-    def __init__(self, session_id: str) -> None:
-        super().__init__(
-            f"session id {session_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit, without '..' (ids become directory names)"
-        )
+__all__ = [
+    "SESSION_ID_RE",
+    "InvalidSessionIdError",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionNotFoundError",
+    "SessionStore",
+    "StoreError",
+    "StoreSession",
+    "check_session_id",
+]
 
 
 class SessionNotFoundError(StoreError, KeyError):
@@ -81,12 +105,6 @@ class SessionExistsError(StoreError):
         super().__init__(f"session {session_id!r} already exists in this store; pick another id")
 
 
-def check_session_id(session_id: str) -> str:
-    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id) or ".." in session_id:
-        raise InvalidSessionIdError(str(session_id))
-    return session_id
-
-
 @dataclass(frozen=True)
 class SessionInfo:
     session_id: str
@@ -98,6 +116,12 @@ class SessionInfo:
     parent: str | None = None  # parentSessionId of a fork
     fork_seq: int | None = None
     open: bool = False  # opened for writing through the store and not closed through it yet
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as `journal sessions --json` prints it (camelCase, like every --json)."""
+        return {"sessionId": self.session_id, "status": self.status, "workspace": self.workspace,
+                "created": self.created, "updated": self.updated, "lastSeq": self.last_seq,
+                "parentSessionId": self.parent, "forkSeq": self.fork_seq, "open": self.open}
 
 
 class StoreSession(Session):
@@ -177,8 +201,9 @@ class SessionStore:
         opened = StoreSession.open(os.path.join(d, JOURNAL_DIR), fs=self.fs, **options)
         s = self._attach(cast(StoreSession, opened), sid)
         now = utc_now()
-        with self._closed_on_error(s), self._index() as idx:
-            idx[sid] = SessionInfo(sid, "active", dict(workspace or {}), now, now, s.journal.last_seq, open=True)
+        with self._closed_on_error(s):
+            self._update([_put(SessionInfo(sid, "active", dict(workspace or {}), now, now, s.journal.last_seq,
+                                           open=True))])
         return s
 
     def open(self, session_id: str, readonly: bool = False, **options: Any) -> StoreSession:
@@ -193,9 +218,9 @@ class SessionStore:
         )
         if not readonly:
             self._attach(s, session_id)
-            with self._closed_on_error(s), self._index() as idx:
-                old = idx.get(session_id) or self._read_info(session_id)
-                idx[session_id] = _replace(old, open=True, last_seq=s.journal.last_seq)
+            with self._closed_on_error(s):
+                # An entry the index lacks is read from the directories by the next listing.
+                self._update([_set(session_id, open=True, last_seq=s.journal.last_seq)])
         return s
 
     @contextmanager
@@ -214,9 +239,7 @@ class SessionStore:
         return s
 
     def _closed(self, session_id: str, last_seq: int) -> None:
-        with self._index() as idx:
-            old = idx.get(session_id) or self._read_info(session_id)
-            idx[session_id] = _replace(old, open=False, last_seq=last_seq, updated=utc_now())
+        self._update([_set(session_id, open=False, last_seq=last_seq, updated=utc_now())])
 
     def fork(
         self,
@@ -251,22 +274,24 @@ class SessionStore:
             remove_tree(self.fs, tmp)
             raise
         got = dataclasses.replace(got, path=os.path.join(d, JOURNAL_DIR))
-        with self._index() as idx:
-            idx[sid] = self._read_info(sid)
+        self._update([_put(self._read_info(sid))])
         return got
 
     def _build_dir(self, session_id: str) -> str:
         """A temp directory where a new session is made whole before it gets its name.
 
-        Its name starts with a dot, so listings never show it; those of an earlier attempt for
-        the same id that crashed or failed are removed first (they were never published).
+        It is in ``sessions/.new/`` (a dot name: listings never show it), so that finding the
+        leftovers of an earlier attempt for the same id that crashed or failed (never published,
+        removed first) lists the builds under way, not every session of the store.
         """
-        sessions = self._dir(SESSIONS_DIR)
-        prefix = f".{session_id}.new-"
-        for stale in self.fs.listdir(sessions):
+        building = self._dir(SESSIONS_DIR, BUILD_DIR)
+        if not self.fs.exists(building):
+            self.fs.mkdir(building)  # never published: what is renamed out of it is synced there
+        prefix = f"{session_id}.new-"
+        for stale in self.fs.listdir(building):
             if stale.startswith(prefix):
-                remove_tree(self.fs, os.path.join(sessions, stale))
-        tmp = os.path.join(sessions, prefix + uuid.uuid4().hex[:8])
+                remove_tree(self.fs, os.path.join(building, stale))
+        tmp = os.path.join(building, prefix + uuid.uuid4().hex[:8])
         self.fs.mkdir(tmp)
         return tmp
 
@@ -297,13 +322,8 @@ class SessionStore:
     def _archived(self, session_id: str) -> SessionInfo:
         self.fs.fsync_dir(self._dir(SESSIONS_DIR))
         self.fs.fsync_dir(self._dir(ARCHIVE_DIR))
-        with self._index() as idx:
-            old = idx.get(session_id) or self._read_info(session_id)
-            idx[session_id] = info = _replace(old, status="archived", open=False)
-        # The index is a cache rebuilt from the directories, but an archive finished by a retry
-        # may find it already written (unchanged, so not rewritten) by a run whose sync failed.
-        self.fs.fsync_dir(self.root)
-        return info
+        self._update([_set(session_id, status="archived", open=False)])
+        return self.info(session_id)
 
     # --- listing ------------------------------------------------------------------------
 
@@ -318,8 +338,7 @@ class SessionStore:
         if loaded is not None:
             self._freshen(idx, full=False)
         if loaded is None or idx != loaded:
-            with self._index() as fresh:
-                idx = dict(fresh)
+            idx = self._refreshed()
         return [
             i
             for i in sorted(idx.values(), key=lambda i: i.session_id)
@@ -339,34 +358,158 @@ class SessionStore:
 
     def refresh(self, session_id: str) -> SessionInfo:
         """Re-read one session's entry from its journal."""
-        with self._index() as idx:
-            idx[session_id] = info = self._read_info(session_id)
+        info = self._read_info(session_id)
+        self._update([_put(info)])
         return info
 
     def rebuild_index(self) -> int:
         """Rebuild the whole index from the sessions; returns how many it holds."""
-        with self._index(rebuild=True) as idx:
-            return len(idx)
+        with self._locked():
+            return len(self._compact([], rebuild=True))
 
-    # --- the index ----------------------------------------------------------------------
+    # --- the index (see the module doc: a snapshot, a log of updates, compaction) ---------------
 
     @contextmanager
-    def _index(self, rebuild: bool = False) -> Iterator[dict[str, SessionInfo]]:
-        """The index under the store lock, made fresh; written back if the caller changed it."""
-        lock = take_lock(self.fs, self._dir(INDEX_LOCK), INDEX_LOCK_TIMEOUT_S)
+    def _locked(self) -> Iterator[None]:
+        """INDEX.lock: one index writer at a time, across processes."""
+        lock: Lock | None = take_lock(self.fs, self._dir(INDEX_LOCK), INDEX_LOCK_TIMEOUT_S)
         if lock is None:
             raise StoreError(f"the index of {self.root!r} stayed locked for {INDEX_LOCK_TIMEOUT_S}s")
         try:
-            loaded = None if rebuild else self._load_index()
-            idx = dict(loaded or {})
-            self._freshen(idx, full=loaded is None)
-            yield idx
-            if loaded is None or idx != loaded:
-                self._save_index(idx)
+            yield
         finally:
             lock.release()
 
+    def _update(self, records: builtins.list[dict[str, Any]]) -> None:
+        """Log index updates (O(1) in the number of sessions), under the lock."""
+        with self._locked():
+            self._log(records)
+
+    def _refreshed(self) -> dict[str, SessionInfo]:
+        """Under the lock: the index made to agree with the directories, what changed logged (or,
+        without a usable index, rebuilt from the sessions and snapshotted)."""
+        with self._locked():
+            loaded = self._load_index()
+            if loaded is None:
+                return self._compact([], rebuild=True)
+            idx = dict(loaded)
+            self._freshen(idx, full=False)
+            changes = [_put(info) for sid, info in idx.items() if loaded.get(sid) != info]
+            changes += [{"op": "del", "id": sid} for sid in loaded if sid not in idx]
+            if changes:
+                self._log(changes)
+            return idx
+
+    def _log(self, records: builtins.list[dict[str, Any]]) -> None:
+        """Append ``records`` to the current generation's log (the lock is held), compacting it
+        when it has grown as large as the snapshot. Without a usable snapshot the index is
+        rebuilt from the sessions instead, with the records applied."""
+        head = self._snapshot_head()
+        if head is None:
+            self._compact(records, rebuild=True)
+            return
+        generation, entries = head
+        with self._open_log(generation) as j:
+            outs = j.append_many(records, durability="sync")
+            failed = [o for o in outs if not isinstance(o, Committed)]
+            if failed:
+                raise StoreError(
+                    f"the index of {self.root!r} could not be updated ({failed[0]}); the sessions are "
+                    "unchanged and the next listing re-reads what the index missed. Fix the cause and retry"
+                )
+            logged = j.last_seq
+        if logged >= max(INDEX_COMPACT_RECORDS_MIN, entries // INDEX_LOG_SHARE):
+            try:
+                self._compact([])
+            except (OSError, JournalError):
+                pass  # the update is durable in the log; the next update compacts again
+
+    def _open_log(self, generation: int) -> journal.Journal:
+        return journal.open(
+            self._log_path(generation), create=True, fs=self.fs, segment_size_bytes=INDEX_LOG_SEGMENT_BYTES,
+            reserve_bytes=0,  # opened for every update and closed: nothing to gain from reserving
+            compress=False,  # records of a few hundred bytes: decompressing them would slow listings
+        )
+
+    def _compact(self, records: builtins.list[dict[str, Any]], rebuild: bool = False) -> dict[str, SessionInfo]:
+        """Fold the index (or, with ``rebuild``, the sessions themselves) and ``records`` into a
+        snapshot of a new generation, and remove the older logs. The lock is held."""
+        loaded = None if rebuild else self._load_index()
+        idx = dict(loaded or {})
+        if loaded is None:
+            self._freshen(idx, full=True)
+        for rec in records:
+            _apply(idx, rec)
+        olds = self._log_generations()
+        head = self._snapshot_head()
+        generation = max([*olds, head[0] if head is not None else 0]) + 1
+        # The new log's directory first: the snapshot's directory fsync makes both durable, and a
+        # crash before the snapshot leaves an empty log that is read (as nothing) after the old one.
+        self.fs.mkdir(self._log_path(generation))
+        self._save_snapshot(generation, idx)
+        for old in olds:
+            remove_dir(self.fs, self._log_path(old))  # superseded by the snapshot
+        return idx
+
+    def _log_path(self, generation: int) -> str:
+        return self._dir(f"{INDEX_LOG_PREFIX}{generation:010d}")
+
+    def _log_generations(self) -> builtins.list[int]:
+        out = []
+        for name in self.fs.listdir(self.root):
+            tail = name[len(INDEX_LOG_PREFIX) :]
+            if name.startswith(INDEX_LOG_PREFIX) and tail.isdigit() and len(tail) == 10:
+                out.append(int(tail))
+        return sorted(out)
+
+    def _snapshot_head(self) -> tuple[int, int] | None:
+        """(generation, entries) from the snapshot's first line, for a writer: no checksum is
+        checked and nothing else is read. A damaged snapshot that still has a readable first
+        line only sends records to a log that the rebuild its readers do makes moot."""
+        try:
+            f = self.fs.open_read(self._dir(INDEX_FILE))
+        except FileNotFoundError:
+            return None
+        try:
+            first = f.pread(HEAD_BYTES_MAX, 0)
+        finally:
+            f.close()
+        return _parse_head(first[: first.find(b"\n") + 1])
+
     def _load_index(self) -> dict[str, SessionInfo] | None:
+        """The index: the snapshot, then the logs of its generation and later; None when it is
+        missing or damaged (the caller rebuilds it from the sessions). Read without the lock, so
+        a compaction may remove a log meanwhile: the read is then made again."""
+        for _ in range(INDEX_LOAD_ATTEMPTS):
+            snap = self._read_snapshot()
+            if snap is None:
+                return None
+            generation, idx = snap
+            try:
+                for g in self._log_generations():
+                    if g >= generation:
+                        self._replay_log(g, idx)
+            except (JournalNotFoundError, FileNotFoundError):
+                continue  # a compaction removed a log after the snapshot was read: read again
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue  # the same, seen while the log was being opened
+                raise  # an I/O error says nothing about the index: never rebuild on it
+            except (JournalError, ValueError, TypeError, KeyError, AttributeError):
+                return None  # a damaged log: rebuilt from the sessions
+            return idx
+        return None
+
+    def _replay_log(self, generation: int, idx: dict[str, SessionInfo]) -> None:
+        try:
+            j = journal.open(self._log_path(generation), readonly=True, fs=self.fs)
+        except NotAJournalError:
+            return  # made by a compaction, no update logged yet
+        with j:
+            for rec in j.read():
+                _apply(idx, rec.event)
+
+    def _read_snapshot(self) -> tuple[int, dict[str, SessionInfo]] | None:
         path = self._dir(INDEX_FILE)
         try:
             f = self.fs.open_read(path)
@@ -376,25 +519,28 @@ class SessionStore:
             data = f.pread(f.size(), 0)
         finally:
             f.close()
+        first = data.find(b"\n") + 1
         cut = data.rfind(b"\n", 0, len(data) - 1) + 1
-        if not data.startswith(_INDEX_MAGIC) or data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
+        head = _parse_head(data[:first])
+        if head is None or data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
             return None  # damaged or torn: rebuilt from the sessions
         try:
-            body = json.loads(data[len(_INDEX_MAGIC) : cut - 1])
-            if body.get("version") != INDEX_VERSION:
+            body = json.loads(data[first : cut - 1])
+            if body.get("version") not in (1, INDEX_VERSION):
                 return None
-            return {k: SessionInfo(**v) for k, v in body["sessions"].items()}
+            return head[0], {k: SessionInfo(**v) for k, v in body["sessions"].items()}
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
-    def _save_index(self, idx: dict[str, SessionInfo]) -> None:
+    def _save_snapshot(self, generation: int, idx: dict[str, SessionInfo]) -> None:
         body = json.dumps(
-            {"version": INDEX_VERSION, "sessions": {k: asdict(v) for k, v in sorted(idx.items())}},
+            {"version": INDEX_VERSION, "generation": generation,
+             "sessions": {k: _fields(v) for k, v in sorted(idx.items())}},
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,
         ).encode("utf-8")
-        head = _INDEX_MAGIC + body + b"\n"
+        head = _INDEX_MAGIC + b"%d %d %d\n" % (INDEX_VERSION, generation, len(idx)) + body + b"\n"
         write_atomic(self.fs, self._dir(INDEX_FILE), head + b"xxh64 %016x\n" % xxhash.xxh64_intdigest(head))
 
     def _freshen(self, idx: dict[str, SessionInfo], full: bool) -> None:
@@ -464,5 +610,54 @@ class SessionStore:
         return SessionInfo(session_id, status, workspace, created, updated, last_seq, parent, fork_seq)
 
 
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SessionInfo))
+
+
 def _replace(info: SessionInfo, **changes: Any) -> SessionInfo:
-    return SessionInfo(**{**asdict(info), **changes})
+    """``info`` with ``changes`` (dataclasses.replace, without its cost: a listing replays many)."""
+    if not changes.keys() <= _FIELD_NAMES:
+        raise ValueError(f"unknown index entry fields {sorted(changes.keys() - _FIELD_NAMES)}")
+    new = object.__new__(SessionInfo)
+    new.__dict__.update(info.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def _put(info: SessionInfo) -> dict[str, Any]:
+    return {"op": "put", "id": info.session_id, "info": _fields(info)}
+
+
+def _fields(info: SessionInfo) -> dict[str, Any]:
+    """The entry as a dict of its fields (asdict without its deep copy: they are JSON values)."""
+    return dict(info.__dict__)
+
+
+def _set(session_id: str, **fields: Any) -> dict[str, Any]:
+    return {"op": "set", "id": session_id, "fields": fields}
+
+
+def _apply(idx: dict[str, SessionInfo], rec: Any) -> None:
+    """One logged update. A ``set`` for an entry the index lacks is dropped: the directories
+    still show the session, and the next listing reads its entry from its journal."""
+    op, sid = rec["op"], rec["id"]
+    if op == "put":
+        idx[sid] = SessionInfo(**rec["info"])
+    elif op == "set":
+        if sid in idx:
+            idx[sid] = _replace(idx[sid], **rec["fields"])
+    elif op == "del":
+        idx.pop(sid, None)
+    else:
+        raise ValueError(f"unknown index update {op!r}")
+
+
+def _parse_head(line: bytes) -> tuple[int, int] | None:
+    """(generation, entries) of a snapshot's first line; version 1 is generation 0."""
+    if line == b"journal-session-index 1\n":
+        return 0, 0
+    fields = line.split()
+    if len(fields) != 4 or fields[0] != _INDEX_MAGIC.strip() or fields[1] != b"%d" % INDEX_VERSION:
+        return None
+    if not (fields[2].isdigit() and fields[3].isdigit()):
+        return None
+    return int(fields[2]), int(fields[3])

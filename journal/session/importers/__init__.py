@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from journal.fs import FileSystem
 from journal.session.importers.base import ExportReport, ImportReport, Mapped, Progress, export_lines, write_export
 from journal.session.importers.base import import_file as _import_file
 from journal.session.importers.formats import FORMATS
@@ -26,11 +27,13 @@ def import_file(
     skip_bad: bool = False,
     split_joined: bool = False,
     progress: Progress | None = None,
+    fs: FileSystem | None = None,
 ) -> ImportReport:
-    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line."""
+    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line
+    and WriteFailedError (leaving nothing at ``dest``) when writing fails part way."""
     if format_name not in FORMATS:
         raise ValueError(f"unknown format {format_name!r}; one of {', '.join(FORMATS)}")
-    return _import_file(FORMATS[format_name], source, dest, skip_bad, split_joined, progress)
+    return _import_file(FORMATS[format_name], source, dest, skip_bad, split_joined, progress, fs=fs)
 
 
 def export_journal(path: str, drop_defective: bool = False) -> tuple[list[str], bool, ExportReport]:

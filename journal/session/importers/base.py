@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from journal.api import InvariantError, JournalError
-from journal.fs import OsFileSystem
+from journal.api import LOCK_FILE, InvariantError, JournalError, WriteFailedError
+from journal.fs import FileSystem, OsFileSystem, publish_dir, read_file, remove_tree, temp_dir_beside, write_atomic
 from journal.session.envelope import ID_BYTES_MAX, Event
 from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
 
@@ -201,19 +201,24 @@ def import_file(
     split_joined: bool = False,
     progress: Progress | None = None,
     time_of: Callable[[dict[str, Any]], str | None] | None = None,
+    fs: FileSystem | None = None,
 ) -> ImportReport:
-    """Import ``source`` (a file in format ``fmt``) into a new session journal at ``dest``."""
+    """Import ``source`` (a file in format ``fmt``) into a new session journal at ``dest``.
+
+    The journal is built in a temporary directory beside ``dest`` and renamed into place when
+    it is whole and synced, so an import that fails part way (a full disk) leaves nothing at
+    ``dest`` and raises WriteFailedError; running it again starts afresh.
+    """
     import journal
     from journal.api import Committed
     from journal.session.envelope import check_for_append
     from journal.session.registry import DurabilityClass, EventType, Registry
     from journal.session.session import new_session_id
 
-    fs = OsFileSystem()  # the destination is a journal directory: looked at through the file layer
+    fs = fs or OsFileSystem()  # the destination is a journal directory: looked at through the file layer
     if fs.exists(dest) and (not fs.is_dir(dest) or fs.listdir(dest)):
         raise JournalError(f"destination {dest!r} exists and is not empty; import writes a new journal")
-    with open(source, "rb") as f:
-        data = f.read()
+    data = read_file(fs, source)
     lines, final_newline = read_source(data, split_joined, progress)
     report = ImportReport(source, dest, fmt.name)
     report.lines = lines[-1].lineno if lines else 0
@@ -262,16 +267,36 @@ def import_file(
         check_for_append(ev, registry.get(ev.type))
         stored.append(ev.to_stored())
         report.mapped[ev.type] = report.mapped.get(ev.type, 0) + 1
-    with journal.open(dest, create=True) as j:
-        for start in range(0, len(stored), WRITE_BATCH_RECORDS):
-            outs = j.append_many(stored[start : start + WRITE_BATCH_RECORDS], durability="flush")
-            bad = [o for o in outs if not isinstance(o, Committed)]
-            if bad:
-                raise JournalError(f"import could not write to {dest!r}: {bad[0]}")
-        j.sync()
-        report.last_seq = j.last_seq
+    tmp: str | None = None
+    try:
+        tmp = temp_dir_beside(fs, dest, "import", LOCK_FILE)
+        with journal.open(tmp, create=True, fs=fs) as j:
+            for start in range(0, len(stored), WRITE_BATCH_RECORDS):
+                outs = j.append_many(stored[start : start + WRITE_BATCH_RECORDS], durability="flush")
+                bad = [o for o in outs if not isinstance(o, Committed)]
+                if bad:
+                    raise OSError(getattr(bad[0], "errno", None), f"a batch was not written: {bad[0].reason}")
+            j.sync()
+            report.last_seq = j.last_seq
+        publish_dir(fs, tmp, os.path.abspath(dest))
+    except BaseException as exc:
+        leftover = _discard(fs, tmp) if tmp is not None else None
+        if isinstance(exc, (OSError, JournalError)):
+            raise WriteFailedError("import", dest, exc, leftover) from exc
+        raise
     report.events = len(stored)
     return report
+
+
+def _discard(fs: FileSystem, tmp: str) -> str | None:
+    """Remove a build directory that was not published; its path if that failed too."""
+    if not fs.exists(tmp):
+        return None  # renamed into place: the failure came after (the rename's directory fsync)
+    try:
+        remove_tree(fs, tmp)
+    except OSError:
+        return tmp
+    return None
 
 
 def _timestamp(obj: dict[str, Any] | None) -> str | None:
@@ -340,7 +365,7 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
     return out, final_newline, report
 
 
-def write_export(path: str | None, lines: list[str], final_newline: bool) -> None:
+def write_export(path: str | None, lines: list[str], final_newline: bool, fs: FileSystem | None = None) -> None:
     import sys
 
     text = "\n".join(lines) + ("\n" if final_newline and lines else "")
@@ -350,9 +375,16 @@ def write_export(path: str | None, lines: list[str], final_newline: bool) -> Non
         sys.stdout.buffer.write(payload)
         sys.stdout.flush()
         return
+    # Temp file, fsync, rename, then the directory's fsync: the file is the old one or the new one,
+    # whole, and the new name survives a power loss. A temp file left by a failure is removed.
+    fs = fs or OsFileSystem()
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        write_atomic(fs, path, payload, tmp)
+    except BaseException:
+        if fs.exists(tmp):
+            try:
+                fs.unlink(tmp)
+            except OSError:
+                pass  # the next export replaces it
+        raise
