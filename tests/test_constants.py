@@ -1,7 +1,7 @@
 """Every constant of the C helper equals the Python constant of the same meaning.
 
 The C file and journal/engine/format.py each name the format's numbers (docs/NATIVE.md: format.py
-is the specification, the C helper its mirror). This test reads every ``#define NAME VALUE`` and
+is the code of docs/FORMAT.md, the C helper its mirror). This test reads every ``#define NAME VALUE`` and
 every enum value of native/journal_native.h and native/journal_native.c and compares it with the
 constant the table below maps it to. A C constant missing from the table fails the test, so a
 new one cannot go unchecked; a Python constant renamed or changed fails it too.

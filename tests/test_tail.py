@@ -7,6 +7,7 @@ bytes, for every kind of damage (hypothesis).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -64,6 +65,19 @@ def test_a_foreign_live_segment_fails_every_reader_with_an_error_naming_it(tmp_p
         assert live in res.stderr and "different journal" in res.stderr, (cmd, res.stderr)
         assert "Traceback" not in res.stderr
     assert {n: (a / n).read_bytes() for n in _segments(a)} == before  # nothing was cut or changed
+
+
+@pytest.mark.parametrize("hash_seed", ["0", "1", "6"])
+def test_verify_names_the_foreign_live_segment_whatever_the_hash_seed(tmp_path: Path, hash_seed: str) -> None:
+    # A tie between one sealed and one foreign segment once went by set order (PYTHONHASHSEED).
+    a, live = _two_journals_with_a_foreign_live_segment(tmp_path)
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    res = subprocess.run([sys.executable, "-m", "journal.cli", "verify", str(a), "--json"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 3, res.stderr
+    report = json.loads(res.stdout)
+    assert {p["segment"] for p in report["problems"]} == {live}
+    assert all("different journal" in p["reason"] for p in report["problems"])
 
 
 def test_a_cursor_refuses_a_segment_of_another_journal_by_name(tmp_path: Path) -> None:

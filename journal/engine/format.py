@@ -1,7 +1,8 @@
 """The on-disk format of a journal: every constant and every byte layout, in one place.
 
-docs/FORMAT.md is the prose version of this module; tests/vectors/format_v1.json pins the
-bytes. Everything here is a pure function of bytes (no I/O), so the writer, the readers,
+docs/FORMAT.md is the specification of the bytes and of what each kind of damage means; this
+module is the code of that specification, and tests/vectors/format_v1.json pins the bytes.
+Everything here is a pure function of bytes (no I/O), so the writer, the readers,
 recovery, the crash simulator and the C helper all agree by construction.
 
 A journal is a directory of segment files named ``<base_seq:020d>.seg``. A segment is:
@@ -11,7 +12,7 @@ A journal is a directory of segment files named ``<base_seq:020d>.seg``. A segme
     [seal frame]                 only in a sealed segment; its payload ends with its own offset
 
 All integers are little-endian and fixed-width. The frame checksum is XXH64, seeded with the
-segment's random salt, over the frame header from byte 8 on and the stored payload. The salt
+segment's salt, over the frame header from byte 8 on and the stored payload. The salt
 makes a frame left over from another segment (a recycled or copied file) fail its checksum
 instead of reading as a valid record.
 """

@@ -151,7 +151,12 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
     decision: TailDecision | None = None
     failure: CorruptionError | NewerFormatError | None = None
     if live.header is not None and live.header_trusted:
-        decision, failure, data = _decide_live(fs, data, live.header, live.name, os.path.join(path, live.name))
+        before = walk.segments[-2] if len(walk.segments) > 1 else None
+        trusted = before is not None and before.header is not None and before.header_trusted
+        journal_id = before.header.journal_id if trusted and before is not None and before.header else None
+        decision, failure, data = _decide_live(
+            fs, data, live.header, live.name, os.path.join(path, live.name), journal_id
+        )
         live = walk_segment(live.name, data)
         walk.segments[-1] = live
     for seg in walk.segments:
@@ -205,7 +210,7 @@ LIVE_REREAD_WAIT_S = 0.02  # before reading a live writer's torn-looking tail ag
 
 
 def _decide_live(
-    fs: FileSystem, data: bytes, header: fmt.SegmentHeader, name: str, path: str
+    fs: FileSystem, data: bytes, header: fmt.SegmentHeader, name: str, path: str, journal_id: bytes | None = None
 ) -> tuple[TailDecision | None, CorruptionError | NewerFormatError | None, bytes]:
     """recovery.decide on the live segment, read again while it looks damaged.
 
@@ -220,7 +225,7 @@ def _decide_live(
     for attempt in range(LIVE_READS_MAX):
         last = attempt == LIVE_READS_MAX - 1
         try:
-            decision = decide(data, header, name, path)
+            decision = decide(data, header, name, path, journal_id)
         except NewerFormatError as exc:
             return None, exc, data
         except CorruptionError as exc:
