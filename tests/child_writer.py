@@ -3,29 +3,31 @@
     python -m tests.child_writer PATH MODE [ARGS]
 
 Each outcome is printed (and flushed) only after the append call has returned, so the parent
-knows exactly what was acknowledged before it sent SIGKILL.
+knows exactly what was acknowledged before it sent SIGKILL. A child that holds the lock keeps it
+until the parent writes a line (or closes) on its stdin: the parent decides when, not a timer.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 
 import journal
 
 
 def main() -> int:
     path, mode = sys.argv[1], sys.argv[2]
-    if mode == "hold":  # take the writer lock, say so, keep it for a while
-        with journal.open(path, create=True, lock_timeout_s=float(sys.argv[4]) if len(sys.argv) > 4 else 0.0) as j:
+    if mode == "hold":  # take the writer lock, say so, keep it until told to let go
+        with journal.open(path, create=True, lock_timeout_s=float(sys.argv[3]) if len(sys.argv) > 3 else 0.0) as j:
             print(f"locked {j.last_seq}", flush=True)
-            time.sleep(float(sys.argv[3]))
+            sys.stdin.readline()
         return 0
-    if mode == "race":
+    if mode == "race":  # say "ready", wait for "go", try the lock once; the winner holds it until told
+        print("ready", flush=True)
+        sys.stdin.readline()
         try:
             with journal.open(path, create=True):
                 print("won", flush=True)
-                time.sleep(1.0)
+                sys.stdin.readline()
         except journal.JournalLockedError as exc:
             print(f"lost {exc.pid}", flush=True)
         return 0

@@ -37,25 +37,55 @@ def jpath(tmp_path: pathlib.Path) -> str:
     return str(tmp_path / "j")
 
 
+# Counts that tests report (what they explored, checked or ran; each is asserted against a floor
+# by its test), printed in the terminal summary below. Tests add to it with report_count().
+COUNTS: dict[str, str] = {}
+
+
+def report_count(what: str, value: object) -> None:
+    COUNTS[what] = str(value)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print what the crash harness explored (tests/test_crash_harness.py fills SUMMARY)."""
+    """Print what the crash harness explored (tests/test_crash_harness.py fills SUMMARY) and the
+    counts other tests reported."""
     import sys
 
+    tr = terminalreporter
     mod = next((m for n, m in sys.modules.items() if n.endswith("test_crash_harness")), None)
     summary = getattr(mod, "SUMMARY", None)
-    if not summary:
-        return
-    states = summary.get("states", {})
-    tr = terminalreporter
-    tr.write_sep("-", "crash harness")
-    tr.write_line(
-        f"power-loss states: {sum(states.values())} ({', '.join(f'{m}: {n}' for m, n in states.items())}), "
-        f"violations: {summary.get('violations', 0)}"
-    )
-    if "npsow" in states:
-        opt = summary.get("sector_option")
-        tr.write_line(f"  npsow ran {'with ' + opt + '=4096' if opt else 'without sector padding (none offered)'}")
-    if "kill_rounds" in summary:
-        tr.write_line(f"kill -9 rounds: {summary['kill_rounds']}, violations: {summary['kill_violations']}")
-    if "fault_sites" in summary:
-        tr.write_line(f"injected-error sites: {summary['fault_sites']}, violations: {summary['fault_violations']}")
+    if summary:
+        tr.write_sep("-", "crash harness")
+        states: dict[str, dict[str, int]] = summary.get("states", {})
+        runs: dict[str, dict[str, int]] = summary.get("runs", {})
+        if states:
+            models = sorted({m for per in states.values() for m in per}, key=("psow", "npsow").index)
+            tr.write_line("distinct crash states: N per workload/model (power loss; each a disk image with what the")
+            tr.write_line("ledger expects of it, checked once; asserted per pair), in R runs:")
+            for name, per in states.items():
+                ran = runs.get(name, {})
+                cells = "  ".join(f"{m} {per[m]:>5} in {ran.get(m, 0):>3} runs" for m in models if m in per)
+                tr.write_line(f"  {name:<17} {cells}")
+            by_model = {m: sum(per.get(m, 0) for per in states.values()) for m in models}
+            tr.write_line(
+                f"  total {sum(by_model.values())} ({', '.join(f'{m}: {n}' for m, n in by_model.items())}), "
+                f"violations: {summary.get('violations', 0)}"
+            )
+            if "npsow" in models:
+                opt = summary.get("sector_option")
+                how = f"with {opt}=4096" if opt else "without sector padding (none offered)"
+                tr.write_line(f"  npsow ran {how}")
+        kill = summary.get("kill")
+        if kill:
+            tr.write_line(
+                f"kill -9 rounds: {kill['rounds']} ({kill['during_open']} killed during open, {kill['in_flight']} "
+                f"with an append in flight); records acknowledged at flush/sync: {kill['acked']} "
+                f"(in {kill['acking_rounds']} rounds, at most {kill['acked_max']} in one); "
+                f"records read back: {kill['records_checked']}; violations: {kill['violations']}"
+            )
+        if "fault_sites" in summary:
+            tr.write_line(f"injected-error sites: {summary['fault_sites']}, violations: {summary['fault_violations']}")
+    if COUNTS:
+        tr.write_sep("-", "counts reported by tests (each asserted against a floor)")
+        for what, value in COUNTS.items():
+            tr.write_line(f"{what}: {value}")

@@ -11,7 +11,10 @@ import pytest
 import journal
 from journal.crashsim.faults import FaultyFileSystem
 from journal.fs import OsFileSystem
-from tests.conftest import segments, snapshot_files
+from tests.conftest import report_count, segments, snapshot_files
+
+SWEPT_OPS = ("pwrite", "fdatasync", "fsync", "truncate", "rename", "fsync_dir", "open_write")
+SITES_CHECKED_MIN = 25  # of the 38 call sites the workload below has (6 of them fail its open)
 
 
 def faulty() -> FaultyFileSystem:
@@ -151,35 +154,45 @@ def test_queued_appends_after_a_fail_stop_are_not_committed(jpath: str) -> None:
 
 
 def test_every_fault_site_of_a_workload_keeps_the_contract(tmp_path: pathlib.Path) -> None:
-    """Count a small workload's file calls, then fail each call in turn."""
+    """Count a small workload's file calls, then fail each call in turn.
 
-    def workload(fs: FaultyFileSystem, path: str) -> list[object]:
-        outs: list[object] = []
-        with journal.open(path, create=True, fs=fs, segment_size_bytes=4096, compress=False) as j:
+    Every site's fault must actually be raised, and only the open may fail with an error (then
+    nothing was acknowledged, and the journal must still open and hold nothing): an append or a
+    close that raises instead of returning an outcome fails the test."""
+
+    def workload(fs: FaultyFileSystem, path: str, outs: list[object]) -> None:
+        j = journal.open(path, create=True, fs=fs, segment_size_bytes=4096, compress=False)
+        outs.append("opened")
+        with j:
             for i in range(12):
                 try:
                     outs.append(j.append({"i": i, "pad": "p" * 600}, durability="sync" if i % 3 else "flush"))
                 except journal.JournalFailStoppedError:
                     outs.append("stopped")
-        return outs
 
     counting = faulty()
-    workload(counting, str(tmp_path / "count"))
-    sites = [
-        (op, n)
-        for op, count in counting.calls.items()
-        for n in range(count)
-        if op in ("pwrite", "fdatasync", "fsync", "truncate", "rename", "fsync_dir", "open_write")
-    ]
-    assert len(sites) > 20
+    workload(counting, str(tmp_path / "count"), [])
+    sites = [(op, n) for op, count in counting.calls.items() for n in range(count) if op in SWEPT_OPS]
+    assert {op for op, _ in sites} >= {"pwrite", "fdatasync", "truncate", "rename", "fsync_dir", "open_write"}
+    checked = failed_open = 0
     for op, n in sites:
         path = str(tmp_path / f"{op}{n}")
         fs = faulty()
         fs.fail(op, errno.EIO, after=n)
+        outs: list[object] = []
         try:
-            outs = workload(fs, path)
-        except OSError:
-            continue  # failed while opening: nothing was acknowledged
+            workload(fs, path, outs)
+        except journal.JournalError as exc:
+            # Only the open may fail; then nothing was acknowledged and nothing may be read back.
+            assert outs == [], (op, n, outs, exc)
+            assert fs.injected == [(op, n)], (op, n, fs.injected)
+            failed_open += 1
+            with journal.open(path, create=True) as j:  # creating never finished: create it again
+                assert list(j.read()) == [], (op, n)
+            continue
+        assert fs.injected == [(op, n)], f"the fault at {op} #{n} was never raised: {fs.injected}"
+        checked += 1
+        outs = outs[1:]
         committed = {o.seq: i for i, o in enumerate(outs) if isinstance(o, journal.Committed)}
         with journal.open(path) as j:
             survivors = {r.seq: r.event for r in j.read()}
@@ -194,6 +207,11 @@ def test_every_fault_site_of_a_workload_keeps_the_contract(tmp_path: pathlib.Pat
         with journal.open(path) as j:
             assert j.recovery.truncated_at is None, (op, n)
         assert snapshot_files(path) == before
+    report_count(
+        "fault sites checked (tests/test_faults.py)",
+        f"{checked} with the workload running on, {failed_open} failing its open, of {len(sites)} sites",
+    )
+    assert checked >= SITES_CHECKED_MIN and checked + failed_open == len(sites)
 
 
 def test_failed_write_with_acknowledged_buffered_records_queued_behind_it_fail_stops(jpath: str) -> None:

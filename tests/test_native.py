@@ -12,7 +12,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -297,8 +296,10 @@ def test_c_calls_release_the_gil() -> None:
     data = bytes(64 * 1024 * 1024)
     counter = [0]
     stop = threading.Event()
+    running = threading.Event()
 
     def spin() -> None:
+        running.set()
         while not stop.is_set():
             counter[0] += 1
 
@@ -307,7 +308,7 @@ def test_c_calls_release_the_gil() -> None:
     t = threading.Thread(target=spin)
     try:
         t.start()
-        time.sleep(0.05)
+        assert running.wait(10)  # the spinner runs (waiting released the GIL to it)
         moved = False
         for _ in range(3):
             before = counter[0]

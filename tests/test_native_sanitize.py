@@ -3,7 +3,12 @@
 The fuzz target (fuzz/fuzz_scan.c) runs through fuzz/driver.c, which any C compiler builds,
 so CI (gcc) runs it under -fsanitize=address,undefined. A short campaign runs in the normal
 suite; JOURNAL_CAMPAIGN=1 runs a long one (JOURNAL_FUZZ_SECONDS, default 300). When clang
-with libFuzzer is installed, the same target also runs under libFuzzer.
+with libFuzzer is installed, the same target also runs under libFuzzer. Each run asserts how
+many inputs it executed.
+
+Without a sanitizer runtime or clang these tests skip on a developer's machine; CI installs
+them (.ci/run) and sets JOURNAL_REQUIRE_SANITIZERS=1, which turns every such skip into a
+failure, so the fuzzing cannot quietly stop running there.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
+
+from tests.conftest import report_count
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "native"
@@ -24,7 +32,10 @@ C_SOURCE = NATIVE / "journal_native.c"
 CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
 CAMPAIGN_SECONDS = float(os.environ.get("JOURNAL_FUZZ_SECONDS", "300"))
 SHORT_INPUTS = 60_000  # about five seconds under the sanitizers on one core
+LIBFUZZER_SECONDS = 8
+LIBFUZZER_INPUTS_MIN = 10_000  # libFuzzer runs tens of thousands a second here: far fewer is a broken run
 OPTIONAL_ENV = "JOURNAL_NATIVE_OPTIONAL"
+REQUIRE_ENV = "JOURNAL_REQUIRE_SANITIZERS"
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 SANITIZER_ENV = {
     "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1",
@@ -39,6 +50,13 @@ def _compiler() -> str:
     if os.environ.get(OPTIONAL_ENV) == "1":
         pytest.skip(f"no C compiler on PATH and {OPTIONAL_ENV}=1")
     pytest.fail(f"no C compiler on PATH (gcc, cc or clang); set {OPTIONAL_ENV}=1 if that is expected")
+
+
+def _missing(reason: str) -> NoReturn:
+    """Skip for lack of a tool, or fail where the tools are required (CI)."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason}; {REQUIRE_ENV}=1 requires it (.ci/run installs clang and the sanitizer runtimes)")
+    pytest.skip(reason)
 
 
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -68,10 +86,10 @@ def sanitized_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     res = _run([cc, *SANITIZE, "-g", str(canary), "-o", str(out / "canary")])
     if res.returncode != 0:
-        pytest.skip(f"{cc} cannot build with -fsanitize=address,undefined: {res.stderr.strip()[:300]}")
+        _missing(f"{cc} cannot build with -fsanitize=address,undefined: {res.stderr.strip()[:300]}")
     res = _run([str(out / "canary")], env={**os.environ, **SANITIZER_ENV})
     if "AddressSanitizer" not in res.stderr:
-        pytest.skip(f"the sanitizer runtime does not work here (canary exit {res.returncode}): {res.stderr[:300]}")
+        _missing(f"the sanitizer runtime does not work here (canary exit {res.returncode}): {res.stderr[:300]}")
     driver = out / "driver"
     sources = [str(FUZZ / "fuzz_scan.c"), str(FUZZ / "driver.c"), str(C_SOURCE)]
     res = _run(
@@ -117,27 +135,30 @@ def test_fuzz_scanner_under_asan_and_ubsan(sanitized_driver: Path, corpus: list[
     assert "runtime error" not in res.stderr and "Sanitizer" not in res.stderr, res.stderr[-4000:]
     ran = _inputs_ran(res.stdout)
     assert ran >= (len(corpus) + SHORT_INPUTS if not CAMPAIGN else 1)
-    print(f"fuzz campaign under ASan+UBSan: {ran} inputs")
+    report_count("fuzz inputs under ASan+UBSan (gcc driver)", ran)
 
 
 def test_fuzz_scanner_under_libfuzzer(tmp_path: Path, corpus: list[str]) -> None:
     clang = shutil.which("clang")
     if clang is None:
-        pytest.skip("clang not installed (apt-get install clang) - the gcc driver above covers the sanitizers")
+        _missing("clang not installed (apt-get install clang libclang-rt-dev); the gcc driver covers the sanitizers")
     exe = tmp_path / "fuzz_scan"
     sources = [str(FUZZ / "fuzz_scan.c"), str(C_SOURCE)]
     res = _run([clang, "-g", "-O1", "-fsanitize=fuzzer,address,undefined", f"-I{NATIVE}", *sources, "-o", str(exe)])
     if res.returncode != 0:
-        pytest.skip(f"clang cannot build libFuzzer targets here: {res.stderr.strip()[:300]}")
+        _missing(f"clang cannot build libFuzzer targets here (libclang-rt-dev?): {res.stderr.strip()[:300]}")
     work = tmp_path / "corpus"
     work.mkdir()
     for f in corpus:
         shutil.copy(f, work)
-    seconds = int(CAMPAIGN_SECONDS) if CAMPAIGN else 8
+    seconds = int(CAMPAIGN_SECONDS) if CAMPAIGN else LIBFUZZER_SECONDS
     res = _run(
         [str(exe), f"-max_total_time={seconds}", "-seed=20261129", "-print_final_stats=1", str(work)],
         env={**os.environ, **SANITIZER_ENV},
     )
     assert res.returncode == 0, res.stderr[-4000:]
     m = re.search(r"stat::number_of_executed_units:\s*(\d+)", res.stderr)
-    print(f"libFuzzer campaign: {m.group(1) if m else '?'} inputs in {seconds} s")
+    assert m, f"libFuzzer printed no final stats:\n{res.stderr[-2000:]}"
+    ran = int(m.group(1))
+    assert ran >= LIBFUZZER_INPUTS_MIN * (seconds / LIBFUZZER_SECONDS if CAMPAIGN else 1), ran
+    report_count(f"fuzz inputs under libFuzzer+ASan+UBSan (clang, {seconds} s)", ran)

@@ -6,23 +6,35 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 import journal
+from journal.fs import Lock, OsFileSystem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.child_writer", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "tests.child_writer", *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
+def tell(proc: subprocess.Popen[str], line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
 def test_second_writer_gets_the_holders_pid(jpath: str) -> None:
-    holder = child(jpath, "hold", "30")
+    holder = child(jpath, "hold")
     try:
         assert holder.stdout is not None and holder.stdout.readline().startswith("locked")
         with pytest.raises(journal.JournalLockedError) as exc:
@@ -39,23 +51,50 @@ def test_second_writer_gets_the_holders_pid(jpath: str) -> None:
 
 
 def test_waiting_for_the_lock_with_a_timeout(jpath: str) -> None:
-    holder = child(jpath, "hold", "0.5")
+    """The opener is turned away at least once, and only then does the holder let go: the open
+    succeeds because it waited, never because the holder was already gone."""
+    holder = child(jpath, "hold")
+    refused = threading.Event()
+
+    class ReleaseWhenRefused(OsFileSystem):
+        def try_lock(self, path: str) -> Lock | None:
+            lock = super().try_lock(path)
+            if lock is None and not refused.is_set():
+                refused.set()
+                tell(holder, "release")
+            return lock
+
     try:
         assert holder.stdout is not None and holder.stdout.readline().startswith("locked")
-        with journal.open(jpath, lock_timeout_s=20) as j:
+        with journal.open(jpath, lock_timeout_s=60, fs=ReleaseWhenRefused()) as j:
             assert j.last_seq == 0
+        assert refused.is_set(), "the lock was free at the first try: the wait was never tested"
     finally:
+        holder.kill()
         holder.wait()
 
 
 def test_two_processes_race_for_the_lock(jpath: str) -> None:
+    """Both racers try at the same moment and the winner holds the lock until both have said
+    how they fared, so the loser always finds it held."""
     with journal.open(jpath, create=True):
         pass
     racers = [child(jpath, "race") for _ in range(2)]
-    lines = []
-    for r in racers:
-        out, _ = r.communicate(timeout=60)
-        lines.append(out.strip())
+    try:
+        for r in racers:
+            assert r.stdout is not None and r.stdout.readline().strip() == "ready"
+        for r in racers:
+            tell(r, "go")
+        lines = []
+        for r in racers:
+            assert r.stdout is not None
+            lines.append(r.stdout.readline().strip())
+        for r in racers:
+            r.communicate(input="release\n", timeout=60)
+    finally:
+        for r in racers:
+            r.kill()
+            r.wait()
     assert sorted(line.split()[0] for line in lines) == ["lost", "won"]
     winner = racers[[line.split()[0] for line in lines].index("won")]
     loser_line = next(line for line in lines if line.startswith("lost"))

@@ -8,7 +8,6 @@ import os
 import pathlib
 import shutil
 import threading
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from journal.fs import OsFileSystem
 from tests.conftest import live_segment, segments
 
 RESERVE = fmt.RESERVE_BYTES_DEFAULT
+WAIT_S = 10  # how long a forced interleaving may take before the test gives up: a hang, never a timing
 
 
 def events(n: int, start: int = 0) -> list[dict[str, object]]:
@@ -458,15 +458,33 @@ def test_verify_while_the_writer_closes_or_rolls_over_is_not_corrupt(tmp_path: p
     assert V.verify(path).verdict == V.CLEAN
 
 
-def test_verify_during_a_header_last_batch_reads_again(jpath: str) -> None:
+def test_verify_during_a_header_last_batch_reads_again(jpath: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch's body is written before its first header: in between, a live writer's tail
-    looks torn. With the lock held verify reads again and finds the batch whole."""
+    looks torn. With the lock held verify reads again and finds the batch whole.
+
+    The interleaving is forced: the writer stops after the body until verify has read the live
+    segment (torn-looking), and verify's second read waits until the header has landed."""
     from journal.engine import verify as V
 
     reports = []
+    torn_read = threading.Event()  # verify read the live segment between the body and the header
+    header_written = threading.Event()
+    reads: list[str] = []
+    read = V._read
+
+    def watched_read(fs: OsFileSystem, p: str) -> bytes:
+        reads.append(p)
+        if len(reads) > 1:  # reading again: only once the writer's header is there
+            assert header_written.wait(WAIT_S), "the writer never wrote the batch's header"
+        data = read(fs, p)
+        torn_read.set()
+        return data
+
+    monkeypatch.setattr(V, "_read", watched_read)
 
     class VerifyBeforeHeader(OsFileSystem):
         armed = False
+        body_done = False
 
         def open_write(self, path: str, create: bool):  # type: ignore[no-untyped-def]
             f = super().open_write(path, create)
@@ -475,23 +493,27 @@ def test_verify_during_a_header_last_batch_reads_again(jpath: str) -> None:
 
             def pwrite(data, offset: int) -> int:  # type: ignore[no-untyped-def]
                 n = inner(data, offset)
+                if fs.body_done:  # the batch's first header: the batch is whole now
+                    fs.body_done = False
+                    header_written.set()
                 if fs.armed and len(data) > fmt.FRAME_HEADER_SIZE_BYTES:  # the body: its header comes next
                     fs.armed = False
-                    threading.Thread(target=lambda: reports.append(V.verify(jpath))).start()
-                    time.sleep(0.03)  # the header lands while verify looks again
+                    fs.body_done = True
+                    verifier.start()
+                    assert torn_read.wait(WAIT_S), "verify never read the live segment"
                 return n
 
             f.pwrite = pwrite  # type: ignore[method-assign]
             return f
 
+    verifier = threading.Thread(target=lambda: reports.append(V.verify(jpath)), daemon=True)
     fs = VerifyBeforeHeader()
     with journal.open(jpath, create=True, fs=fs) as w:
         w.append({"n": 0})
         fs.armed = True
         w.append_many([{"n": i} for i in range(1, 6)])
-        deadline = time.monotonic() + 10
-        while not reports and time.monotonic() < deadline:
-            time.sleep(0.01)
+        verifier.join(WAIT_S)  # with the lock still held, as while the writer appends
+    assert header_written.is_set() and len(reads) >= 2, reads
     assert reports, "verify never ran"
     assert reports[0].verdict == V.CLEAN and reports[0].torn_tail is None, reports[0].summary()
 

@@ -17,11 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import session as S
+from journal.engine import format as fmt
 from journal.engine.format import SEGMENT_HEADER_SIZE_BYTES
+from tests.conftest import frames_of, report_count
 
 SESSION_ID = "s-prop"
-EXAMPLES = int(os.environ.get("JOURNAL_SESSION_EXAMPLES", "20"))
+# Each example is cut at every event boundary (about 50) and inside records: about 30 ms a cut.
+EXAMPLES = int(os.environ.get("JOURNAL_SESSION_EXAMPLES", "12"))
 RANDOM_CUTS_PER_EXAMPLE = 6
+CUTS = {"examples": 0, "boundaries": 0, "inside": 0}  # over all examples, for the summary
 
 
 def live_segment(path: Path) -> Path:
@@ -32,17 +36,17 @@ def seg_bytes(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name.endswith(".seg")}
 
 
-def write_session(path: Path, rnd: random.Random) -> list[int]:
-    """A valid, complete session; returns the live segment's size after every event."""
-    sizes: list[int] = []
+def write_session(path: Path, rnd: random.Random) -> int:
+    """A valid, complete session; returns how many events it appended (session.started too)."""
+    count = 0
     with S.open(path, create=True, session_id=SESSION_ID, durability_floor="flush",
                 clock=lambda: "2026-01-01T00:00:00Z") as s:
-        seg = live_segment(path)
-        sizes.append(seg.stat().st_size)
+        count = s.journal.last_seq
 
         def put(type_: str, data: dict[str, object] | None = None, **kw: str) -> None:
+            nonlocal count
             s.append(type_, data, **kw)
-            sizes.append(seg.stat().st_size)
+            count += 1
 
         n = 0
         for t in range(rnd.randint(1, 3)):
@@ -87,7 +91,15 @@ def write_session(path: Path, rnd: random.Random) -> list[int]:
                         put("job.ended", {"jobId": f"j{t}{k}", "status": "exited"}, turn_id=turn)
                 put("step.ended", {"reason": "completed"}, turn_id=turn, step_id=step)
             put("turn.ended", {"reason": "completed"}, turn_id=turn)
-    return sizes
+    return count
+
+
+def event_ends(path: Path) -> list[int]:
+    """Where each record of the live segment ends, read from its frames (the file's size is no
+    guide while the journal is open: the writer reserves space ahead of the data)."""
+    frames = frames_of(live_segment(path))
+    assert all(f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA for f in frames)
+    return [f.end for f in frames]
 
 
 def assert_closed(state: S.SessionState) -> None:
@@ -124,11 +136,28 @@ def test_cut_anywhere_then_repair_closes_everything_and_is_idempotent(tmp_path: 
     src = tmp_path / "src"
     if src.exists():
         shutil.rmtree(src)
-    sizes = write_session(src, rnd)
-    cuts = set(sizes)  # every event boundary, then random bytes (inside the header event too)
-    cuts.update(rnd.randint(SEGMENT_HEADER_SIZE_BYTES, sizes[-1]) for _ in range(RANDOM_CUTS_PER_EXAMPLE))
-    for offset in sorted(cuts):
+    events = write_session(src, rnd)
+    ends = event_ends(src)
+    assert len(ends) == events  # one frame per event: each boundary is a different cut
+    boundaries = [SEGMENT_HEADER_SIZE_BYTES, *ends]  # before the first event, after each one
+    starts = [SEGMENT_HEADER_SIZE_BYTES, *ends[:-1]]
+    # Random bytes inside random records (the session.started event too): torn tails.
+    randoms = set()
+    for _ in range(RANDOM_CUTS_PER_EXAMPLE):
+        i = rnd.randrange(len(ends))
+        randoms.add(rnd.randint(starts[i] + 1, ends[i] - 1))
+    inside = [c for c in randoms if any(a < c < b for a, b in zip(starts, ends, strict=True))]
+    assert len(set(boundaries)) == events + 1 and len(inside) == len(randoms) >= 1, (sorted(randoms), boundaries)
+    for offset in sorted(set(boundaries) | randoms):
         cut_and_check(src, tmp_path / "work", offset)
+    CUTS["examples"] += 1
+    CUTS["boundaries"] += len(boundaries)
+    CUTS["inside"] += len(inside)
+    report_count(
+        "session cuts (tests/test_session_repair.py)",
+        f"{CUTS['boundaries']} at event boundaries and {CUTS['inside']} inside records, "
+        f"over {CUTS['examples']} sessions",
+    )
 
 
 def test_a_repair_cut_at_any_byte_repairs_to_the_same_bytes(tmp_path: Path) -> None:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import pathlib
 import shutil
 import stat
+import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st_
 
 from journal import session
 from journal.fs import File, Lock, OsFileSystem
 from journal.session import store as st
+from journal.session.session import SessionIds
 from journal.session.store import SessionStore
+
+EPOCH_S = 1_767_225_600.0  # 2026-01-01: where the fake clocks below start
 
 
 class CountingFS(OsFileSystem):
@@ -43,14 +50,30 @@ class CountingFS(OsFileSystem):
         return super().try_lock(path)
 
 
-def test_create_open_list_latest_archive(tmp_path: pathlib.Path) -> None:
+class TickingClock:
+    """utc_now's stand-in: a millisecond later at every call, so "updated" orders by call."""
+
+    def __init__(self) -> None:
+        self._ticks = itertools.count(1)
+
+    def __call__(self) -> str:
+        n = next(self._ticks)
+        return f"2026-01-01T00:{n // 60_000:02d}:{n // 1000 % 60:02d}.{n % 1000:03d}Z"
+
+
+def test_create_open_list_latest_archive(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither order below may rest on the millisecond clock: both creates get their ids from a
+    # clock that stands still (their order is the generator's), and "updated" from a fake
+    # clock that moves on at every call.
+    monkeypatch.setattr(st, "new_session_id", SessionIds(clock=lambda: EPOCH_S))
+    monkeypatch.setattr(st, "utc_now", TickingClock())
     store = SessionStore(tmp_path / "root")
     with store.create({"path": "/a"}) as s1:
         s1.append("user.message", {"text": "one"})
         first = s1.session_id
     with store.create({"path": "/b"}) as s2:
         second = s2.session_id
-    assert first < second  # time-sortable ids
+    assert first < second  # ids sort by creation, even within one millisecond
     listed = store.list()
     assert [i.session_id for i in listed] == [first, second]
     assert listed[0].workspace == {"path": "/a"} and listed[0].status == "active" and listed[0].last_seq == 2
@@ -69,6 +92,50 @@ def test_create_open_list_latest_archive(tmp_path: pathlib.Path) -> None:
         store.open(first)
     with store.open(first, readonly=True) as s:
         assert s.journal.last_seq == 3
+
+
+# Clock steps in milliseconds: mostly standing still or small, sometimes a jump back or ahead.
+CLOCK_STEPS_MS = st_.one_of(st_.just(0), st_.integers(-3, 3), st_.integers(-86_400_000, 86_400_000))
+# The low part a new millisecond starts at: anything, the top of the range included.
+LOWS = st_.one_of(st_.integers(0, 2**32 - 1), st_.integers(2**32 - 3, 2**32 - 1))
+
+
+@given(steps=st_.lists(CLOCK_STEPS_MS, min_size=1, max_size=300), lows=st_.lists(LOWS, min_size=1, max_size=20))
+def test_session_ids_increase_whatever_the_clock_does(steps: list[int], lows: list[int]) -> None:
+    """Every id is greater than the one before, is a valid session id of the same length, and
+    never runs behind the clock: with a clock that stands still, goes back or jumps ahead, and
+    random low parts at the edge of their range."""
+    readings = list(itertools.accumulate(steps, initial=int(EPOCH_S * 1000)))
+    clock = iter(readings)
+    low = itertools.cycle(lows)
+    ids_of = SessionIds(clock=lambda: next(clock) / 1000, random_low=lambda: next(low))
+    ids = [ids_of() for _ in readings]
+    assert all(a < b for a, b in itertools.pairwise(ids)), ids
+    assert {len(i) for i in ids} == {21}
+    for sid in ids:
+        assert st.check_session_id(sid) == sid
+    high = 0
+    for n, (sid, reading) in enumerate(zip(ids, readings, strict=True)):
+        high = max(high, reading)
+        # Never behind the clock's highest reading so far; ahead of it only by overflows of the
+        # low part, one millisecond each.
+        assert high <= int(sid[1:13], 16) <= high + n, (sid, reading, high)
+
+
+def test_session_ids_from_threads_are_all_different_and_in_each_threads_order() -> None:
+    ids_of = SessionIds(clock=lambda: EPOCH_S)  # one millisecond for all of them
+    made: dict[int, list[str]] = {}
+
+    def make(t: int) -> None:
+        made[t] = [ids_of() for _ in range(2000)]
+
+    threads = [threading.Thread(target=make, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({i for v in made.values() for i in v}) == 8000
+    assert all(v == sorted(v) for v in made.values())
 
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "../x", "a\\b", ".hidden", "a..b", "x" * 129, "a b", "é"])

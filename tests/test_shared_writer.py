@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ log = os.open(logpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 os.write(log, b"opening\n")
 j = journal.open(path, create=True, writer="shared", segment_size_bytes=16384)
 os.write(log, b"open\n")
+sys.stdout.write("open\n"); sys.stdout.flush()
 i = 0
 while True:
     # Keys of their own, and keys every child tries with the same event near the same place in
@@ -51,6 +51,7 @@ while True:
         if not isinstance(out, journal.Committed):
             raise SystemExit(f"child {name}: {out}")
         os.write(log, (json.dumps([out.seq, k, out.duplicate]) + "\n").encode())
+        sys.stdout.write("ack\n"); sys.stdout.flush()  # the parent kills after a number of these
     i += 1
 """
 
@@ -152,12 +153,14 @@ def test_an_exclusive_open_waits_out_shared_writers_or_is_refused(tmp_path: Path
 ROUNDS = int(os.environ.get("JOURNAL_SHARED_ROUNDS", "12"))
 
 
-def _assert_alive(children: list[subprocess.Popen[str]]) -> None:
-    """A child that stopped by itself hit an error (it raises on any outcome but Committed)."""
-    for ch in children:
-        if ch.poll() is not None:
-            err = ch.stderr.read() if ch.stderr else ""
-            raise AssertionError(f"a child stopped by itself (exit {ch.returncode}): {err[-2000:]}")
+def _expect_line(ch: subprocess.Popen[str], want: str) -> None:
+    """The child's next line; a child that stopped instead hit an error (it raises on any
+    outcome but Committed), and its stderr says which."""
+    line = ch.stdout.readline() if ch.stdout else ""
+    if line.strip() != want:
+        ch.wait()
+        err = ch.stderr.read() if ch.stderr else ""
+        raise AssertionError(f"a child stopped by itself (exit {ch.returncode}): {err[-2000:]}")
 
 
 def test_four_processes_appending_in_shared_mode_killed_at_random(tmp_path: Path) -> None:
@@ -169,22 +172,21 @@ def test_four_processes_appending_in_shared_mode_killed_at_random(tmp_path: Path
         children = [
             subprocess.Popen(
                 [sys.executable, "-c", CHILD, str(path), f"c{c}", str(logs[c])],
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
             for c in range(4)
         ]
         try:
-            # Let them all get going (each logs "open" once its handle is open), then kill them
-            # one by one at random moments while the others keep appending.
-            deadline = time.monotonic() + 60
-            while not all(log.exists() and "open\n" in log.read_text() for log in logs):
-                assert time.monotonic() < deadline, "children did not open the journal"
-                _assert_alive(children)
-                time.sleep(0.005)
+            # Wait until every child has its handle open, then kill them one by one, each after
+            # a random number of its acknowledgements (so at a random point of its next batch)
+            # while the others keep appending.
+            for ch in children:
+                _expect_line(ch, "open")
             for ch in rng.sample(children, len(children)):
-                time.sleep(rng.uniform(0.0, 0.15))
-                _assert_alive([ch])
+                for _ in range(rng.randint(1, 150)):
+                    _expect_line(ch, "ack")
                 ch.send_signal(signal.SIGKILL)
                 ch.wait()
         finally:
@@ -192,8 +194,9 @@ def test_four_processes_appending_in_shared_mode_killed_at_random(tmp_path: Path
                 if ch.poll() is None:
                     ch.kill()
                     ch.wait()
-                if ch.stderr:
-                    ch.stderr.close()
+                for stream in (ch.stdout, ch.stderr):
+                    if stream:
+                        stream.close()
         assert all(ch.returncode == -signal.SIGKILL for ch in children)
         note = (path / "LOCK").read_bytes()
         totals["killed_holding_lock"] += b"writing" in note

@@ -1,14 +1,16 @@
 """Races and limits of the writer, each first found as a bug in review of the storage core.
 
 Each test was a failing reproducer; its docstring says what the bug was. They stay as
-regression tests of the fixes."""
+regression tests of the fixes. No test waits for time to pass: each interleaving is forced with
+events set from inside the writer (a pwrite that blocks until released, a wait on the handle's
+condition variable, a request joining the queue), so a slow machine cannot make a race pass.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
 import threading
-import time
 
 import pytest
 
@@ -78,23 +80,68 @@ class GateFS(OsFileSystem):
         return _GateFile(self, super().open_write(path, create))
 
 
-def _run(fn, box: list, key: str):
+WAIT_S = 10  # how long an event may take before the test gives up: a hang, never a timing
+
+
+def _run(fn, box: list, key: str, done: threading.Event | None = None):
+    """Run ``fn`` in a thread named ``key``; its result (or exception) goes to ``box``."""
+
     def target() -> None:
         try:
             box.append((key, fn()))
         except BaseException as exc:
             box.append((key, exc))
+        finally:
+            if done is not None:
+                done.set()
 
-    t = threading.Thread(target=target, daemon=True)
+    t = threading.Thread(target=target, name=key, daemon=True)
     t.start()
     return t
 
 
-def _wait_for(cond, timeout_s: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.005)
+class WatchedCondition(threading.Condition):
+    """The handle's condition variable, telling the test which threads began to wait on it (a
+    retry waiting for its original's outcome). The event is set under the handle's mutex, just
+    before the wait releases it: whatever the test does next happens while that thread waits."""
+
+    def __init__(self, lock) -> None:
+        super().__init__(lock)
+        self.waiting: dict[str, threading.Event] = {}
+
+    def event(self, name: str) -> threading.Event:
+        return self.waiting.setdefault(name, threading.Event())
+
+    def wait(self, timeout=None):
+        self.event(threading.current_thread().name).set()
+        return super().wait(timeout)
+
+
+def watch_waits(j) -> WatchedCondition:
+    cv = WatchedCondition(j._mu)
+    j._cv = cv
+    return cv
+
+
+def watch_queue(j, on_queued=None) -> dict[str, threading.Event]:
+    """Events set when a thread (by name) has queued a request: it then waits for a leader.
+    ``on_queued(req, leading)`` runs under the mutex right after."""
+    queued: dict[str, threading.Event] = {}
+    enqueue = j._enqueue
+
+    def watched(req):
+        leading = enqueue(req)
+        if on_queued is not None:
+            on_queued(req, leading)
+        queued.setdefault(threading.current_thread().name, threading.Event()).set()
+        return leading
+
+    j._enqueue = watched
+    return queued
+
+
+def queued_event(queued: dict[str, threading.Event], name: str) -> threading.Event:
+    return queued.setdefault(name, threading.Event())
 
 
 # --- 1. idempotency-key duplicates acknowledged before the original is settled ---------------
@@ -110,24 +157,27 @@ def test_duplicate_key_is_committed_although_the_original_was_rolled_back(jpath:
     fdatasync has returned, so a power loss can lose an acknowledged record.)"""
     fs = GateFS()
     j = journal.open(jpath, create=True, fs=fs)
+    cv = watch_waits(j)
     try:
         fs.arm(fail_errno=errno.ENOSPC)
         box: list = []
         ta = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "a")
-        assert fs.entered.wait(3)
-        tb = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "b")
-        time.sleep(0.2)
+        assert fs.entered.wait(WAIT_S)
+        # The retry must wait for the original's outcome: it waits on the handle's condition, or
+        # (the bug) returns at once. Either sets the event.
+        tb = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "b", done=cv.event("b"))
+        assert cv.event("b").wait(WAIT_S)
+        assert "b" not in dict(box), f"the retry returned {dict(box)['b']} while its original was in flight"
         fs.release.set()
-        ta.join(5)
-        tb.join(5)
+        ta.join(WAIT_S)
+        tb.join(WAIT_S)
         out = dict(box)
         a, b = out["a"], out["b"]
         assert isinstance(a, journal.NotCommitted), a
-        if isinstance(b, journal.Committed):
-            rec = j.get(b.seq)
-            assert rec is not None and rec.key == "k", (
-                f"retry was told {b} but the original was {a} and seq {b.seq} holds {rec}"
-            )
+        # The original is gone, so the retry is the record: written, synced, at the freed seq.
+        assert b == journal.Committed(1, "sync") and not b.duplicate, f"retry was told {b}; the original was {a}"
+        rec = j.get(1)
+        assert rec is not None and rec.key == "k" and rec.event == {"n": 1}, rec
     finally:
         fs.release.set()
         j.close()
@@ -140,18 +190,21 @@ def test_duplicate_key_reports_a_stale_seq_after_renumbering(jpath: str) -> None
     and returns it: the caller is acknowledged a seq that holds a different record (or none)."""
     fs = GateFS()
     j = journal.open(jpath, create=True, fs=fs)
+    cv = watch_waits(j)
+    queued = watch_queue(j)
     try:
         fs.arm(fail_errno=errno.ENOSPC)
         box: list = []
         tx = _run(lambda: j.append({"x": 1}), box, "x")  # leads alone, blocks, then fails
-        assert fs.entered.wait(3)
+        assert fs.entered.wait(WAIT_S)
         ta = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "a")  # queued at seq 2
-        _wait_for(lambda: len(j._queue) == 1)
-        tb = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "b")  # duplicate of seq 2
-        time.sleep(0.2)  # b now waits for the original's outcome
+        assert queued_event(queued, "a").wait(WAIT_S)
+        # A duplicate of seq 2: it waits for the original's outcome (or, the bug, answers at once).
+        tb = _run(lambda: j.append({"n": 1}, idempotency_key="k"), box, "b", done=cv.event("b"))
+        assert cv.event("b").wait(WAIT_S)
         fs.release.set()
         for t in (tx, ta, tb):
-            t.join(5)
+            t.join(WAIT_S)
         out = dict(box)
         assert isinstance(out["x"], journal.NotCommitted), out
         a, b = out["a"], out["b"]
@@ -177,23 +230,26 @@ def test_sync_returns_while_buffered_records_are_in_another_threads_batch(jpath:
     JournalFailStoppedError."""
     fs = GateFS()
     j = journal.open(jpath, create=True, fs=fs)
+    settled = threading.Event()  # the call either queued behind the batch, or returned
+    watch_queue(j, on_queued=lambda req, leading: settled.set() if threading.current_thread().name == "call" else None)
     try:
         assert isinstance(j.append({"b": 1}, durability="buffered"), journal.Committed)
         fs.arm(fail_errno=errno.ENOSPC)
         box: list = []
         tl = _run(lambda: j.append({"s": 1}), box, "leader")  # carries the buffered record
-        assert fs.entered.wait(3)
-        ts = _run(getattr(j, call), box, "call")
-        time.sleep(0.2)
-        returned_early = any(k == "call" for k, _ in box)
+        assert fs.entered.wait(WAIT_S)
+        ts = _run(getattr(j, call), box, "call", done=settled)
+        assert settled.wait(WAIT_S)
+        returned_early = dict(box).get("call", "still waiting")
         fs.release.set()
-        tl.join(5)
-        ts.join(5)
+        tl.join(WAIT_S)
+        ts.join(WAIT_S)
         result = dict(box)["call"]
-        assert isinstance(result, journal.JournalFailStoppedError) or not returned_early, (
-            f"{call}() returned {result!r} while the batch carrying the buffered record was "
+        assert returned_early == "still waiting", (
+            f"{call}() returned {returned_early!r} while the batch carrying the buffered record was "
             f"still in flight; that write then failed and the record is lost"
         )
+        assert isinstance(result, journal.JournalFailStoppedError), result
     finally:
         fs.release.set()
         j.close()
@@ -449,26 +505,64 @@ def test_interrupted_follower_does_not_wedge_the_writer(jpath: str) -> None:
     class Interrupted(Exception):
         pass
 
+    interrupted = threading.Event()
+
     def handler(signum, frame):
-        raise Interrupted
+        if not interrupted.is_set():  # once: a repeated signal must not land in the recovery path
+            interrupted.set()
+            raise Interrupted
+
+    class ParkedLock:
+        """The follower's wake lock: says when the follower blocks on it, inside the writer's
+        try block, so the signal lands while it is parked and not before."""
+
+        def __init__(self, inner: threading.Lock, parked: threading.Event) -> None:
+            self._inner = inner
+            self._parked = parked
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            if blocking:
+                self._parked.set()
+            return self._inner.acquire(blocking, timeout)
+
+        def release(self) -> None:
+            self._inner.release()
 
     old = signal.signal(signal.SIGUSR1, handler)
     fs = GateFS()
     j = journal.open(jpath, create=True, fs=fs)
+    parked = threading.Event()
+    main = threading.main_thread().ident
+    assert threading.get_ident() == main
+
+    def park(req, leading: bool) -> None:
+        if not leading and threading.get_ident() == main:
+            req.wake = ParkedLock(req.wake, parked)
+
+    watch_queue(j, on_queued=park)
     try:
         fs.arm()
         box: list = []
         tl = _run(lambda: j.append({"leader": 1}), box, "leader")
-        assert fs.entered.wait(3)
-        main = threading.main_thread().ident
-        assert threading.get_ident() == main
-        threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGUSR1)).start()
+        assert fs.entered.wait(WAIT_S)
+
+        def interrupt() -> None:
+            parked.wait(WAIT_S)  # (not parked by then: interrupt anyway, and the test fails below)
+            # A signal that lands after the follower said it parks but before it blocks in the
+            # lock is only seen when the lock is released: send it until the handler has run.
+            while True:
+                signal.pthread_kill(main, signal.SIGUSR1)
+                if interrupted.wait(0.01):
+                    return
+
+        threading.Thread(target=interrupt, daemon=True).start()
         with pytest.raises(Interrupted):
             j.append({"follower": 1})  # parks as a follower, then is interrupted
+        assert parked.is_set(), "the follower was interrupted before it parked"
         fs.release.set()
-        tl.join(5)
+        tl.join(WAIT_S)
         tn = _run(lambda: j.append({"next": 1}), box, "next")
-        tn.join(2)
+        tn.join(WAIT_S)
         assert not tn.is_alive(), "the next append never returns: leadership was handed to a dead waiter"
     finally:
         fs.release.set()

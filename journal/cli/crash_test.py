@@ -12,22 +12,18 @@ import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
+from journal.cli.common import USAGE, fail, int_at_least
 from journal.cli.progress import Progress
 
 MODEL_CHOICES = ("psow", "npsow", "both")
-# Workloads that live beside the code they test register themselves on import; the command
-# imports them when it runs (not at start-up), so --list, --workload and --replay know them.
-WORKLOAD_MODULES = (
-    "journal.crashsim.workloads.session_repair",  # session-repair
-    "journal.crashsim.workloads.session_fork",  # session-fork
-    "journal.crashsim.workloads.session_snapshot",  # session-snapshot
-)
 NAME_WIDTH = 17
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--states", type=int, default=2000, help="crash states per workload and model (default 2000)")
-    parser.add_argument("--seed", type=int, default=0, help="first seed; run i of a pair uses seed+i (default 0)")
+    parser.add_argument("--states", type=int_at_least(1), default=2000,
+                        help="crash states per workload and model (default 2000)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0,
+                        help="first seed; run i of a pair uses seed+i (default 0)")
     parser.add_argument(
         "--model",
         choices=MODEL_CHOICES,
@@ -35,27 +31,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="psow: sectors not written survive; npsow: no powersafe overwrite (default both)",
     )
     parser.add_argument("--workload", action="append", help="only this workload (repeatable; default all)")
-    parser.add_argument("--kill-rounds", type=int, default=50, help="kill -9 rounds of a real writer (default 50)")
+    parser.add_argument("--kill-rounds", type=int_at_least(0), default=50,
+                        help="kill -9 rounds of a real writer (default 50; 0 skips them)")
     parser.add_argument("--no-faults", action="store_true", help="skip the injected I/O error sweep")
-    parser.add_argument("--runs", type=int, help="at most this many workload runs per pair (with --seed: repeat one)")
+    parser.add_argument("--runs", type=int_at_least(1),
+                        help="at most this many workload runs per pair (with --seed: repeat one)")
     parser.add_argument("--save-dir", default="crash-failures", help="where failing states are saved as JSON")
     parser.add_argument("--replay", metavar="FILE", help="check one saved failure again and exit")
     parser.add_argument("--list", action="store_true", help="list the registered workloads and exit")
 
 
-def load_workloads() -> None:
-    """Import the modules whose workloads are not in journal.crashsim.workloads itself."""
-    import importlib
-
-    for name in WORKLOAD_MODULES:
-        importlib.import_module(name)
-
-
 def run(args: argparse.Namespace) -> int:
     from journal.crashsim import campaign, faultsweep, killtest
-    from journal.crashsim.workloads.core import WORKLOADS
 
-    load_workloads()
+    # The package registers every built-in workload when it is imported (its __init__ imports
+    # them all), so --list, --workload and --replay know the same set wherever they run.
+    from journal.crashsim.workloads import WORKLOADS
 
     out = sys.stdout
     if args.list:
@@ -75,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     names = args.workload or list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
-        out.write(f"unknown workload(s): {', '.join(unknown)}; --list shows them\n")
-        return 2
+        return fail(None, "crash-test", USAGE, f"unknown workload(s): {', '.join(unknown)}; --list shows them")
     models = ["psow", "npsow"] if args.model == "both" else [args.model]
     bar = Progress(sys.stderr, "power loss")
     tallies = campaign.run_campaign(
@@ -124,6 +114,8 @@ def report(
             f"{t.violations:>10}  {', '.join(map(str, seeds[:8]))}\n"
         )
     out.write(f"{'total':<{NAME_WIDTH}} {'':<6} {'':>5} {states:>7}\n")
+    out.write("states: distinct crash states checked per workload and model (a disk image with what the ledger\n"
+              "expects of it; one seen before is not checked again)\n")
     if any(t.model == "npsow" for t in tallies if isinstance(t, Tally)):
         how = f"with {sector_option}=4096" if sector_option else "the engine offers no sector padding option"
         out.write(f"npsow ran {how}\n")
@@ -135,7 +127,8 @@ def report(
         bad += len(site_bad)
     if isinstance(kills, KillStats):
         out.write(
-            f"kill -9: {kills.rounds} rounds ({kills.killed_before_ready} during open), "
+            f"kill -9: {kills.rounds} rounds ({kills.killed_before_ready} killed during open, "
+            f"{kills.killed_in_flight} with an append in flight), {kills.acked} records acknowledged, "
             f"{kills.records_checked} records read back, {len(kills.violations)} violations\n"
         )
         for msg in kills.violations[:10]:

@@ -7,7 +7,9 @@
     campaign   power-loss campaigns over workloads and models, failures saved with seeds
     killtest   kill -9 of real writer processes
     faultsweep an injected I/O error at every call site of a workload
-    command    `journal crash-test`
+    faults     fault injection over any FileSystem: fail the Nth call of an operation
+
+The command, `journal crash-test`, is journal/cli/crash_test.py.
 
 docs/CRASH-TESTING.md explains the model, each invariant and how to reproduce a failure.
 """

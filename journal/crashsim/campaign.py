@@ -3,7 +3,12 @@
 For each (workload, model) pair, runs are repeated with seeds ``seed, seed+1, ...`` until the
 state budget is spent. One run: record the workload's trace, walk every crash point, and check
 the states the model allows there -- all of them when the trace is short, a seeded random sample
-of structured and random states when it is long. Identical images are checked once.
+of structured and random states when it is long. A crash state is identified by its disk image
+and by what the ledger says must (and may) be read back from it; a state seen before, in this run
+or an earlier one of the pair, is checked once. The count of a pair is the number of distinct
+states it checked: runs stop when it reaches the budget, or when STALE_RUNS_MAX runs in a row
+add nothing new (the workload has no more states to give), so a workload whose runs repeat
+falls short of its budget instead of being counted again.
 
 A failure is saved as JSON with everything needed to check it again without the engine run that
 produced it (the image, the expectation, the model) and with the seed that reproduces the run.
@@ -14,6 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import hashlib
 import inspect
 import json
 import os
@@ -33,6 +39,7 @@ STATES_PER_RUN_MAX = 300  # beyond this a run's states are sampled, so seeds var
 DEEP_EVERY = 25  # every Nth checked state also checks appends after recovery
 SECOND_CRASH_EVERY = 40  # every Nth checked state also crashes recovery itself
 SECOND_CRASH_STATES = 4
+STALE_RUNS_MAX = 3  # runs in a row without a new distinct state end a pair's campaign
 
 
 class _SeededSecrets:
@@ -143,7 +150,8 @@ class Tally:
     workload: str
     model: str
     runs: int = 0
-    states: int = 0
+    states: int = 0  # distinct crash states checked (image and expectation; see the module doc)
+    repeats: int = 0  # states drawn again and not checked twice
     detected_damage: int = 0  # CorruptionError after damage to synced bytes (npsow only)
     deep: int = 0
     second_crash: int = 0
@@ -216,7 +224,11 @@ def run_campaign(
     stop_on_failure: bool = False,
     runs_max: int | None = None,
 ) -> list[Tally]:
-    """Check about ``states`` crash states per (workload, model); returns one Tally per pair."""
+    """Check up to ``states`` distinct crash states per (workload, model); one Tally per pair.
+
+    A pair's ``Tally.states`` falls short of ``states`` only when its workload ran out of new
+    states (or ``runs_max`` was reached): callers assert the count they need.
+    """
     tallies: list[Tally] = []
     total = states * len(workloads) * len(models)
     done = 0
@@ -227,22 +239,30 @@ def run_campaign(
             tallies.append(tally)
             t0 = time.monotonic()
             run = 0
-            while tally.states < states and (runs_max is None or run < runs_max):
+            seen: set[str] = set()  # every state of the pair checked so far
+            stale = 0
+            while tally.states < states and (runs_max is None or run < runs_max) and stale < STALE_RUNS_MAX:
                 run_seed = seed + run
                 run += 1
                 tally.runs += 1
                 fs, ledger = record_run(wl, run_seed)
                 rng = random.Random(f"{run_seed}/{model}/{name}")
-                seen: set[str] = set()
+                expects: dict[int, tuple[Expect, str]] = {}  # by crash point
+                before = tally.states
                 budget = min(STATES_PER_RUN_MAX, states - tally.states)
                 for replay, state in states_of_run(fs, model, rng, budget):
                     if tally.states >= states:
                         break
                     built = replay.build(state)
-                    if built.digest in seen:
+                    if state.point not in expects:
+                        e = Expect.at(ledger, state.point)
+                        expects[state.point] = (e, expect_key(e))
+                    exp, exp_key = expects[state.point]
+                    key = f"{built.digest}/{exp_key}"
+                    if key in seen:
+                        tally.repeats += 1
                         continue
-                    seen.add(built.digest)
-                    exp = Expect.at(ledger, state.point)
+                    seen.add(key)
                     tally.states += 1
                     deep = tally.states % DEEP_EVERY == 0
                     second = SECOND_CRASH_STATES if tally.states % SECOND_CRASH_EVERY == 0 else 0
@@ -273,10 +293,23 @@ def run_campaign(
                     done += 1
                     if progress is not None:
                         progress(done, total)
-                if not seen and run > 3:
-                    break  # the workload leaves nothing to crash
+                stale = stale + 1 if tally.states == before else 0
             tally.seconds = time.monotonic() - t0
     return tallies
+
+
+def expect_key(exp: Expect) -> str:
+    """What identifies an expectation: the same image checked against a different ledger view
+    (a record acknowledged since, a call started since) is a different crash state."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"created" if exp.created else b"-")
+    for seq in sorted(exp.required):
+        h.update(b"r%d:%d:" % (seq, len(exp.required[seq])) + exp.required[seq])
+    for payload, at in sorted(exp.allowed.items(), key=lambda item: item[0]):
+        h.update(b"a%d:%d:" % (-1 if at is None else at, len(payload)) + payload)
+    for payload in sorted(exp.forbidden):
+        h.update(b"f%d:" % len(payload) + payload)
+    return h.hexdigest()
 
 
 def save_failure(f: Failure, save_dir: str, n: int) -> str:
