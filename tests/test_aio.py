@@ -211,3 +211,34 @@ def test_the_cache_never_holds_more_than_its_bound_of_open_journals(tmp_path: Pa
         with journal.open(tmp_path / f"s{k}", readonly=True) as r:
             total += r.last_seq
     assert total == 200
+
+
+def test_the_session_layer_and_store_as_awaitables(tmp_path: Path) -> None:
+    import journal.session.aio as saio
+
+    async def main() -> str:
+        async with await saio.open(tmp_path / "s", create=True) as s:
+            turn = await s.append("turn.started", turn_id="t1")
+            said = await s.append("user.message", {"text": "hi"}, turn_id="t1")
+            assert turn.committed and said.committed and said.event.seq == turn.event.seq + 1
+            await s.sync()
+            types = [ev.type async for ev in s.read()]
+            assert types[-2:] == ["turn.started", "user.message"]
+            state = await s.state()
+            assert state.session_id == s.session_id
+            sid = s.session_id
+        store = await saio.AsyncSessionStore.open(tmp_path / "store")
+        made = await store.create()
+        await made.append("user.message", {"text": "in the store"})
+        await made.close()
+        latest = await store.latest()
+        assert latest is not None and latest.session_id == made.session_id
+        again = await store.open_session(made.session_id)
+        assert [ev.type async for ev in again.read()][-1] == "user.message"
+        await again.close()
+        await store.close()
+        return sid
+
+    sid = run(main())
+    with journal.open(tmp_path / "s", readonly=True) as r:
+        assert [rec.event["sessionId"] for rec in r.read()] == [sid] * r.last_seq
