@@ -26,6 +26,7 @@ from typing import Any
 
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.engine.reader import Record, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR
 from journal.engine.segment import TMP_SUFFIX
@@ -241,7 +242,10 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
         if found is None:
             loss = Loss(name, at, size - at, reason, expected, None, False)
             walk.losses.append(loss)
-            walk.tail = loss
+            # Nothing genuine after it: what the bytes are is the tail classifier's to say (torn
+            # or zeros, which recovery cuts; never a durable point, with no genuine frame).
+            verdict = tail.classify(res, data[at:], header, name, name, last_seq=expected - 1)
+            walk.tail = loss if verdict.cut else None
             return walk
         nxt, seq, flags = found.offset, found.seq, found.flags
         kind = flags & fmt.FLAG_KIND_MASK

@@ -2,8 +2,10 @@
 
 Every reader of a segment asks the same question when a scan stops before the end of the
 file: recovery on open (which acts on the answer), the read-only open (which reports it), the
-lock-free cursor (which waits or refuses), verify and salvage (which report where). They all
-ask ``classify``, a pure function of (the scan result, the bytes from where it stopped to the
+lock-free cursor (which waits or refuses), a shared writer catching up with other processes
+(which cuts a torn batch), verify (which reports it, through recovery.decide) and salvage (what
+follows a segment's last genuine frame, after it has resynchronised past earlier damage). They
+all ask ``classify``, a pure function of (the scan result, the bytes from where it stopped to the
 end of the file, the segment's header, the journal's id), so they cannot disagree.
 
 The answers, checked in this order:
