@@ -217,9 +217,12 @@ class Journal(Writer):
                     # Another process made it at the same moment (shared writers starting
                     # together); it is synced below all the same.
                 fs.fsync_dir(os.path.dirname(d))
-        segments = list_segments(fs, path)
+        # One listing for both questions: a writer creating the journal at this moment (shared
+        # writers starting together) renames its first segment into place between two listings.
+        names = fs.listdir(path)
+        segments = list_segments(fs, path, names)
         if not segments:
-            foreign = [n for n in fs.listdir(path) if n not in (LOCK_FILE, QUARANTINE_DIR) and not n.endswith(".tmp")]
+            foreign = [n for n in names if n not in (LOCK_FILE, QUARANTINE_DIR) and not n.endswith(".tmp")]
             if foreign:
                 raise NotAJournalError(path, f"it holds other files ({', '.join(foreign[:3])}) and no segment")
             if not create:

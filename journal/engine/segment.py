@@ -24,9 +24,10 @@ class SegmentName:
     name: str
 
 
-def list_segments(fs: FileSystem, dirpath: str) -> list[SegmentName]:
+def list_segments(fs: FileSystem, dirpath: str, names: list[str] | None = None) -> list[SegmentName]:
+    """The segments of a directory, by base seq (from ``names`` if the caller listed it)."""
     out = []
-    for name in fs.listdir(dirpath):
+    for name in fs.listdir(dirpath) if names is None else names:
         base = fmt.parse_segment_name(name)
         if base is not None:
             out.append(SegmentName(base, name))
