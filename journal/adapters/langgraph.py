@@ -1,0 +1,556 @@
+"""LangGraph's checkpoint saver on journals: ``JournalSaver(path)`` (docs/ADAPTERS.md, "LangGraph").
+
+    from journal.adapters.langgraph import JournalSaver
+    graph = builder.compile(checkpointer=JournalSaver("checkpoints"))
+    graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+
+A ``langgraph.checkpoint.base.BaseCheckpointSaver`` with every sync method and its async twin.
+
+Storage. One journal per LangGraph thread, in ``<path>/threads/<name>``, where ``<name>`` is
+``t`` followed by the thread id's UTF-8 bytes in lowercase base32 without padding: a thread id is
+never used as a path component itself (``../x``, ``a/b``, ``.`` and ids differing only in case
+all get distinct, harmless names, and decoding a name gives the id back). Each record is a JSON
+dict, one of two kinds:
+
+* ``{"k": "cp", "ns", "id", "parent", "cp": [type, b64], "md": [type, b64], "blobs": [[channel,
+  version, type, b64], ...]}``: one ``put``. ``cp`` is the checkpoint without its channel values;
+  ``blobs`` holds a value only for the channels in ``new_versions`` (a reader rebuilds
+  ``channel_values`` from the blob stored at each channel's version in ``channel_versions``), so
+  a step stores what changed, never the whole state again. The checkpoint and its blobs are one
+  record: they land together or not at all.
+* ``{"k": "w", "ns", "cp", "task", "path", "w": [[idx, channel, type, b64], ...]}``: one
+  ``put_writes``, only the writes it actually adds (an ordinary write whose (task, idx) is
+  already stored is dropped: the first one wins; the special channels of ``WRITES_IDX_MAP``
+  overwrite, and the last record wins on read).
+
+Values are the saver's serde (``dumps_typed``), base64 in the JSON. A record is bounded by the
+journal's ``record_size_bytes_max`` (16 MiB by default): a larger checkpoint step or write batch
+is refused with ``CheckpointTooLargeError`` and nothing of it is written.
+
+A thread's journal is made in a dot-named directory beside its place and renamed in once whole
+(the rename fsync'd), so a crash never leaves a half-made journal under a thread's name.
+
+Index. The first use of a thread opens its journal and reads it once into an in-memory index
+(checkpoint id -> seq, parent and metadata; (ns, channel, version) -> seq of its blob; pending
+writes -> seq), so reads fetch records by seq (``Journal.get``) and never rescan.
+
+Durability. Every record is appended at "sync" (fdatasync'd before the call returns), so the
+pending writes of a finished task are durable before ``put_writes`` returns, hence before any
+later checkpoint can be put or observed: a crash between ``put_writes`` and ``put`` never makes
+a finished task run again. An outcome other than Committed raises ``CheckpointNotSavedError``;
+after an AckLost the thread's journal is closed and reopened on next use, so the index is rebuilt
+from what is really on disk.
+
+Concurrency. LangGraph calls ``put_writes`` of parallel tasks from a thread pool: each thread's
+index is guarded by its own lock, held across the first-one-wins check and the append. A thread's
+journal is locked for writing by this process (the journal's writer lock): one saver per
+directory at a time. The async methods run the same code off the event loop
+(``asyncio.to_thread``); writes are shielded, so a cancelled caller never cuts a started write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import os
+import random
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+import journal
+from journal import fs as jfs
+from journal.api import LOCK_FILE, Committed, InvariantError, Journal, JournalError, RecordTooLargeError
+
+THREADS_DIR = "threads"
+TRASH_DIR = "trash"  # a deleted thread's directory is renamed here, then removed
+_NAME_PREFIX = "t"
+# A directory name must fit NAME_MAX (255 bytes): base32 turns 5 bytes into 8 characters.
+THREAD_ID_BYTES_MAX = 150
+DURABILITY = "sync"
+
+
+class CheckpointNotSavedError(JournalError):
+    """A checkpoint or a batch of writes did not reach the journal (or may not have)."""
+
+
+class CheckpointTooLargeError(JournalError, ValueError):
+    """One put or put_writes would make a record over the journal's record_size_bytes_max."""
+
+
+class MissingRecordError(JournalError):
+    """A record the index names is not in the thread's journal (someone changed its files)."""
+
+
+class ThreadIdError(JournalError, ValueError):
+    """A thread id this saver cannot store (empty, not a str, or too long for a directory name)."""
+
+
+def thread_dir_name(thread_id: str) -> str:
+    """The directory name of a thread: unambiguous, reversible, safe as one path component."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ThreadIdError(f"thread_id must be a non-empty str, not {thread_id!r}")
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    if len(raw) > THREAD_ID_BYTES_MAX:
+        raise ThreadIdError(f"thread_id is {len(raw)} bytes in UTF-8; at most {THREAD_ID_BYTES_MAX} can be stored")
+    return _NAME_PREFIX + base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+
+
+def thread_id_of(name: str) -> str | None:
+    """The thread id a directory name encodes, or None if it is not one of ours."""
+    if not name.startswith(_NAME_PREFIX):
+        return None
+    body = name[len(_NAME_PREFIX) :].upper()
+    try:
+        raw = base64.b32decode(body + "=" * (-len(body) % 8))
+        thread_id = raw.decode("utf-8", "surrogatepass")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return thread_id if thread_dir_name(thread_id) == name else None
+
+
+def _b64(typed: tuple[str, bytes]) -> list[str]:
+    return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+
+
+def _unb64(kind: str, text: str) -> tuple[str, bytes]:
+    return kind, base64.b64decode(text)
+
+
+@dataclass
+class _CheckpointEntry:
+    seq: int
+    parent: str | None
+    metadata: CheckpointMetadata
+
+
+@dataclass
+class _WriteEntry:
+    seq: int
+    pos: int  # index in the record's "w" list
+    task_path: str
+    channel: str
+
+
+@dataclass
+class _Thread:
+    """One open thread: its journal and the index of what it holds."""
+
+    journal: Journal
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # ns -> checkpoint id -> entry
+    checkpoints: dict[str, dict[str, _CheckpointEntry]] = field(default_factory=dict)
+    # (ns, channel, version) -> (seq, index in the record's "blobs")
+    blobs: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
+    # (ns, checkpoint id) -> (task id, idx) -> entry
+    writes: dict[tuple[str, str], dict[tuple[str, int], _WriteEntry]] = field(default_factory=dict)
+
+    def index(self, seq: int, event: dict[str, Any], serde: SerializerProtocol) -> None:
+        ns = event["ns"]
+        if event["k"] == "cp":
+            md_kind, md_text = event["md"]
+            metadata: CheckpointMetadata = serde.loads_typed(_unb64(md_kind, md_text))
+            self.checkpoints.setdefault(ns, {})[event["id"]] = _CheckpointEntry(seq, event["parent"], metadata)
+            for pos, (channel, version, _kind, _text) in enumerate(event["blobs"]):
+                self.blobs[(ns, channel, str(version))] = (seq, pos)
+        elif event["k"] == "w":
+            stored = self.writes.setdefault((ns, event["cp"]), {})
+            for pos, (idx, channel, _kind, _text) in enumerate(event["w"]):
+                stored[(event["task"], idx)] = _WriteEntry(seq, pos, event["path"], channel)
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+class JournalSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer storing each thread in a journal under ``path`` (see the module doc)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        serde: SerializerProtocol | None = None,
+        record_size_bytes_max: int | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.path = os.path.abspath(os.fspath(path))
+        self._fs = jfs.OsFileSystem()
+        self._options: dict[str, Any] = {}
+        if record_size_bytes_max is not None:
+            self._options["record_size_bytes_max"] = record_size_bytes_max
+        self._lock = threading.Lock()  # guards self._threads and directory changes
+        self._threads: dict[str, _Thread] = {}
+        self._closed = False
+        jfs.make_dirs(self._fs, os.path.join(self.path, THREADS_DIR))
+        self._empty_trash()
+
+    # ---- life of the saver and its threads
+
+    def close(self) -> None:
+        """Close every open thread's journal. Idempotent."""
+        with self._lock:
+            self._closed = True
+            threads, self._threads = self._threads, {}
+        for t in threads.values():
+            t.journal.close()
+
+    def __enter__(self) -> JournalSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JournalSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    def _thread_path(self, thread_id: str) -> str:
+        return os.path.join(self.path, THREADS_DIR, thread_dir_name(thread_id))
+
+    def _thread(self, thread_id: str, create: bool) -> _Thread | None:
+        """The open thread, opening its journal and building its index on first use."""
+        with self._lock:
+            if self._closed:
+                raise journal.JournalClosedError()
+            t = self._threads.get(thread_id)
+            if t is not None:
+                return t
+            where = self._thread_path(thread_id)
+            if not self._fs.exists(where):
+                if not create:
+                    return None
+                self._create_journal(where)
+            j = journal.open(where, **self._options)
+            t = _Thread(j)
+            try:
+                for rec in j.read():
+                    t.index(rec.seq, rec.event, self.serde)
+            except BaseException:
+                j.close()
+                raise
+            self._threads[thread_id] = t
+            return t
+
+    def _create_journal(self, where: str) -> None:
+        """Make a thread's journal whole beside its place, then rename it in (durably).
+
+        A crash while a journal is being created must not leave a directory that is not yet a
+        journal under a thread's name: the thread is there whole, or not at all.
+        """
+        tmp = jfs.temp_dir_beside(self._fs, where, "new", LOCK_FILE)
+        try:
+            journal.open(tmp, create=True, **self._options).close()
+            jfs.publish_dir(self._fs, tmp, where)
+        except BaseException:
+            if self._fs.exists(tmp):
+                jfs.remove_tree(self._fs, tmp)
+            raise
+
+    def _writable(self, thread_id: str) -> _Thread:
+        t = self._thread(thread_id, create=True)
+        if t is None:  # create=True opens or raises; a None here is this module's bug
+            raise InvariantError(f"thread {thread_id!r} was not opened for writing")
+        return t
+
+    def _forget(self, thread_id: str, t: _Thread) -> None:
+        """Close a thread whose last write's outcome is unknown: the next use reads the disk again."""
+        with self._lock:
+            if self._threads.get(thread_id) is t:
+                del self._threads[thread_id]
+        t.journal.close()
+
+    def _append(self, thread_id: str, t: _Thread, event: dict[str, Any], what: str) -> int:
+        try:
+            out = t.journal.append(event, durability=DURABILITY)
+        except RecordTooLargeError as e:
+            raise CheckpointTooLargeError(f"{what} of thread {thread_id!r} is too large to store: {e}") from e
+        if isinstance(out, Committed):
+            return out.seq
+        if not isinstance(out, journal.NotCommitted):
+            self._forget(thread_id, t)
+        raise CheckpointNotSavedError(f"{what} of thread {thread_id!r} was not saved ({out!r}); retry it")
+
+    def _thread_ids(self) -> builtins.list[str]:
+        found = []
+        for name in sorted(self._fs.listdir(os.path.join(self.path, THREADS_DIR))):
+            thread_id = thread_id_of(name)
+            if thread_id is not None:
+                found.append(thread_id)
+        return found
+
+    def _empty_trash(self) -> None:
+        trash = os.path.join(self.path, TRASH_DIR)
+        if self._fs.exists(trash):
+            for name in self._fs.listdir(trash):
+                jfs.remove_tree(self._fs, os.path.join(trash, name))
+
+    # ---- reading
+
+    def _load_tuple(self, thread_id: str, t: _Thread, ns: str, checkpoint_id: str) -> CheckpointTuple:
+        entry = t.checkpoints[ns][checkpoint_id]
+        rec = t.journal.get(entry.seq)
+        if rec is None:  # the index names only records this handle committed or read
+            raise MissingRecordError(f"thread {thread_id!r}: checkpoint record {entry.seq} is missing")
+        event = rec.event
+        checkpoint: Checkpoint = self.serde.loads_typed(_unb64(*event["cp"]))
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            where = t.blobs.get((ns, channel, str(version)))
+            if where is None:
+                continue
+            blob_seq, pos = where
+            blob_event = event if blob_seq == entry.seq else self._event(t, blob_seq)
+            _, _, kind, text = blob_event["blobs"][pos]
+            if kind == "empty":
+                continue
+            values[channel] = self.serde.loads_typed(_unb64(kind, text))
+        stored = t.writes.get((ns, checkpoint_id), {})
+        ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
+        pending: builtins.list[PendingWrite] = []
+        for (task_id, _idx), w in ordered:
+            _, channel, kind, text = self._event(t, w.seq)["w"][w.pos]
+            pending.append((task_id, channel, self.serde.loads_typed(_unb64(kind, text))))
+        return CheckpointTuple(
+            config=_config(thread_id, ns, checkpoint_id),
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=entry.metadata,
+            parent_config=_config(thread_id, ns, entry.parent) if entry.parent else None,
+            pending_writes=pending,
+        )
+
+    @staticmethod
+    def _event(t: _Thread, seq: int) -> dict[str, Any]:
+        rec = t.journal.get(seq)
+        if rec is None:
+            raise MissingRecordError(f"record {seq} of {t.journal.path} is missing")
+        event: dict[str, Any] = rec.event
+        return event
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        configurable = config["configurable"]
+        thread_id: str = configurable["thread_id"]
+        ns: str = configurable.get("checkpoint_ns", "")
+        t = self._thread(thread_id, create=False)
+        if t is None:
+            return None
+        with t.lock:
+            in_ns = t.checkpoints.get(ns)
+            if not in_ns:
+                return None
+            checkpoint_id = get_checkpoint_id(config)
+            if checkpoint_id is None:
+                checkpoint_id = max(in_ns)
+            elif checkpoint_id not in in_ns:
+                return None
+            return self._load_tuple(thread_id, t, ns, checkpoint_id)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return iter(self._list(config, filter=filter, before=before, limit=limit))
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None,  # noqa: A002
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> builtins.list[CheckpointTuple]:
+        # Collected whole under each thread's lock, so a concurrent put never shows half an index.
+        thread_ids = [config["configurable"]["thread_id"]] if config else self._thread_ids()
+        want_ns = config["configurable"].get("checkpoint_ns") if config else None
+        want_id = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        out: builtins.list[CheckpointTuple] = []
+        for thread_id in thread_ids:
+            t = self._thread(thread_id, create=False)
+            if t is None:
+                continue
+            with t.lock:
+                for ns in sorted(t.checkpoints):
+                    if want_ns is not None and ns != want_ns:
+                        continue
+                    for checkpoint_id in sorted(t.checkpoints[ns], reverse=True):
+                        if limit is not None and len(out) >= limit:
+                            return out
+                        if want_id and checkpoint_id != want_id:
+                            continue
+                        if before_id and checkpoint_id >= before_id:
+                            continue
+                        md = t.checkpoints[ns][checkpoint_id].metadata
+                        if filter and not all(md.get(k) == v for k, v in filter.items()):
+                            continue
+                        out.append(self._load_tuple(thread_id, t, ns, checkpoint_id))
+        return out
+
+    # ---- writing
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        configurable = config["configurable"]
+        thread_id: str = configurable["thread_id"]
+        ns: str = configurable.get("checkpoint_ns", "")
+        parent = configurable.get("checkpoint_id")
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values", {})
+        blobs = []
+        for channel, version in new_versions.items():
+            typed = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
+            blobs.append([channel, str(version), *_b64(typed)])
+        event = {
+            "k": "cp",
+            "ns": ns,
+            "id": checkpoint["id"],
+            "parent": parent,
+            "cp": _b64(self.serde.dumps_typed(c)),
+            "md": _b64(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+            "blobs": blobs,
+        }
+        t = self._writable(thread_id)
+        with t.lock:
+            seq = self._append(thread_id, t, event, f"checkpoint {checkpoint['id']}")
+            t.index(seq, event, self.serde)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        configurable = config["configurable"]
+        thread_id: str = configurable["thread_id"]
+        ns: str = configurable.get("checkpoint_ns", "")
+        checkpoint_id: str = configurable["checkpoint_id"]
+        t = self._writable(thread_id)
+        with t.lock:
+            stored = t.writes.get((ns, checkpoint_id), {})
+            batch = []
+            for i, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, i)
+                if idx >= 0 and (task_id, idx) in stored:
+                    continue  # an ordinary write is stored once: a retried task's first writes stand
+                batch.append([idx, channel, *_b64(self.serde.dumps_typed(value))])
+            if not batch:
+                return
+            event = {"k": "w", "ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": batch}
+            seq = self._append(thread_id, t, event, f"writes of task {task_id} on checkpoint {checkpoint_id}")
+            t.index(seq, event, self.serde)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread's journal: renamed into ``trash/`` (durably), then removed.
+
+        The rename is the commit point: after a crash the thread is either whole or gone, and
+        what is left in ``trash/`` is removed by the next saver opened on ``path``.
+        """
+        where = self._thread_path(thread_id)
+        with self._lock:
+            t = self._threads.pop(thread_id, None)
+            if t is not None:
+                with t.lock:
+                    t.journal.close()
+            if not self._fs.exists(where):
+                return
+            trash = os.path.join(self.path, TRASH_DIR)
+            jfs.make_dirs(self._fs, trash)
+            dead = os.path.join(trash, f"{os.path.basename(where)}.{os.urandom(4).hex()}")
+            self._fs.rename(where, dead)
+            self._fs.fsync_dir(os.path.dirname(where))
+            self._fs.fsync_dir(trash)
+            jfs.remove_tree(self._fs, dead)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A zero-padded counter and a random fraction, as LangGraph's shipped savers make them."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # ---- the async twins: the same code off the event loop; writes shielded from cancellation
+
+    @staticmethod
+    async def _shielded(fn: Any, *args: Any) -> Any:
+        return await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(fn, *args)))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(self._list, config, filter=filter, before=before, limit=limit)
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        out: RunnableConfig = await self._shielded(self.put, config, checkpoint, metadata, new_versions)
+        return out
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._shielded(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._shielded(self.delete_thread, thread_id)
+
+
+__all__ = [
+    "CheckpointNotSavedError",
+    "CheckpointTooLargeError",
+    "JournalSaver",
+    "MissingRecordError",
+    "ThreadIdError",
+    "thread_dir_name",
+    "thread_id_of",
+]
