@@ -370,3 +370,15 @@ def publish_dir(fs: FileSystem, tmp: str, dest: str) -> None:
         except OSError:
             pass  # dest keeps the whole copy; the error says the publish failed
         raise
+
+
+def discard_dir(fs: FileSystem, tmp: str) -> str | None:
+    """Remove a build directory that was not published; its path if that failed too (the
+    caller's error names it, so nothing is left behind unsaid)."""
+    if not fs.exists(tmp):
+        return None  # renamed into place: the failure came after (the rename's directory fsync)
+    try:
+        remove_tree(fs, tmp)
+    except OSError:
+        return tmp
+    return None

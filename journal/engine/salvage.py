@@ -40,7 +40,7 @@ from journal.errors import (
     WriteFailedError,
     present,
 )
-from journal.fs import FileSystem, OsFileSystem, publish_dir, read_file, remove_tree, temp_dir_beside
+from journal.fs import FileSystem, OsFileSystem, discard_dir, publish_dir, read_file, temp_dir_beside
 
 LOST_TYPE = "journal.lost"
 SALVAGE_BATCH_RECORDS = 1024
@@ -473,24 +473,13 @@ def salvage(
         _write(fs, tmp, seqs, by_seq, renumber, report, write_progress)
         publish_dir(fs, tmp, os.path.abspath(dest))
     except BaseException as exc:
-        leftover = _discard(fs, tmp) if tmp is not None else None
+        leftover = discard_dir(fs, tmp) if tmp is not None else None
         if isinstance(exc, (OSError, JournalError)):
             raise WriteFailedError("salvage", dest, exc, leftover) from exc
         raise
     if write_progress is not None:
         write_progress(len(seqs) or 1, len(seqs) or 1)
     return report
-
-
-def _discard(fs: FileSystem, tmp: str) -> str | None:
-    """Remove a build directory that was not published; its path if that failed too."""
-    if not fs.exists(tmp):
-        return None  # renamed into place: the failure came after (the rename's directory fsync)
-    try:
-        remove_tree(fs, tmp)
-    except OSError:
-        return tmp
-    return None
 
 
 def _write(

@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from journal.api import LOCK_FILE, InvariantError, JournalError, WriteFailedError
-from journal.fs import FileSystem, OsFileSystem, publish_dir, read_file, remove_tree, temp_dir_beside, write_atomic
+from journal.fs import (
+    FileSystem,
+    OsFileSystem,
+    discard_dir,
+    publish_dir,
+    read_file,
+    temp_dir_beside,
+    write_atomic,
+)
 from journal.session.envelope import ID_BYTES_MAX, Event
 from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
 
@@ -280,23 +288,12 @@ def import_file(
             report.last_seq = j.last_seq
         publish_dir(fs, tmp, os.path.abspath(dest))
     except BaseException as exc:
-        leftover = _discard(fs, tmp) if tmp is not None else None
+        leftover = discard_dir(fs, tmp) if tmp is not None else None
         if isinstance(exc, (OSError, JournalError)):
             raise WriteFailedError("import", dest, exc, leftover) from exc
         raise
     report.events = len(stored)
     return report
-
-
-def _discard(fs: FileSystem, tmp: str) -> str | None:
-    """Remove a build directory that was not published; its path if that failed too."""
-    if not fs.exists(tmp):
-        return None  # renamed into place: the failure came after (the rename's directory fsync)
-    try:
-        remove_tree(fs, tmp)
-    except OSError:
-        return tmp
-    return None
 
 
 def _timestamp(obj: dict[str, Any] | None) -> str | None:
