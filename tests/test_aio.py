@@ -125,11 +125,14 @@ def test_the_loop_runs_while_a_write_waits_in_fdatasync(tmp_path: Path) -> None:
 
 
 def test_cancelled_appends_leave_every_record_whole_or_absent(tmp_path: Path) -> None:
+    """Thousands of appends cancelled at each point of their life, the point forced through the
+    loop's order (no timing): before they ran, while queued, and once their batch was taken."""
     n = 3000
     rng = random.Random(14)
 
-    async def main() -> dict[int, journal.Outcome]:
+    async def main() -> tuple[dict[int, journal.Outcome], dict[str, int]]:
         results: dict[int, journal.Outcome] = {}
+        phases = {"before it ran": 0, "queued": 0, "in flight": 0}
         async with await journal.aio.open(tmp_path / "j", create=True, segment_size_bytes=65536) as j:
 
             async def one(i: int) -> None:
@@ -137,25 +140,33 @@ def test_cancelled_appends_leave_every_record_whole_or_absent(tmp_path: Path) ->
                 results[i] = await j.append({"i": i, "pad": "p" * (i % 97)}, level, idempotency_key=f"k{i}")
 
             tasks = [asyncio.create_task(one(i)) for i in range(n)]
-            cancelled = 0
-            for t in tasks:
-                if rng.random() < 0.4:
-                    # Cancel at a random point: before it queued, while queued, or in flight.
-                    for _ in range(rng.randrange(4)):
-                        await asyncio.sleep(0)
-                    cancelled += t.cancel()
+            live = list(tasks)
+
+            def cancel_some(share: float, phase: str) -> None:
+                for t in rng.sample(live, int(len(live) * share)):
+                    assert t.cancel()  # each is pending: not started, or awaiting its outcome
+                    live.remove(t)
+                    phases[phase] += 1
+
+            cancel_some(0.2, "before it ran")
+            await asyncio.sleep(0)  # every other task runs up to its await: all of them queued
+            assert j._queue and all(not p.taken for p in j._queue)
+            cancel_some(0.35, "queued")
+            while j._queue:  # the writer takes the batch on its next turn
+                await asyncio.sleep(0)
+            cancel_some(0.25, "in flight")
             done = await asyncio.gather(*tasks, return_exceptions=True)
-            assert cancelled > n // 4
-            assert sum(isinstance(d, asyncio.CancelledError) for d in done) > 0
+            assert sum(isinstance(d, asyncio.CancelledError) for d in done) == sum(phases.values())
             # A cancelled caller learns its outcome from the journal: the same key again.
             for i in range(n):
                 if i not in results:
                     again = await j.append({"i": i, "pad": "p" * (i % 97)}, "flush", idempotency_key=f"k{i}")
                     assert isinstance(again, journal.Committed)
                     results[i] = again
-        return results
+        return results, phases
 
-    results = run(main())
+    results, phases = run(main())
+    assert sum(phases.values()) > 1500 and all(phases.values())
     with journal.open(tmp_path / "j", readonly=True) as r:
         recs = list(r.read())
     assert [x.seq for x in recs] == list(range(1, len(recs) + 1))  # contiguous
