@@ -20,6 +20,7 @@ import pytest
 
 import journal
 from journal.engine import verify as V
+from tests.conftest import report_count
 
 CHILD = r"""
 import json, os, sys
@@ -207,7 +208,8 @@ def test_four_processes_appending_in_shared_mode_killed_at_random(tmp_path: Path
         assert got["acked"] > 0
         for k, v in got.items():
             totals[k] += v
-    print(f"\nshared writers: {ROUNDS} rounds of 4 processes killed at random: {totals}")
+    report_count(f"shared writers, {ROUNDS} rounds of 4 processes killed at random (tests/test_shared_writer.py)",
+                 totals)
     assert totals["duplicates"] > 0  # keys every child tried were refused as duplicates
 
 
