@@ -33,14 +33,23 @@ import asyncio
 import os
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from typing import Any, TypeVar
 
 import journal
-from journal.api import DURABILITY_LEVELS, DurabilityError, Journal, JournalClosedError, Outcome, Record, RecoveryReport
+from journal.api import (
+    DURABILITY_LEVELS,
+    DurabilityError,
+    Journal,
+    JournalClosedError,
+    JournalError,
+    Outcome,
+    Record,
+    RecoveryReport,
+)
 
 READ_BATCH_RECORDS = 256  # records a reader fetches per trip to its worker thread
 QUEUE_RECORDS_MAX = 65_536  # records waiting for the writer; an append past it waits for room
@@ -55,19 +64,29 @@ class _Pending:
     durability: str
     key: str | None
     future: asyncio.Future[Outcome]
+    caller: int  # records of one call share it: an error in one call's records is that call's
     taken: bool = False
 
 
 async def open(path: str | os.PathLike[str], create: bool = False, **options: Any) -> AsyncJournal:  # noqa: A001
-    """Open a journal (``journal.open``'s arguments) without blocking the loop on its recovery."""
-    loop = asyncio.get_running_loop()
+    """Open a journal (``journal.open``'s arguments) without blocking the loop on its recovery.
+
+    Cancelled while the open runs on its thread, the open still finishes there; the journal it
+    opened is then closed at once, so its writer lock is not left held."""
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal-aio")
+    opening = executor.submit(partial(journal.open, path, create=create, **options))
     try:
-        j = await loop.run_in_executor(executor, lambda: journal.open(path, create=create, **options))
+        j = await asyncio.wrap_future(opening)
     except BaseException:
+        opening.add_done_callback(_close_if_opened)
         executor.shutdown(wait=False)
         raise
     return AsyncJournal(j, executor)
+
+
+def _close_if_opened(done: Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is None:
+        done.result().close()
 
 
 class AsyncJournal:
@@ -134,7 +153,8 @@ class AsyncJournal:
         loop = asyncio.get_running_loop()
         async with self._room:
             await self._room.wait_for(lambda: len(self._queue) + len(items) <= QUEUE_RECORDS_MAX or not self._queue)
-        mine = [_Pending(event, durability, key, loop.create_future()) for event, key in items]
+        caller = id(items)
+        mine = [_Pending(event, durability, key, loop.create_future(), caller) for event, key in items]
         self._queue.extend(mine)
         if not self._writing:
             self._writing = True
@@ -156,7 +176,6 @@ class AsyncJournal:
 
     async def _write_queued(self) -> None:
         """Hand everything queued to the engine, one batch per trip, until the queue is empty."""
-        loop = asyncio.get_running_loop()
         try:
             while self._queue:
                 batch = list(self._queue)
@@ -165,25 +184,40 @@ class AsyncJournal:
                     p.taken = True
                 async with self._room:
                     self._room.notify_all()
-                level = max((p.durability for p in batch), key=_RANK.__getitem__)
-                events = [p.event for p in batch]
-                keys = [p.key for p in batch]
                 try:
-                    write = partial(self.journal.append_many, events, level, idempotency_keys=keys)
-                    outs = await loop.run_in_executor(self._executor, write)
-                except BaseException as exc:  # an error the engine raised: every caller gets it
+                    await self._write(batch)
+                except JournalError:
+                    # A refusal (bad input, a key reused for another event) comes before anything
+                    # is written: write each call on its own, so only the call at fault gets it.
+                    callers: dict[int, list[_Pending]] = {}
+                    for p in batch:
+                        callers.setdefault(p.caller, []).append(p)
+                    for group in callers.values():
+                        try:
+                            await self._write(group)
+                        except Exception as exc:
+                            for p in group:
+                                if not p.future.done():
+                                    p.future.set_exception(exc)
+                except BaseException as exc:
                     for p in batch:
                         if not p.future.done():
                             p.future.set_exception(exc)
                     if isinstance(exc, asyncio.CancelledError):
                         raise
-                    continue
-                for p, out in zip(batch, outs, strict=True):
-                    if not p.future.done():
-                        p.future.set_result(out)
         finally:
             self._writing = False
             self._idle.set()
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        """One append_many for ``batch``, at the highest level any of its records asked for;
+        each record's future gets its outcome."""
+        level = max((p.durability for p in batch), key=_RANK.__getitem__)
+        write = partial(self.journal.append_many, [p.event for p in batch], level, [p.key for p in batch])
+        outs = await asyncio.get_running_loop().run_in_executor(self._executor, write)
+        for p, out in zip(batch, outs, strict=True):
+            if not p.future.done():
+                p.future.set_result(out)
 
     async def flush(self) -> None:
         await self._call(self.journal.flush)
@@ -301,6 +335,10 @@ class JournalCache:
                     self._mu.release()
                     try:
                         await asyncio.shield(waiter)
+                    except BaseException:
+                        if not waiter.done():
+                            raise  # this caller was cancelled while it waited
+                        # else the open failed (or was cancelled) for its own caller: try again
                     finally:
                         await self._mu.acquire()
                     continue
@@ -320,8 +358,11 @@ class JournalCache:
         except BaseException as exc:
             async with self._mu:
                 del self._opening[path]
-                waiter.set_exception(exc)
-                waiter.exception()  # retrieved: the waiters retry and see their own error
+                if isinstance(exc, asyncio.CancelledError):
+                    waiter.cancel()
+                else:
+                    waiter.set_exception(exc)
+                    waiter.exception()  # retrieved: the waiters retry and see their own error
                 self._mu.notify_all()
             raise
         async with self._mu:

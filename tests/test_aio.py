@@ -253,3 +253,52 @@ def test_the_session_layer_and_store_as_awaitables(tmp_path: Path) -> None:
     sid = run(main())
     with journal.open(tmp_path / "s", readonly=True) as r:
         assert [rec.event["sessionId"] for rec in r.read()] == [sid] * r.last_seq
+
+
+def test_a_cancelled_open_leaves_no_lock_and_one_bad_call_fails_alone(tmp_path: Path) -> None:
+    from journal.engine.core import Journal as FileJournal
+
+    entered, release = threading.Event(), threading.Event()
+    real = FileJournal._open_writer
+
+    def held_open(self: FileJournal, create: bool, lock_timeout_s: float) -> None:
+        real(self, create, lock_timeout_s)
+        entered.set()
+        release.wait(30)  # a long recovery: the caller gives up while it runs
+
+    async def main() -> None:
+        FileJournal._open_writer = held_open  # type: ignore[method-assign]
+        try:
+            task = asyncio.create_task(journal.aio.open(tmp_path / "j", create=True))
+            await asyncio.to_thread(entered.wait, 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            FileJournal._open_writer = real  # type: ignore[method-assign]
+            release.set()
+        # The open finished on its thread and was closed there: the lock is free again.
+        for _ in range(1000):
+            try:
+                j = await journal.aio.open(tmp_path / "j")
+                break
+            except journal.JournalLockedError:
+                await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the lock of the cancelled open was never released")
+        async with j:
+            await j.append({"v": 1}, idempotency_key="K")
+            outs = await asyncio.gather(
+                j.append({"v": 2}, idempotency_key="K"),  # another event under K: this call's fault
+                j.append({"innocent": 1}),
+                j.append({"bad": object()}),  # not JSON: this call's fault
+                j.append({"innocent": 2}),
+                return_exceptions=True,
+            )
+        assert isinstance(outs[0], journal.IdempotencyConflictError)
+        assert isinstance(outs[2], journal.EventNotSerializableError)
+        assert isinstance(outs[1], journal.Committed) and isinstance(outs[3], journal.Committed)
+
+    run(main())
+    with journal.open(tmp_path / "j", readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [{"v": 1}, {"innocent": 1}, {"innocent": 2}]

@@ -263,3 +263,39 @@ def test_a_key_another_process_wrote_with_another_event_is_a_conflict_not_a_dupl
         a.close()
         b.close()
     assert [r.key for r in _records(path)] == ["K", "L"]
+
+
+def test_a_key_another_writer_wrote_is_only_as_durable_as_the_batch_that_found_it(tmp_path: Path) -> None:
+    from journal.crashsim.faults import FaultyFileSystem
+    from journal.fs import OsFileSystem
+
+    fs = FaultyFileSystem(OsFileSystem())
+    a = journal.open(tmp_path / "j", create=True, writer="shared", fs=fs)
+    b = journal.open(tmp_path / "j", writer="shared")
+    assert isinstance(b.append({"v": 1}, durability="flush", idempotency_key="K"), journal.Committed)
+    fs.fail("fdatasync", after=fs.calls["fdatasync"], times=-1)
+    outs = a.append_many([{"v": 1}, {"v": 2}], durability="sync", idempotency_keys=["K", None])
+    # The fdatasync that would have covered K failed: its outcome is unknown, not "sync".
+    assert [type(o) for o in outs] == [journal.AckLost, journal.AckLost]
+    assert outs[0].seq == 1
+    b.close()
+
+
+def test_a_different_event_under_a_key_from_a_footer_is_a_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    a = journal.open(path, create=True, writer="shared", segment_size_bytes=65536)
+    b = journal.open(path, writer="shared", segment_size_bytes=65536)
+    try:
+        assert isinstance(b.append({"event": "X"}, idempotency_key="K"), journal.Committed)
+        for _ in range(40):  # two roll-overs: a learns K from a footer, with no digest
+            b.append(os.urandom(4000), durability="flush")
+        out = a.append({"event": "Y"}, idempotency_key="K")
+        assert isinstance(out, journal.NotCommitted) and "different event" in out.reason
+        with pytest.raises(journal.IdempotencyConflictError):
+            a.append({"event": "Y"}, idempotency_key="K")  # known now: refused before queueing
+        same = a.append({"event": "X"}, idempotency_key="K")
+        assert isinstance(same, journal.Committed) and same.duplicate and same.seq == 1
+    finally:
+        a.close()
+        b.close()
+    assert _records(path)[0].event == {"event": "X"}

@@ -605,6 +605,21 @@ class Journal(Writer):
                 cursor.close()
         return None
 
+    def _peek(self, seq: int) -> Record | None:
+        """The record at ``seq`` as the file holds it now, without writing this handle's queue
+        first (get() flushes; a leader in the middle of a batch must not)."""
+        with self._get_mu:
+            hint = self._index_hint(seq)
+            cursor = Cursor(
+                self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
+            )
+            try:
+                for rec in cursor.read(limit=1):
+                    return rec if rec.seq == seq else None
+            finally:
+                cursor.close()
+        return None
+
     def _index_hint(self, seq: int) -> tuple[int, int, int] | None:
         """(live segment base seq, seq, offset) of the last index point at or before ``seq``.
 

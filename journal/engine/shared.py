@@ -95,6 +95,21 @@ def sealed_keys(fs: FileSystem, dirpath: str, seg: SegmentName) -> list[tuple[in
     return [(seq, key.decode("utf-8", "surrogateescape")) for seq, key in seal.keys]
 
 
+def learn_digests(w: Journal, keys: list[str]) -> None:
+    """With the lock held: the payload digest of every record that already holds one of
+    ``keys``, read from the journal. Read even where ``w`` has a digest noted: a footer or an
+    open gives keys and seqs only, and a digest noted when this handle queued its own record
+    under the key carries a seq guessed before the catch-up, which another process's record
+    may hold. Only retries pay for it (a key already in the journal)."""
+    for key in keys:
+        seq = w._keys.get(key)
+        if seq is None:
+            continue
+        rec = w._peek(seq)
+        if rec is not None and rec.key == key:
+            w._note_digest(key, seq, xxhash.xxh64_intdigest(rec.payload))
+
+
 def catch_up(w: Journal, dirty: bool) -> None:
     """With the lock held: take in what other processes appended since handle ``w`` last held
     it. ``dirty``: the last holder may have died inside its batch."""

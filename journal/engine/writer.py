@@ -516,20 +516,25 @@ class Writer:
         for r in batch:
             if r.late is not None and r.full is not None:
                 # Shared mode: put back the records another process had written under their key.
-                level = r.durability
+                # They are as durable as this batch got: if its write or fdatasync failed, what
+                # they reached is unknown too (as for a duplicate in exclusive mode).
                 fresh = iter(present(r.outcomes, "a settled request has outcomes"))
-                conflicts = r.conflicts or {}
                 r.outcomes = [
-                    (
-                        NotCommitted(conflicts[i])
-                        if i in conflicts
-                        else Committed(r.late[i], level, True, "idempotency key matched (written by another process)")
-                    )
-                    if i in r.late
-                    else next(fresh)
+                    self._late_outcome(r, i, r.late[i], results) if i in r.late else next(fresh)
                     for i in range(len(r.full))
                 ]
                 r.items, r.full, r.late, r.conflicts = r.full, None, None, None
+
+    @staticmethod
+    def _late_outcome(r: Request, i: int, seq: int, results: Results) -> Outcome:
+        """The outcome of record ``i`` of ``r``, which another process had written at ``seq``."""
+        status, reason, errno_ = results
+        item = present(r.full, "a request with late records keeps them all")[i]
+        if r.conflicts and i in r.conflicts:
+            return NotCommitted(r.conflicts[i])
+        if status != "ok":
+            return AckLost(seq, reason, item.digest, item.key, errno_)
+        return Committed(seq, r.durability, True, "idempotency key matched (written by another process)")
 
     def _settle_batch(self, batch: list[Request], results: Results) -> None:
         status, reason, errno_ = results
@@ -648,6 +653,10 @@ class Writer:
             lock.write_note(shared.note(shared.NOTE_WRITING))
             try:
                 shared.catch_up(self, dirty)  # type: ignore[arg-type]  # self is a Journal
+                # Keys another process wrote whose digest this handle does not know (found in a
+                # footer or at open): read those records, so a different event is a conflict.
+                keys = [it.key for r in batch for it in r.items if it.key is not None]
+                shared.learn_digests(self, keys)  # type: ignore[arg-type]
             except (OSError, JournalError) as exc:
                 return ("not_written", f"catching up with the journal's other writers failed: {exc}", None)
             with self._mu:
