@@ -299,3 +299,24 @@ def test_a_different_event_under_a_key_from_a_footer_is_a_conflict(tmp_path: Pat
         a.close()
         b.close()
     assert _records(path)[0].event == {"event": "X"}
+
+
+def test_a_failed_fdatasync_stops_every_shared_writer_until_a_reopen(tmp_path: Path) -> None:
+    from journal.crashsim.faults import FaultyFileSystem
+    from journal.fs import OsFileSystem
+
+    fs = FaultyFileSystem(OsFileSystem())
+    a = journal.open(tmp_path / "j", create=True, writer="shared", fs=fs)
+    b = journal.open(tmp_path / "j", writer="shared")
+    assert isinstance(b.append({"b": 0}), journal.Committed)
+    fs.fail("fdatasync", after=fs.calls["fdatasync"], times=1)
+    assert isinstance(a.append({"a": 1}), journal.AckLost)
+    # b must not append after records whose pages the kernel may have dropped.
+    out = b.append({"b": 1})
+    assert isinstance(out, journal.NotCommitted) and "fdatasync failed" in out.reason
+    with pytest.raises(journal.JournalFailStoppedError):
+        b.append({"b": 2})
+    a.close()
+    b.close()
+    with journal.open(tmp_path / "j", writer="shared") as c:  # the open recovers and clears it
+        assert isinstance(c.append({"c": 1}), journal.Committed)

@@ -23,6 +23,11 @@ appends: recovery's durable-point rule (a commit-marked frame followed by a high
 the commit's fdatasync returned) holds across processes only if nobody writes after a commit
 frame whose fdatasync may not have completed, which is the rule a writer's open keeps too.
 
+A failed fdatasync is fail-stop for every writer, not only the one it failed for: its holder
+leaves the note "failed", and every other shared writer then refuses to append (NotCommitted,
+then JournalFailStoppedError) until it reopens the journal; a writer's open recovers it and
+clears the note.
+
 There is no "buffered" level in shared mode: a record other processes cannot see does not have
 its seq yet. Buffered appends are written at once, as "flush" (the outcome says so).
 """
@@ -54,6 +59,11 @@ LOCK_WAIT_MIN_S = 0.00005  # back-off between tries for the lock: from 50 us ...
 LOCK_WAIT_MAX_S = 0.002  # ... doubling up to 2 ms (a holder keeps it for one write + fdatasync)
 NOTE_WRITING = "writing"
 NOTE_CLEAN = "clean"
+NOTE_FAILED = "failed"  # a holder's fdatasync or rollback failed: fail-stop until a writer's open
+FAILED_REASON = (
+    "another writer's fdatasync failed on this journal (the kernel may have dropped what it wrote): "
+    "nothing more is appended until the journal is reopened, which recovers it"
+)
 
 
 def note(state: str) -> bytes:

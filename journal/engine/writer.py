@@ -647,9 +647,15 @@ class Writer:
         lock = shared.take_lock(self._fs, self.path, self.shared_lock_timeout_s)
         if lock is None:
             return ("busy", shared.lock_busy_reason(self.shared_lock_timeout_s, self._lock_owner()), None)
-        finished = False
+        finished = failed = False
         try:
-            dirty = shared.note_state(lock.note_before) != shared.NOTE_CLEAN
+            state = shared.note_state(lock.note_before)
+            if state == shared.NOTE_FAILED:
+                # Another writer's fdatasync (or rollback) failed on this journal: the kernel may
+                # have dropped pages of records it wrote, so nobody appends after them until a
+                # writer's open has recovered the journal (PostgreSQL's rule, for all writers).
+                return ("not_written", shared.FAILED_REASON, None)
+            dirty = state != shared.NOTE_CLEAN
             lock.write_note(shared.note(shared.NOTE_WRITING))
             try:
                 shared.catch_up(self, dirty)  # type: ignore[arg-type]  # self is a Journal
@@ -663,13 +669,15 @@ class Writer:
                 self._shared_number(batch)
             results = self._write_batch(batch)
             finished = results[0] in ("ok", "rolled_back")  # rolled back: truncated and synced
+            failed = results[0] == "failed"  # a failed fdatasync or rollback: fail-stop for all
             return results
         finally:
-            if finished:
+            if finished or failed:
                 try:
-                    lock.write_note(shared.note(shared.NOTE_CLEAN))
+                    lock.write_note(shared.note(shared.NOTE_CLEAN if finished else shared.NOTE_FAILED))
                 except OSError:
-                    pass  # the note stays "writing": the next holder syncs first, which is safe
+                    pass  # the note stays "writing": the next holder syncs first (and, failed, it
+                    # may append after this one's records: the risk a dead holder leaves too)
             lock.release()
 
     def _shared_number(self, batch: list[Request]) -> None:
