@@ -592,23 +592,15 @@ class Journal(Writer):
         self._check_open()
         if not self.readonly:
             self.flush()
-        with self._get_mu:  # one point read at a time: they share the open-segment cache
-            self._check_open()
-            hint = self._index_hint(seq)
-            cursor = Cursor(
-                self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
-            )
-            try:
-                for rec in cursor.read(limit=1):
-                    return rec if rec.seq == seq else None
-            finally:
-                cursor.close()
-        return None
+        return self._peek(seq, check_open=True)
 
-    def _peek(self, seq: int) -> Record | None:
+    def _peek(self, seq: int, check_open: bool = False) -> Record | None:
         """The record at ``seq`` as the file holds it now, without writing this handle's queue
-        first (get() flushes; a leader in the middle of a batch must not)."""
-        with self._get_mu:
+        first (get() flushes; a leader in the middle of a batch must not, nor may it refuse
+        because a close is waiting for it)."""
+        with self._get_mu:  # one point read at a time: they share the open-segment cache
+            if check_open:
+                self._check_open()
             hint = self._index_hint(seq)
             cursor = Cursor(
                 self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
