@@ -11,6 +11,8 @@ What is here, and only this:
 
 * ``Journal``: append (one or many, with the three outcomes of ``journal.outcomes``), read in
   seq order, follow, point reads, resolving an ``AckLost``, flush and sync, close;
+* ``Retention``: dropping the oldest records of a journal durably (``PrefixDrop`` says what
+  went);
 * ``PrefixCopier``: what a fork needs of its parent, a copy of its first records into a new
   directory that shares (links) the history that can no longer change;
 * the values they speak in: ``Record`` (from ``journal.record``, see there why it is a module of
@@ -193,6 +195,37 @@ class Journal(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+@dataclass
+class PrefixDrop:
+    """What ``drop_prefix`` did: the journal now begins at ``first_seq``."""
+
+    first_seq: int
+    segments_dropped: list[str] = field(default_factory=list)
+    bytes_dropped: int = 0
+
+
+@runtime_checkable
+class Retention(Protocol):
+    """Dropping a journal's oldest records durably (LangGraph's prune, a session's compaction).
+
+    The journal keeps numbering on from where it was; it just no longer begins at seq 1. What
+    remains verifies as before, and a reader never sees a record below ``first_seq``.
+    """
+
+    @property
+    def first_seq(self) -> int:
+        """The seq of the journal's first record (1 until a prefix is dropped)."""
+        ...
+
+    def seal(self) -> None:
+        """End the live segment: the next record starts a new one (so a drop can reach it)."""
+        ...
+
+    def drop_prefix(self, before_seq: int) -> PrefixDrop:
+        """Delete the records before ``before_seq``, whole sealed segments at a time."""
+        ...
+
+
 @runtime_checkable
 class PrefixCopier(Protocol):
     """What a fork or a copy needs of its source journal: its first records, as a new journal."""
@@ -236,10 +269,12 @@ __all__ = [
     "Outcome",
     "PrefixCopier",
     "PrefixCopy",
+    "PrefixDrop",
     "ReadOnlyError",
     "Record",
     "RecordTooLargeError",
     "RecoveryReport",
+    "Retention",
     "SequenceError",
     "WriteFailedError",
     "invariant",

@@ -23,9 +23,9 @@ import os
 from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
 from journal.engine.reader import raise_for_stop
-from journal.engine.segment import list_segments, read_header, read_seal
+from journal.engine.segment import list_segments, read_header, read_seal, read_start
 from journal.errors import CorruptionError, InvariantError
-from journal.fs import File, FileSystem, write_all, write_new
+from journal.fs import File, FileSystem, write_all, write_atomic, write_new
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 # errnos that mean "no hard link here": another device, a file system without links, a limit.
@@ -45,6 +45,13 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
     segments = list_segments(fs, src)
     if not segments:
         raise ValueError(f"{src!r} holds no segment")
+    start = read_start(fs, src)
+    if start is not None:
+        # A journal whose prefix was dropped: the copy begins where it does, and says so.
+        if at_seq < start.first_seq:
+            raise ValueError(f"journal {src!r} begins at seq {start.first_seq} (a prefix was dropped), after {at_seq}")
+        segments = [seg for seg in segments if seg.base_seq >= start.first_seq]
+        write_atomic(fs, os.path.join(dst, fmt.START_FILE), fmt.encode_start(start))
     for i, seg in enumerate(segments):
         if seg.base_seq > at_seq:
             break

@@ -33,7 +33,7 @@ from typing import Any
 import xxhash
 
 from journal.api import LOCK_FILE as LOCK_FILE  # explicit re-export: verify imports it from here
-from journal.api import PrefixCopy
+from journal.api import PrefixCopy, PrefixDrop
 from journal.engine import copy as prefix_copy
 from journal.engine import format as fmt
 from journal.engine import shared, tail
@@ -43,15 +43,20 @@ from journal.engine.reader import Cursor, Record, SegmentCache
 from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
 from journal.engine.segment import (
     SegmentName,
+    check_start_header,
+    drop_victims,
     list_segments,
     list_temp_files,
     read_header,
     read_seal,
+    read_start,
+    split_front,
 )
 from journal.engine.writer import BATCH_BYTES_MAX, KeyDigestUnknown, Request, Writer, chunks
 from journal.errors import (
     CorruptionError,
     DurabilityError,
+    ForeignSegmentError,
     IdempotencyConflictError,
     InvalidArgumentError,
     InvariantError,
@@ -61,9 +66,10 @@ from journal.errors import (
     JournalLockedError,
     JournalNotFoundError,
     NotAJournalError,
+    ReadOnlyError,
     present,
 )
-from journal.fs import File, FileSystem, Lock, OsFileSystem, take_lock
+from journal.fs import File, FileSystem, Lock, OsFileSystem, take_lock, write_atomic
 from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
 
 FOLLOW_POLL_INTERVAL_S = 0.02
@@ -112,6 +118,8 @@ class Journal(Writer):
         self._lock: Lock | None = None
         self._journal_id = b""
         self._segment_number = 0
+        self._start: fmt.StartMarker | None = None  # the start marker, once a prefix was dropped
+        self._first_seq = 1  # the journal's first seq (docs/FORMAT.md, "Start marker")
         self._active: File | None = None
         self._active_header: fmt.SegmentHeader | None = None
         self._active_size = 0
@@ -152,8 +160,12 @@ class Journal(Writer):
         reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT,
         writer: str = "exclusive",
         shared_lock_timeout_s: float = shared.SHARED_LOCK_TIMEOUT_S_DEFAULT,
+        first_seq: int = 1,
     ) -> Journal:
         """Open (and, for writing, lock and recover) the journal in directory ``path``.
+
+        ``first_seq``: the seq of the first record of a journal this call creates (salvage of a
+        journal whose prefix was dropped keeps its seqs); ignored when the journal exists.
 
         ``writer="shared"`` lets several processes append to the journal: the lock is taken
         per batch, not for the life of the handle (journal/engine/shared.py). A shared batch
@@ -163,6 +175,8 @@ class Journal(Writer):
             raise ValueError("create=True needs a writable journal; drop readonly=True")
         if writer not in shared.WRITER_MODES:
             raise ValueError(f"writer must be one of {shared.WRITER_MODES}, not {writer!r}")
+        if isinstance(first_seq, bool) or not isinstance(first_seq, int) or not 1 <= first_seq < 10**19:
+            raise InvalidArgumentError(f"first_seq must be an int from 1 to 10**19 - 1, not {first_seq!r}")
         if not 0 <= shared_lock_timeout_s <= shared.SHARED_LOCK_TIMEOUT_S_MAX:
             raise ValueError(f"shared_lock_timeout_s must be between 0 and {shared.SHARED_LOCK_TIMEOUT_S_MAX}")
         options = Options(
@@ -172,6 +186,7 @@ class Journal(Writer):
         j = cls(os.fspath(path), fs or OsFileSystem(), options, readonly)
         j.shared = writer == "shared" and not readonly
         j.shared_lock_timeout_s = shared_lock_timeout_s
+        j._first_seq = first_seq  # until open finds the journal's own
         try:
             if readonly:
                 j._open_readonly()
@@ -222,7 +237,9 @@ class Journal(Writer):
         names = fs.listdir(path)
         segments = list_segments(fs, path, names)
         if not segments:
-            foreign = [n for n in names if n not in (LOCK_FILE, QUARANTINE_DIR) and not n.endswith(".tmp")]
+            # A start marker alone: a journal created to begin at a later seq, cut short by a crash.
+            known = (LOCK_FILE, QUARANTINE_DIR, fmt.START_FILE)
+            foreign = [n for n in names if n not in known and not n.endswith(".tmp")]
             if foreign:
                 raise NotAJournalError(path, f"it holds other files ({', '.join(foreign[:3])}) and no segment")
             if not create:
@@ -233,7 +250,7 @@ class Journal(Writer):
         """What a writer's open would find, without changing a byte: the same history checks
         and the same tail classifier, whose refusals are raised here too; a tail the writer
         would cut (torn, zeros) is reported, and readers read it as "not yet written"."""
-        segments = self._check_dir(create=False)
+        segments, _dropped = self._front(self._check_dir(create=False))
         last = segments[-1]
         journal_id, prev_seal = self._previous_segment(segments)
         for attempt in range(LIVE_READS_MAX):
@@ -292,18 +309,59 @@ class Journal(Writer):
             fs.unlink(tmp_path)
             fs.fsync_dir(self.path)
             report.actions.append(f"removed unfinished segment {tmp} ({size} bytes)")
+        start_tmp = os.path.join(self.path, fmt.START_FILE + ".tmp")
+        if fs.exists(start_tmp):  # a drop_prefix cut short before its marker's rename: not in effect
+            fs.unlink(start_tmp)
+            fs.fsync_dir(self.path)
+            report.actions.append(f"removed unfinished {fmt.START_FILE}.tmp")
         segments = list_segments(fs, self.path)
         if not segments:
-            self._journal_id = secrets.token_bytes(16)
-            self._segment_number = -1  # the first segment is number 0
-            self._start_segment(1)
-            report.actions.append("created journal")
-            report.segments = 1
-            report.live_segment = fmt.segment_name(1)
-            report.tail = "empty"
-            report.last_seq = 0
+            self._create(report)
             return
+        segments, dropped = self._front(segments)
+        for seg in dropped:
+            # A drop_prefix whose marker is durable but that a crash stopped before it unlinked
+            # these: they were dropped by the caller's request, and finishing it is all that is left.
+            fs.unlink(os.path.join(self.path, seg.name))
+            report.actions.append(f"removed segment {seg.name}, dropped before seq {self._first_seq} by drop_prefix")
+        if dropped:
+            fs.fsync_dir(self.path)
         self._adopt_live(segments, report)
+
+    def _create(self, report: RecoveryReport) -> None:
+        """Make a new journal: its first segment, number 0, begins at ``first_seq`` (1 unless a
+        caller asked otherwise); a later first seq is named by a start marker, durable first."""
+        self._journal_id = secrets.token_bytes(16)
+        first = self._first_seq
+        if first != 1:
+            self._start = fmt.StartMarker(self._journal_id, 0, first)
+            write_atomic(self._fs, os.path.join(self.path, fmt.START_FILE), fmt.encode_start(self._start))
+        self._segment_number = -1  # the first segment is number 0
+        self._start_segment(first)
+        self._last_seq = first - 1
+        self._next_seq = first
+        report.actions.append("created journal")
+        report.segments = 1
+        report.live_segment = fmt.segment_name(first)
+        report.tail = "empty"
+        report.last_seq = first - 1
+
+    def _front(self, segments: list[SegmentName]) -> tuple[list[SegmentName], list[SegmentName]]:
+        """(the journal's segments, segments a cut-short drop_prefix left): reads the start
+        marker, and refuses a journal whose first segment is missing (docs/FORMAT.md)."""
+        start = read_start(self._fs, self.path)
+        kept, dropped = split_front(segments, start)
+        # With a marker, the first segment must be the one it names. Without one, its name (seq
+        # 1) is enough: an open reads no segment but the last two, however long the history.
+        if start is not None and len(kept) > 1:  # a lone segment is checked as the live one, below
+            f = self._fs.open_read(os.path.join(self.path, kept[0].name))
+            try:
+                check_start_header(start, read_header(f, kept[0].name), kept[0].name)
+            finally:
+                f.close()
+        self._start = start
+        self._first_seq = kept[0].base_seq
+        return kept, dropped
 
     def _adopt_live(self, segments: list[SegmentName], report: RecoveryReport) -> None:
         """Recover the last segment and make it this writer's live segment (open, and a shared
@@ -385,8 +443,11 @@ class Journal(Writer):
             f.close()
 
     def _check_history(self, segments: list[SegmentName], seal: fmt.SealInfo | None, header: fmt.SegmentHeader) -> None:
-        """The segment before the live one is sealed and ends just before the live one begins."""
+        """The segment before the live one is sealed and ends just before the live one begins
+        (and a lone segment is the one the start marker names)."""
         if len(segments) < 2:
+            if segments and self._start is not None:
+                check_start_header(self._start, header, segments[0].name)
             return
         prev = segments[-2]
         if seal is None:
@@ -405,6 +466,96 @@ class Journal(Writer):
     def last_seq(self) -> int:
         """The highest seq handed out (0 for an empty journal); includes buffered records."""
         return self._next_seq - 1
+
+    @property
+    def first_seq(self) -> int:
+        """The seq of the journal's first record: 1 until drop_prefix drops a prefix."""
+        return self._first_seq
+
+    def seal(self) -> None:
+        """End the live segment now (fdatasync'd with its footer); the next record starts a new one.
+
+        Every record appended before the call is in the sealed segment, every later one in the
+        next: what a caller appends after ``seal()`` can outlive a ``drop_prefix`` of everything
+        before it. Nothing happens if the live segment holds no record. A failure fail-stops.
+        """
+        if self.readonly:
+            raise ReadOnlyError("seal")
+        with self._mu:
+            self._check_open()
+            if self._failed is not None:
+                raise JournalFailStoppedError(self._failed)
+            req = Request([], self._next_seq, "sync")
+            req.seal = True
+            leading = self._enqueue(req)
+        self._await_turn(req, leading)
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+
+    def drop_prefix(self, before_seq: int) -> PrefixDrop:
+        """Delete the records before ``before_seq``, whole sealed segments at a time (retention).
+
+        Every sealed segment whose records all come before ``before_seq`` is deleted; the live
+        segment never is, nor a segment that holds ``before_seq`` or a later record (call
+        ``seal()`` before appending what must stay, and it lands in a segment of its own). The
+        journal then begins at the first seq of the first segment kept (``first_seq``, in the
+        result): a start marker naming it is made durable before any segment is unlinked, so a
+        crash part way leaves segments the next writer's open finishes removing, and verify
+        tells the dropped prefix from a lost segment. Seqs go on from ``last_seq``; a reader
+        never again sees a record below ``first_seq``; idempotency keys of dropped records are
+        forgotten (a retry of one is written anew). Exclusive writers only.
+        """
+        if isinstance(before_seq, bool) or not isinstance(before_seq, int) or before_seq < 1:
+            raise InvalidArgumentError(f"before_seq must be an int >= 1, not {before_seq!r}")
+        if self.readonly:
+            raise ReadOnlyError("drop_prefix")
+        if self.shared:
+            raise InvalidArgumentError("drop_prefix needs the journal opened with writer='exclusive'")
+        self._check_open()
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        try:
+            return self._drop_segments(before_seq)
+        except OSError as exc:
+            if isinstance(exc, JournalError):
+                raise
+            raise JournalIOError(self.path, exc) from exc
+
+    def _drop_segments(self, before_seq: int) -> PrefixDrop:
+        fs = self._fs
+        segments = list_segments(fs, self.path)
+        victims = drop_victims(segments, before_seq)
+        if not victims:
+            return PrefixDrop(self._first_seq)
+        first = segments[len(victims)]
+        f = fs.open_read(os.path.join(self.path, first.name))
+        try:
+            header = read_header(f, first.name)
+        finally:
+            f.close()
+        if header.journal_id != self._journal_id:
+            raise ForeignSegmentError(first.name, os.path.join(self.path, first.name))
+        start = fmt.StartMarker(self._journal_id, header.segment_number, first.base_seq)
+        dropped_bytes = 0
+        for seg in victims:
+            g = fs.open_read(os.path.join(self.path, seg.name))
+            try:
+                dropped_bytes += g.size()
+            finally:
+                g.close()
+        write_atomic(fs, os.path.join(self.path, fmt.START_FILE), fmt.encode_start(start))
+        # From here the drop is in effect: readers start at the new first seq.
+        with self._mu:
+            self._start, self._first_seq = start, first.base_seq
+            for key in [k for k, seq in self._keys.items() if seq < first.base_seq]:
+                del self._keys[key]
+                self._key_digests.pop(key, None)
+        with self._get_mu:
+            self._segments.close()  # cached descriptors of the segments about to go
+        for seg in victims:
+            fs.unlink(os.path.join(self.path, seg.name))
+        fs.fsync_dir(self.path)
+        return PrefixDrop(first.base_seq, [seg.name for seg in victims], dropped_bytes)
 
     def __enter__(self) -> Journal:
         return self
@@ -542,6 +693,7 @@ class Journal(Writer):
         self._check_open()
         if not self.readonly:
             self.flush()  # a reader of this handle sees its own buffered appends
+        after_seq = max(after_seq, self._first_seq - 1)  # a dropped prefix is not read again
         # Seeking into the live segment starts from the in-memory index, not from its header.
         hint = self._index_hint(after_seq + 1)
         size_max = self.options.record_size_bytes_max
@@ -560,6 +712,7 @@ class Journal(Writer):
     ) -> Iterator[Record]:
         """Yield records as they are committed, forever (or until ``stop`` is set or idle)."""
         self._check_open()
+        after_seq = max(after_seq, self._first_seq - 1)
         cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max, journal_id=self._journal_id)
         idle_since = time.monotonic()
         try:
@@ -587,7 +740,7 @@ class Journal(Writer):
         Sealed segments are entered through their footer's sparse index, the live segment
         through the one kept in memory, and only a small chunk around the record is read.
         """
-        if seq < 1:
+        if seq < self._first_seq:
             return None
         self._check_open()
         if not self.readonly:

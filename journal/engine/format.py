@@ -254,6 +254,53 @@ def decode_segment_header(data: bytes | memoryview) -> SegmentHeader:
     return SegmentHeader(version, journal_id, number, base_seq, salt)
 
 
+# --- the start marker: where a journal begins after its prefix was dropped --------------------
+
+# A journal whose first records were dropped (Journal.drop_prefix), or that was made to begin at
+# a later seq (salvage of such a journal), names its first segment in this file, so that a
+# missing segment at the front is told from a dropped one: without it the first segment must
+# start at seq 1. Written whole (temp file, fsync, rename, directory fsync) before any segment
+# it drops is unlinked. Body: magic, version, size, flags (0), journal id, the first segment's
+# number, the journal's first seq; then XXH64 (seed 0) of the body.
+START_FILE = "START"
+START_MAGIC = b"JRNLSTA\x00"
+_START_BODY = struct.Struct("<8sHHI16sQQ")
+START_SIZE_BYTES = _START_BODY.size + 8
+
+
+class StartMarker(NamedTuple):
+    journal_id: bytes
+    segment_number: int
+    first_seq: int
+
+
+def encode_start(marker: StartMarker) -> bytes:
+    if not (len(marker.journal_id) == 16 and marker.segment_number >= 0 and marker.first_seq >= 1):
+        raise InvariantError("a start marker names a journal id, a segment number >= 0 and a first seq >= 1")
+    body = _START_BODY.pack(
+        START_MAGIC, FORMAT_VERSION, START_SIZE_BYTES, 0, marker.journal_id, marker.segment_number, marker.first_seq
+    )
+    return body + _U64.pack(xxhash.xxh64_intdigest(body, seed=0))
+
+
+def decode_start(data: bytes | memoryview) -> StartMarker:
+    """Decode and verify a start marker; raises HeaderError saying what is wrong."""
+    if len(data) != START_SIZE_BYTES:
+        raise HeaderError(f"start marker is {len(data)} bytes, expected {START_SIZE_BYTES}")
+    body = bytes(data[: _START_BODY.size])
+    magic, version, size, flags, journal_id, number, first_seq = _START_BODY.unpack(body)
+    if magic != START_MAGIC:
+        raise HeaderError("bad start marker magic")
+    (checksum,) = _U64.unpack_from(data, _START_BODY.size)
+    if checksum != xxhash.xxh64_intdigest(body, seed=0):
+        raise HeaderError("start marker checksum mismatch")
+    if version > FORMAT_VERSION:
+        raise HeaderError(f"start marker written by format version {version}", version=version)
+    if version < 1 or size != START_SIZE_BYTES or flags != 0 or first_seq < 1:
+        raise HeaderError("start marker fields out of range")
+    return StartMarker(journal_id, number, first_seq)
+
+
 # --- frames ---------------------------------------------------------------------------------
 
 

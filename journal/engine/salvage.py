@@ -29,12 +29,13 @@ from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.reader import Record, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR
-from journal.engine.segment import TMP_SUFFIX
+from journal.engine.segment import TMP_SUFFIX, read_start
 from journal.errors import (
     CorruptionError,
     JournalError,
     JournalIOError,
     JournalNotFoundError,
+    NewerFormatError,
     NotAJournalError,
     RecordTooLargeError,
     WriteFailedError,
@@ -127,6 +128,14 @@ class JournalWalk:
     between: list[Loss]  # gaps and overlaps between segments (a missing segment, a stale copy)
     temp_files: list[str]
     journal_id: bytes | None
+    # The start marker (a dropped prefix): the journal begins at its first seq, and segments
+    # wholly before it (a drop_prefix cut short by a crash) are not part of the journal.
+    start: fmt.StartMarker | None = None
+    dropped: list[str] = field(default_factory=list)
+
+    @property
+    def first_seq(self) -> int:
+        return self.start.first_seq if self.start is not None else 1
 
     def losses(self) -> list[Loss]:
         out: list[Loss] = []
@@ -290,6 +299,15 @@ def walk_journal(path: str, progress: Progress | None = None,
         temps = sorted(n for n in names if n.endswith(fmt.SEGMENT_SUFFIX + TMP_SUFFIX))
         if not segs:
             raise NotAJournalError(path, "it holds no segment")
+        start_loss: Loss | None = None
+        try:
+            start = read_start(fs, path)
+        except (CorruptionError, NewerFormatError) as exc:
+            start = None  # where the journal begins is unknown: the records before it count as missing
+            start_loss = Loss(fmt.START_FILE, 0, 0, f"start marker cannot be read: {exc}", None, None)
+        first_seq = start.first_seq if start is not None else 1
+        dropped = [n for n in segs if (fmt.parse_segment_name(n) or 0) < first_seq]
+        segs = segs[len(dropped):]
         sizes = [_size(fs, os.path.join(path, n)) for n in segs]
     total = sum(sizes) or 1
     done = 0
@@ -312,11 +330,22 @@ def walk_journal(path: str, progress: Progress | None = None,
             between.append(Loss(w.name, 0, w.size_bytes, "segment belongs to a different journal: not copied",
                                 w.header.base_seq, w.last_seq))
             w.records, w.spans = [], []
-    between.extend(_seq_losses(walks))
-    return JournalWalk(path, walks, between, temps, journal_id)
+    if start_loss is not None:
+        between.append(start_loss)
+    if start is not None and not walks:
+        between.append(Loss(fmt.START_FILE, 0, 0, f"the journal begins at seq {start.first_seq} ({fmt.START_FILE}), "
+                            "but no segment is left", None, None))
+    first = walks[0] if walks else None
+    if start is not None and first is not None and first.header is not None and first.header_trusted and (
+        first.header.journal_id != start.journal_id or first.header.segment_number != start.segment_number
+    ):
+        between.append(Loss(first.name, 0, 0, f"{fmt.START_FILE} names segment number {start.segment_number} of "
+                            f"another first segment (this one is number {first.header.segment_number})", None, None))
+    between.extend(_seq_losses(walks, first_seq))
+    return JournalWalk(path, walks, between, temps, journal_id, start, dropped)
 
 
-def _seq_losses(walks: list[SegmentWalk]) -> list[Loss]:
+def _seq_losses(walks: list[SegmentWalk], first_seq: int = 1) -> list[Loss]:
     """Second copies of a seq (dropped) and seqs no segment holds that no damage accounts for."""
     out: list[Loss] = []
     first_at: dict[int, tuple[str, int]] = {}
@@ -348,7 +377,7 @@ def _seq_losses(walks: list[SegmentWalk]) -> list[Loss]:
     held = sorted(first_at)
     if not held:
         return out
-    prev = 0
+    prev = first_seq - 1  # seqs before a dropped prefix's end were dropped, not lost
     where = {seq: seg for seq, (seg, _) in first_at.items()}
     for seq in held:
         if seq > prev + 1:
@@ -356,7 +385,7 @@ def _seq_losses(walks: list[SegmentWalk]) -> list[Loss]:
             missing = [n for n in range(lo, hi + 1) if not any(a <= n <= b for a, b in covered)]
             if missing:
                 seg = where[seq]
-                reason = ("missing segment or sequence gap between segments" if prev == 0 or where[prev] != seg
+                reason = ("missing segment or sequence gap between segments" if prev < first_seq or where[prev] != seg
                           else "sequence gap")
                 out.append(Loss(seg, offsets[seq], 0, reason, missing[0], missing[-1]))
         prev = seq
@@ -470,7 +499,7 @@ def salvage(
     tmp: str | None = None
     try:
         tmp = temp_dir_beside(fs, dest, "salvage", LOCK_FILE)
-        _write(fs, tmp, seqs, by_seq, renumber, report, write_progress)
+        _write(fs, tmp, seqs, by_seq, renumber, report, write_progress, 1 if renumber else walk.first_seq)
         publish_dir(fs, tmp, os.path.abspath(dest))
     except BaseException as exc:
         leftover = discard_dir(fs, tmp) if tmp is not None else None
@@ -490,17 +519,19 @@ def _write(
     renumber: bool,
     report: SalvageReport,
     write_progress: Progress | None,
+    first_seq: int = 1,
 ) -> None:
-    """Write the salvaged records (and placeholders) into the new journal at ``path``."""
+    """Write the salvaged records (and placeholders) into the new journal at ``path``, which
+    begins at ``first_seq`` (where the source begins, unless renumbering)."""
     from journal.engine.core import Journal
     from journal.outcomes import Committed
 
     total = len(seqs) or 1
-    with Journal.open(path, create=True, fs=fs) as out:
+    with Journal.open(path, create=True, fs=fs, first_seq=first_seq) as out:
         batch: list[Any] = []
         keys: list[str | None] = []
         synthetic: bool | None = None
-        next_seq = 1
+        next_seq = first_seq
 
         def flush() -> None:
             nonlocal batch, keys

@@ -8,6 +8,7 @@ record (recovery removes it).
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 
@@ -129,3 +130,71 @@ def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) 
     if info.seal_offset != seal_offset or info.last_seq != seq or info.first_seq != header.base_seq:
         raise CorruptionError(segment, seal_offset, seq, "seal footer disagrees with its segment")
     return info
+
+
+def read_start(fs: FileSystem, dirpath: str) -> fmt.StartMarker | None:
+    """The journal's start marker (docs/FORMAT.md, "Start marker"), or None if it has none."""
+    path = os.path.join(dirpath, fmt.START_FILE)
+    if not fs.exists(path):
+        return None
+    f = fs.open_read(path)
+    try:
+        data = f.pread(fmt.START_SIZE_BYTES + 1, 0)
+    finally:
+        f.close()
+    try:
+        return fmt.decode_start(data)
+    except fmt.HeaderError as exc:
+        if exc.version > fmt.FORMAT_VERSION:
+            raise NewerFormatError(path, f"start marker format version {exc.version}", fmt.FORMAT_VERSION) from None
+        raise CorruptionError(fmt.START_FILE, 0, None, exc.reason) from None
+
+
+def split_front(
+    segments: list[SegmentName], start: fmt.StartMarker | None
+) -> tuple[list[SegmentName], list[SegmentName]]:
+    """(the journal's segments, the ones a drop_prefix dropped whose unlink a crash cut short).
+
+    Raises CorruptionError when the front is missing: without a start marker the first
+    segment must begin at seq 1; with one, a segment must begin exactly at its first seq.
+    """
+    if start is None:
+        if segments and segments[0].base_seq != 1:
+            raise CorruptionError(
+                segments[0].name, 0, None,
+                f"the first segment begins at seq {segments[0].base_seq}, not 1, and no {fmt.START_FILE} "
+                "marker says the records before it were dropped: the segments before it are missing",
+            )
+        return segments, []
+    dropped = [s for s in segments if s.base_seq < start.first_seq]
+    kept = segments[len(dropped):]
+    if not kept or kept[0].base_seq != start.first_seq:
+        found = f"at seq {kept[0].base_seq}" if kept else "nowhere"
+        raise CorruptionError(
+            kept[0].name if kept else fmt.START_FILE, 0, None,
+            f"the journal begins at seq {start.first_seq} ({fmt.START_FILE}), but its first segment begins {found}: "
+            "the segment that holds its first records is missing",
+        )
+    return kept, dropped
+
+
+def check_start_header(start: fmt.StartMarker | None, first: fmt.SegmentHeader, segment: str) -> None:
+    """The first segment is the one the start marker names (its journal and number)."""
+    if start is None:
+        if first.segment_number != 0:
+            raise CorruptionError(segment, 0, None, f"the first segment is number {first.segment_number}, not 0, "
+                                                    f"and no {fmt.START_FILE} marker says earlier ones were dropped")
+        return
+    if first.journal_id != start.journal_id or first.segment_number != start.segment_number:
+        raise CorruptionError(
+            segment, 0, None,
+            f"{fmt.START_FILE} names segment number {start.segment_number} of journal {start.journal_id.hex()}, "
+            f"but the first segment is number {first.segment_number} of journal {first.journal_id.hex()}",
+        )
+
+
+def drop_victims(segments: list[SegmentName], before_seq: int) -> list[SegmentName]:
+    """The segments ``drop_prefix(before_seq)`` deletes: every one followed by another (so it is
+    sealed: the writer seals a segment before it makes the next) that begins at or before
+    ``before_seq`` (so all of its records come before it). Never the last segment."""
+    return [seg for seg, nxt in itertools.pairwise(segments) if nxt.base_seq <= before_seq]

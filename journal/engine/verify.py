@@ -54,6 +54,7 @@ class VerifyReport:
     records: int = 0
     size_bytes: int = 0
     last_seq: int = 0
+    first_seq: int = 1  # later than 1 once a prefix was dropped (Journal.drop_prefix)
     problems: list[Loss] = field(default_factory=list)  # what makes it corrupt
     torn_tail: Loss | None = None
     temp_files: list[str] = field(default_factory=list)
@@ -65,6 +66,8 @@ class VerifyReport:
             f"{self.path}: {self.verdict.upper()}",
             f"segments: {self.segments}, records: {self.records}, bytes: {self.size_bytes}, last seq: {self.last_seq}",
         ]
+        if self.first_seq != 1:
+            lines.append(f"first seq: {self.first_seq} (the records before it were dropped by drop_prefix)")
         if self.torn_tail is not None and self.torn_tail.reason == "zeros tail":
             lines.append(f"zero-filled tail: {self.torn_tail.describe()}")
             lines.append(
@@ -92,6 +95,7 @@ class VerifyReport:
             "records": self.records,
             "sizeBytes": self.size_bytes,
             "lastSeq": self.last_seq,
+            "firstSeq": self.first_seq,
             "tornTail": self.torn_tail.to_json() if self.torn_tail else None,
             "problems": [p.to_json() for p in self.problems],
             "tempFiles": self.temp_files,
@@ -139,6 +143,12 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
     rep = VerifyReport(path, segments=len(walk.segments), temp_files=list(walk.temp_files))
     rep.quarantined = quarantine_files(path, fs)
     rep.problems.extend(walk.between)
+    rep.first_seq = walk.first_seq
+    rep.notes.extend(f"segment {name} was dropped by a drop_prefix a crash cut short; the next writer's open "
+                     "removes it" for name in walk.dropped)
+    if not walk.segments:
+        rep.verdict = CORRUPT
+        return rep
     live = walk.segments[-1]
     for seg in walk.segments[:-1]:
         rep.problems.extend(seg.losses)

@@ -51,7 +51,7 @@ class Request:
 
     __slots__ = (
         "abandoned", "acked", "conflicts", "durability", "first_seq", "full", "items", "late", "nbytes", "outcomes",
-        "wake",
+        "seal", "wake",
     )
 
     def __init__(self, items: list[Encoded], first_seq: int, durability: Durability) -> None:
@@ -71,6 +71,7 @@ class Request:
         self.late: dict[int, int] | None = None
         self.full: list[Encoded] | None = None
         self.conflicts: dict[int, str] | None = None  # of those, the ones that hold another event
+        self.seal = False  # Journal.seal(): no records; the leader seals the live segment, alone
 
 
 def chunks(
@@ -500,6 +501,12 @@ class Writer:
             room = self._segment_room_bytes
         while self._queue:
             nxt = self._queue[0]
+            if nxt.seal or (batch and batch[0].seal):
+                # A seal goes alone: every record queued before it lands in the segment it ends,
+                # every record after it in the next one.
+                if not batch:
+                    batch.append(self._queue.popleft())
+                break
             if not batch and nxt.nbytes > room:
                 room = self._segment_room_bytes  # it rolls over first: a new segment's room
             limit = min(BATCH_BYTES_MAX, room)
@@ -586,6 +593,8 @@ class Writer:
 
     def _write_batch(self, batch: list[Request]) -> Results:
         """The leader's I/O for a batch, outside the mutex. Returns (status, reason, errno)."""
+        if batch[0].seal:
+            return self._seal_now()
         if len(batch) == 1:
             specs = [it.spec for it in batch[0].items]
             want_sync = batch[0].durability == "sync"
@@ -764,6 +773,17 @@ class Writer:
         except OSError as exc:
             return ("failed", f"{reason}; rollback failed too: {exc}", errno_)
         return ("rolled_back", reason, errno_)
+
+    def _seal_now(self) -> Results:
+        """Journal.seal(): seal the live segment if it holds a record; the next batch starts one.
+        A failure part way leaves the seal's durability unknown: fail-stop, as for a roll-over."""
+        if self._active is None or self._active_count == 0:
+            return WRITTEN
+        try:
+            self._seal_active()
+        except OSError as exc:
+            return ("failed", f"sealing the live segment failed: {exc}", exc.errno)
+        return WRITTEN
 
     def _seal_active(self) -> None:
         if not (self._active is not None and self._active_header is not None and self._active_count > 0):

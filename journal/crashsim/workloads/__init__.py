@@ -5,6 +5,7 @@
     session_fork      session-fork: a power loss inside a fork
     session_snapshot  session-snapshot: a power loss inside a snapshot save
     shared_writers    shared-writers: two shared-mode handles taking turns (journal/engine/shared.py)
+    retention         retention: seal, append what stays, drop the prefix before it
 
 Importing any module of the package (``journal.crashsim.workloads.core`` included) runs this
 file first, so the set of workloads a campaign sees never depends on which other modules
@@ -15,13 +16,20 @@ run if the two disagree. Your own workloads join with ``@workload`` (docs/CRASH-
 
 from __future__ import annotations
 
-from journal.crashsim.workloads import core, session_fork, session_repair, session_snapshot, shared_writers
+from journal.crashsim.workloads import (
+    core,
+    retention,
+    session_fork,
+    session_repair,
+    session_snapshot,
+    shared_writers,
+)
 from journal.crashsim.workloads.core import WORKLOADS, Ctx, Ledger, RecordingJournal, Workload, workload
 
-ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers")
+ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers", "retention")
 SESSION = ("session-repair", "session-fork", "session-snapshot")
 BUILTIN = ENGINE + SESSION
-MODULES = (core, shared_writers, session_repair, session_fork, session_snapshot)
+MODULES = (core, shared_writers, retention, session_repair, session_fork, session_snapshot)
 
 
 def builtin() -> dict[str, Workload]:

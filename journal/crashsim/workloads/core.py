@@ -26,8 +26,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from journal.api import PrefixDrop
 from journal.engine.core import Journal
 from journal.engine.reader import Record
+from journal.engine.segment import drop_victims, list_segments
 from journal.fs import FileSystem
 from journal.outcomes import AckLost, Committed, Outcome
 
@@ -63,12 +65,22 @@ class Attempt:
 
 
 @dataclass
+class Drop:
+    """One drop_prefix call: op counts at call and return (-1: it raised or never returned)."""
+
+    start: int
+    end: int = -1
+    first_seq: int = 1  # where it made the journal begin (the uncrashed run's answer)
+
+
+@dataclass
 class Ledger:
     attempts: list[Attempt] = field(default_factory=list)
     created_at: int = -1  # op count when the creating open() returned (-1: it has not)
     mu: threading.Lock = field(default_factory=threading.Lock)
     ticks: int = 0
     errors: list[str] = field(default_factory=list)  # exceptions that ended the workload early
+    drops: list[Drop] = field(default_factory=list)
 
     def add(self, a: Attempt) -> None:
         with self.mu:
@@ -99,6 +111,19 @@ class RecordingJournal:
     def append(self, event: Any, durability: str = "sync", **kw: Any) -> Outcome:
         return self.append_many([event], durability, **({"idempotency_keys": [kw.pop("idempotency_key")]}
                                                        if "idempotency_key" in kw else {}), **kw)[0]
+
+    def drop_prefix(self, before_seq: int) -> PrefixDrop:
+        # Where it makes the journal begin is known before it changes anything (the base of
+        # the first segment it keeps), and a crash or a fault part way may leave it in effect.
+        segments = list_segments(self._ctx.fs, self._inner.path)
+        victims = drop_victims(segments, before_seq)
+        first = segments[len(victims)].base_seq if victims else self._inner.first_seq
+        d = Drop(self._ctx.clock(), first_seq=first)
+        with self._ctx.ledger.mu:
+            self._ctx.ledger.drops.append(d)
+        done = self._inner.drop_prefix(before_seq)
+        d.end = self._ctx.clock()
+        return done
 
     def append_many(self, events: Iterable[Any], durability: str = "sync", **kw: Any) -> list[Outcome]:
         events = list(events)
