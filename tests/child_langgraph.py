@@ -16,6 +16,11 @@ command: ``{"pid", "killed"}`` once the grandchild is reaped.
 
 What the grandchild was told was saved goes to ``acked.jsonl`` after each saver call returned:
 ``{"cp": id}`` for a put, ``{"w": [checkpoint_id, task_id]}`` for a put_writes.
+
+``"mode": "prune"`` runs the graph one loop further per round and prunes the thread after each
+(``{"ran": r}``, ``{"pruned": r}``); ``kill_in_prune`` then names the prune step before which
+the grandchild kills itself at its ``kill_at``-th prune: "seal", "append_many", "drop_prefix",
+or "reindex" (after the drop).
 """
 
 from __future__ import annotations
@@ -151,8 +156,56 @@ class KillingSaver(JournalSaver):
         self._ack({"w": [config["configurable"]["checkpoint_id"], task_id]})
 
 
+class _KillBefore:
+    """A thread's journal that SIGKILLs the process just before one named call."""
+
+    def __init__(self, inner: Any, step: str) -> None:
+        self._inner = inner
+        self._step = step
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self._step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return getattr(self._inner, name)
+
+
+class PruneKillingSaver(JournalSaver):
+    """A JournalSaver whose ``kill_at``-th compaction dies just before the step ``kill_in_prune``."""
+
+    def __init__(self, path: str, kill_at: int | None, step: str | None) -> None:
+        # Small segments: a thread's history spans several, so the latest checkpoint's blobs
+        # are in segments a prune drops (they must be copied before the drop).
+        super().__init__(path, segment_size_bytes=4096)
+        self._kill_at, self._step, self._compactions = kill_at, step, 0
+
+    def _compact(self, thread_id: str, t: Any, keep: set[tuple[str, str]]) -> None:
+        self._compactions += 1
+        if self._step is not None and self._compactions == self._kill_at:
+            if self._step == "reindex":
+                t.reindex = lambda serde: os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                t.journal = _KillBefore(t.journal, self._step)
+        super()._compact(thread_id, t, keep)
+
+
+def run_pruning(cmd: dict[str, Any]) -> None:
+    """The grandchild of "prune" mode: one more loop, then a prune, round after round."""
+    saver = PruneKillingSaver(cmd["dir"], cmd.get("kill_at"), cmd.get("kill_in_prune"))
+    config: RunnableConfig = {"configurable": {"thread_id": cmd["thread"]}}
+    for r in range(1, cmd["loops"] + 1):
+        graph = build_graph(saver, cmd["exec"], r)
+        graph.invoke({}, config, durability="sync")  # a new run from START: one more loop
+        _ran(cmd["acked"], json.dumps({"ran": r}))
+        saver.prune([cmd["thread"]])
+        _ran(cmd["acked"], json.dumps({"pruned": r}))
+    saver.close()
+
+
 def run_child(cmd: dict[str, Any]) -> None:
     """The grandchild: run the graph from wherever its thread is, until done or killed."""
+    if cmd.get("mode") == "prune":
+        run_pruning(cmd)
+        return
     saver = KillingSaver(cmd["dir"], cmd["acked"], cmd.get("kill_at"), cmd.get("kill_after", False))
     graph = build_graph(saver, cmd["exec"], cmd["loops"])
     config: RunnableConfig = {"configurable": {"thread_id": cmd["thread"]}}

@@ -35,10 +35,12 @@ from journal.adapters.langgraph import (
     THREADS_DIR,
     CheckpointTooLargeError,
     JournalSaver,
+    ThreadExistsError,
     thread_dir_name,
     thread_id_of,
 )
 from tests.child_langgraph import build_graph, expected_log
+from tests.conftest import report_count
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,6 +78,9 @@ def test_conformance_suite(tmp_path: Path) -> None:
     assert report.passed_all_base()
     base = sum(counts[c][0] for c in ("put", "put_writes", "get_tuple", "list", "delete_thread"))
     assert base == 58, counts
+    extended = sum(counts[c][0] for c in ("delete_for_runs", "copy_thread", "prune"))
+    assert extended == 23, counts
+    report_count("LangGraph conformance checks passed (base, extended)", f"{base}, {extended}")
 
 
 # ---- storage details the suite does not look at
@@ -253,3 +258,129 @@ def test_kill_9_then_resume_reuses_pending_writes(tmp_path: Path) -> None:
         server.wait(timeout=30)
     print(f"\nLangGraph kill -9: {KILL_ROUNDS} rounds, {dict(stats)}, {time.monotonic() - started:.1f} s")
     assert stats["killed"] >= 50, stats
+
+
+PRUNE_KILL_ROUNDS = 50
+PRUNE_LOOPS = 6
+PRUNE_STEPS = ("seal", "append_many", "drop_prefix", "reindex")
+
+
+def test_kill_9_during_prune_never_breaks_the_thread(tmp_path: Path) -> None:
+    """A graph that prunes its thread after every loop, SIGKILLed inside the compaction's steps
+    (just before each of them) and at random moments: the thread always resumes to the right log."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.child_langgraph"], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def run(cmd: dict[str, Any]) -> dict[str, Any]:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps(cmd) + "\n")
+        server.stdin.flush()
+        answer: dict[str, Any] = json.loads(server.stdout.readline())
+        return answer
+
+    store = tmp_path / "cp"
+    stats: collections.Counter[str] = collections.Counter()
+    try:
+        t0 = time.monotonic()
+        whole = run({"mode": "prune", "dir": str(store), "thread": "whole", "loops": PRUNE_LOOPS,
+                     "acked": str(tmp_path / "whole.acked"), "exec": str(tmp_path / "whole.exec")})
+        run_s = time.monotonic() - t0
+        assert whole["code"] == 0, whole
+        thread_dir = store / THREADS_DIR / thread_dir_name("whole")
+        assert len([p for p in thread_dir.iterdir() if p.suffix == ".seg"]) == 1  # pruned: one segment left
+        with JournalSaver(store) as s:
+            assert s.get_tuple(_cfg("whole")) is not None
+        for i in range(PRUNE_KILL_ROUNDS):
+            rng = random.Random(1000 + i)
+            thread = f"p{i}"
+            acked_path, exec_path = tmp_path / f"{thread}.acked", tmp_path / f"{thread}.exec"
+            cmd: dict[str, Any] = {"mode": "prune", "dir": str(store), "thread": thread, "loops": PRUNE_LOOPS,
+                                   "acked": str(acked_path), "exec": str(exec_path)}
+            if i % 5 == 4:
+                cmd["kill_delay_s"] = rng.uniform(0, 0.8 * run_s)
+                stats["kill by delay"] += 1
+            else:
+                cmd["kill_at"] = rng.randint(1, PRUNE_LOOPS)
+                cmd["kill_in_prune"] = PRUNE_STEPS[i % len(PRUNE_STEPS)]
+                stats[f"kill before {cmd['kill_in_prune']}"] += 1
+            got = run(cmd)
+            assert got["killed"] or got["code"] == 0, got
+            stats["killed" if got["killed"] else "finished before the kill"] += 1
+            acked = [json.loads(line) for line in acked_path.read_text().splitlines()] if acked_path.exists() else []
+            rounds = sum(1 for a in acked if "ran" in a)
+            saver = JournalSaver(store)
+            try:
+                # Finish the loop that was running (if any), then check the whole log and go on.
+                graph = build_graph(saver, str(exec_path), rounds + 1)
+                last = saver.get_tuple(_cfg(thread))
+                state = graph.invoke(None, _cfg(thread)) if last is not None else graph.invoke({}, _cfg(thread))
+                n = state["n"]
+                assert n in (rounds, rounds + 1), (thread, n, rounds, acked[-2:])
+                assert state["log"] == expected_log(n), (thread, state["log"])
+                for tup in saver.list(_cfg(thread)):  # every checkpoint left loads whole
+                    assert tup.checkpoint["channel_values"] is not None
+                after = build_graph(saver, str(exec_path), n + 1).invoke({}, _cfg(thread))
+                assert after["log"] == expected_log(n + 1), (thread, after["log"])
+                saver.prune([thread])
+                assert len(list(saver.list(_cfg(thread)))) == 1
+                stats["resumed and pruned again"] += 1
+            finally:
+                saver.close()
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=30)
+    print(f"\nLangGraph prune kill -9: {PRUNE_KILL_ROUNDS} rounds, {dict(stats)}")
+    report_count("LangGraph prune kill -9 rounds (killed)", stats["killed"])
+    assert stats["killed"] >= 40 and stats["resumed and pruned again"] == PRUNE_KILL_ROUNDS, stats
+
+
+def test_copy_thread_shares_the_sealed_history_and_then_goes_its_own_way(tmp_path: Path) -> None:
+    with JournalSaver(tmp_path / "cp", segment_size_bytes=4096) as saver:
+        build_graph(saver, str(tmp_path / "exec"), 4).invoke({}, _cfg("src"))
+        saver.copy_thread("src", "dst")
+        src_dir = tmp_path / "cp" / THREADS_DIR / thread_dir_name("src")
+        dst_dir = tmp_path / "cp" / THREADS_DIR / thread_dir_name("dst")
+        src_segs = sorted(p for p in src_dir.iterdir() if p.suffix == ".seg")
+        assert len(src_segs) >= 3
+        linked = [p.name for p in src_segs[:-1] if (dst_dir / p.name).stat().st_ino == p.stat().st_ino]
+        assert linked == [p.name for p in src_segs[:-1]]  # every sealed segment shared, not copied
+        src_state = saver.get_tuple(_cfg("src"))
+        dst_state = saver.get_tuple(_cfg("dst"))
+        assert src_state is not None and dst_state is not None
+        assert dst_state.checkpoint == src_state.checkpoint
+        assert dst_state.config["configurable"]["thread_id"] == "dst"
+        # The copy goes on alone; the source is untouched.
+        done = build_graph(saver, str(tmp_path / "exec"), 5).invoke({}, _cfg("dst"))
+        assert done["log"] == expected_log(5)
+        assert saver.get_tuple(_cfg("src")) == src_state
+        with pytest.raises(ThreadExistsError):
+            saver.copy_thread("src", "dst")
+
+
+def test_open_threads_stay_within_their_bound_under_parallel_use(tmp_path: Path) -> None:
+    import concurrent.futures
+
+    bound = 2
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with JournalSaver(tmp_path / "cp", threads_open_max=bound) as saver:
+        threads = [f"t{i}" for i in range(8)]
+
+        def run(thread: str) -> list[str]:
+            out: list[str] = build_graph(saver, str(tmp_path / f"{thread}.exec"), 3).invoke({}, _cfg(thread))["log"]
+            return out
+
+        # Eight graphs at once (each with parallel branches) on two open journals at most: the
+        # saver closes idle threads and reopens them, and no write goes to a closed journal.
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            logs = list(pool.map(run, threads))
+        assert logs == [expected_log(3)] * len(threads)
+        assert len(saver._threads) <= bound  # threads in use may exceed it; idle ones never stay
+        assert len(os.listdir("/proc/self/fd")) <= fds_before + 2 * bound
+        for thread in threads:  # and every one reads back whole after being closed and reopened
+            tup = saver.get_tuple(_cfg(thread))
+            assert tup is not None and tup.checkpoint["channel_values"]["log"] == expected_log(3)
+            assert len(saver._threads) <= bound

@@ -56,7 +56,9 @@ import builtins
 import os
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +79,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 import journal
 from journal import fs as jfs
-from journal.api import LOCK_FILE, Committed, InvariantError, Journal, JournalError, RecordTooLargeError
+from journal.api import (
+    LOCK_FILE,
+    Committed,
+    InvariantError,
+    Journal,
+    JournalError,
+    PrefixCopier,
+    RecordTooLargeError,
+    Retention,
+)
 
 THREADS_DIR = "threads"
 TRASH_DIR = "trash"  # a deleted thread's directory is renamed here, then removed
@@ -85,6 +96,12 @@ _NAME_PREFIX = "t"
 # A directory name must fit NAME_MAX (255 bytes): base32 turns 5 bytes into 8 characters.
 THREAD_ID_BYTES_MAX = 150
 DURABILITY = "sync"
+# Threads whose journals stay open at once (each holds two descriptors at most: its live
+# segment and its lock); the least recently used idle one is closed past this, and reopened
+# (its index rebuilt by one read) on its next use. A server with many threads stays within its
+# descriptor limit.
+THREADS_OPEN_MAX_DEFAULT = 256
+PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
 class CheckpointNotSavedError(JournalError):
@@ -101,6 +118,10 @@ class MissingRecordError(JournalError):
 
 class ThreadIdError(JournalError, ValueError):
     """A thread id this saver cannot store (empty, not a str, or too long for a directory name)."""
+
+
+class ThreadExistsError(JournalError, ValueError):
+    """copy_thread's target thread already holds checkpoints; nothing was copied."""
 
 
 def thread_dir_name(thread_id: str) -> str:
@@ -155,12 +176,19 @@ class _Thread:
 
     journal: Journal
     lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False  # closed by the saver (evicted, deleted, forgotten): open it again
     # ns -> checkpoint id -> entry
     checkpoints: dict[str, dict[str, _CheckpointEntry]] = field(default_factory=dict)
     # (ns, channel, version) -> (seq, index in the record's "blobs")
     blobs: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
     # (ns, checkpoint id) -> (task id, idx) -> entry
     writes: dict[tuple[str, str], dict[tuple[str, int], _WriteEntry]] = field(default_factory=dict)
+
+    def reindex(self, serde: SerializerProtocol) -> None:
+        """Rebuild the index from one read of the journal (open, and after a compaction)."""
+        self.checkpoints, self.blobs, self.writes = {}, {}, {}
+        for rec in self.journal.read():
+            self.index(rec.seq, rec.event, serde)
 
     def index(self, seq: int, event: dict[str, Any], serde: SerializerProtocol) -> None:
         ns = event["ns"]
@@ -189,15 +217,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         record_size_bytes_max: int | None = None,
+        segment_size_bytes: int | None = None,
+        threads_open_max: int = THREADS_OPEN_MAX_DEFAULT,
     ) -> None:
         super().__init__(serde=serde)
+        if isinstance(threads_open_max, bool) or not isinstance(threads_open_max, int) or threads_open_max < 1:
+            raise ValueError(f"threads_open_max must be an int >= 1, not {threads_open_max!r}")
+        self.threads_open_max = threads_open_max
         self.path = os.path.abspath(os.fspath(path))
         self._fs = jfs.OsFileSystem()
         self._options: dict[str, Any] = {}
         if record_size_bytes_max is not None:
             self._options["record_size_bytes_max"] = record_size_bytes_max
+        if segment_size_bytes is not None:  # what prune frees is whole segments: smaller ones free sooner
+            self._options["segment_size_bytes"] = segment_size_bytes
         self._lock = threading.Lock()  # guards self._threads and directory changes
-        self._threads: dict[str, _Thread] = {}
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()  # least recently used first
         self._closed = False
         jfs.make_dirs(self._fs, os.path.join(self.path, THREADS_DIR))
         self._empty_trash()
@@ -208,9 +243,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         """Close every open thread's journal. Idempotent."""
         with self._lock:
             self._closed = True
-            threads, self._threads = self._threads, {}
+            threads, self._threads = self._threads, OrderedDict()
         for t in threads.values():
-            t.journal.close()
+            with t.lock:
+                t.closed = True
+                t.journal.close()
 
     def __enter__(self) -> JournalSaver:
         return self
@@ -233,23 +270,63 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if self._closed:
                 raise journal.JournalClosedError()
             t = self._threads.get(thread_id)
-            if t is not None:
+            if t is not None and not t.closed:
+                self._threads.move_to_end(thread_id)
                 return t
+            if t is not None:  # forgotten after an unknown outcome: read from disk again
+                del self._threads[thread_id]
             where = self._thread_path(thread_id)
             if not self._fs.exists(where):
                 if not create:
                     return None
                 self._create_journal(where)
+            self._evict()
             j = journal.open(where, **self._options)
             t = _Thread(j)
             try:
-                for rec in j.read():
-                    t.index(rec.seq, rec.event, self.serde)
+                t.reindex(self.serde)
             except BaseException:
                 j.close()
                 raise
             self._threads[thread_id] = t
             return t
+
+    def _evict(self, room: int = 1) -> None:
+        """Close least recently used idle threads until ``room`` more fit (under self._lock).
+
+        A thread in use (its lock held) is skipped, so while more threads than the bound are in
+        use at once, that many stay open; each is closed when its use ends if still over. One
+        taken by a caller that has not locked it yet is closed all the same, and that caller
+        sees ``closed`` and opens it again."""
+        for thread_id in list(self._threads):
+            if len(self._threads) + room <= self.threads_open_max:
+                return
+            t = self._threads[thread_id]
+            if not t.lock.acquire(blocking=False):
+                continue
+            try:
+                del self._threads[thread_id]
+                t.closed = True
+                t.journal.close()
+            finally:
+                t.lock.release()
+
+    @contextmanager
+    def _using(self, thread_id: str, create: bool) -> Iterator[_Thread | None]:
+        """The thread with its lock held (None if it does not exist and ``create`` is false)."""
+        while True:
+            t = self._thread(thread_id, create)
+            if t is None:
+                yield None
+                return
+            with t.lock:
+                if t.closed:
+                    continue  # evicted or forgotten between the lookup and the lock: open again
+                yield t
+            if len(self._threads) > self.threads_open_max:
+                with self._lock:  # threads in use were skipped by the eviction: close them now
+                    self._evict(room=0)
+            return
 
     def _create_journal(self, where: str) -> None:
         """Make a thread's journal whole beside its place, then rename it in (durably).
@@ -266,17 +343,19 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 jfs.remove_tree(self._fs, tmp)
             raise
 
-    def _writable(self, thread_id: str) -> _Thread:
-        t = self._thread(thread_id, create=True)
-        if t is None:  # create=True opens or raises; a None here is this module's bug
-            raise InvariantError(f"thread {thread_id!r} was not opened for writing")
-        return t
+    @contextmanager
+    def _writable(self, thread_id: str) -> Iterator[_Thread]:
+        with self._using(thread_id, create=True) as t:
+            if t is None:  # create=True opens or raises; a None here is this module's bug
+                raise InvariantError(f"thread {thread_id!r} was not opened for writing")
+            yield t
 
-    def _forget(self, thread_id: str, t: _Thread) -> None:
-        """Close a thread whose last write's outcome is unknown: the next use reads the disk again."""
-        with self._lock:
-            if self._threads.get(thread_id) is t:
-                del self._threads[thread_id]
+    @staticmethod
+    def _forget(t: _Thread) -> None:
+        """Close a thread whose last write's outcome is unknown (its lock held): the next use
+        opens it again and reads the disk. Marked, not removed, so that no lock is taken while
+        its lock is held (delete_thread takes them the other way round)."""
+        t.closed = True
         t.journal.close()
 
     def _append(self, thread_id: str, t: _Thread, event: dict[str, Any], what: str) -> int:
@@ -287,7 +366,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if isinstance(out, Committed):
             return out.seq
         if not isinstance(out, journal.NotCommitted):
-            self._forget(thread_id, t)
+            self._forget(t)
         raise CheckpointNotSavedError(f"{what} of thread {thread_id!r} was not saved ({out!r}); retry it")
 
     def _thread_ids(self) -> builtins.list[str]:
@@ -350,10 +429,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         configurable = config["configurable"]
         thread_id: str = configurable["thread_id"]
         ns: str = configurable.get("checkpoint_ns", "")
-        t = self._thread(thread_id, create=False)
-        if t is None:
-            return None
-        with t.lock:
+        with self._using(thread_id, create=False) as t:
+            if t is None:
+                return None
             in_ns = t.checkpoints.get(ns)
             if not in_ns:
                 return None
@@ -389,10 +467,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         out: builtins.list[CheckpointTuple] = []
         for thread_id in thread_ids:
-            t = self._thread(thread_id, create=False)
-            if t is None:
-                continue
-            with t.lock:
+            with self._using(thread_id, create=False) as t:
+                if t is None:
+                    continue
                 for ns in sorted(t.checkpoints):
                     if want_ns is not None and ns != want_ns:
                         continue
@@ -437,8 +514,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             "md": _b64(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
             "blobs": blobs,
         }
-        t = self._writable(thread_id)
-        with t.lock:
+        with self._writable(thread_id) as t:
             seq = self._append(thread_id, t, event, f"checkpoint {checkpoint['id']}")
             t.index(seq, event, self.serde)
         return _config(thread_id, ns, checkpoint["id"])
@@ -454,8 +530,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         thread_id: str = configurable["thread_id"]
         ns: str = configurable.get("checkpoint_ns", "")
         checkpoint_id: str = configurable["checkpoint_id"]
-        t = self._writable(thread_id)
-        with t.lock:
+        with self._writable(thread_id) as t:
             stored = t.writes.get((ns, checkpoint_id), {})
             batch = []
             for i, (channel, value) in enumerate(writes):
@@ -480,6 +555,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             t = self._threads.pop(thread_id, None)
             if t is not None:
                 with t.lock:
+                    t.closed = True
                     t.journal.close()
             if not self._fs.exists(where):
                 return
@@ -490,6 +566,132 @@ class JournalSaver(BaseCheckpointSaver[str]):
             self._fs.fsync_dir(os.path.dirname(where))
             self._fs.fsync_dir(trash)
             jfs.remove_tree(self._fs, dead)
+
+    # ---- the extended methods: copy_thread, delete_for_runs, prune
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Make ``target_thread_id`` a copy of the source thread, checkpoints and writes.
+
+        A fork: the target journal is made beside its place from the source's records, its
+        sealed segments hard-linked (shared, not copied) and only the live one's records
+        copied, then renamed in whole. A missing source copies nothing. A target that already
+        exists raises ThreadExistsError (delete it first).
+        """
+        target = self._thread_path(target_thread_id)
+        with self._using(source_thread_id, create=False) as src:
+            if src is None:
+                return
+            with self._lock:
+                if self._fs.exists(target):
+                    raise ThreadExistsError(f"thread {target_thread_id!r} exists; delete it before copying onto it")
+                if not isinstance(src.journal, PrefixCopier):
+                    raise JournalError(f"the journal of thread {source_thread_id!r} cannot be copied here")
+                last = src.journal.last_seq
+                first = src.journal.first_seq if isinstance(src.journal, Retention) else 1
+                tmp = jfs.temp_dir_beside(self._fs, target, "copy", LOCK_FILE)
+                try:
+                    if last >= first:
+                        src.journal.copy_prefix(tmp, last)
+                    else:  # no record yet: an empty journal of its own
+                        journal.open(tmp, create=True, **self._options).close()
+                    jfs.publish_dir(self._fs, tmp, target)
+                except BaseException:
+                    if self._fs.exists(tmp):
+                        jfs.remove_tree(self._fs, tmp)
+                    raise
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete every checkpoint whose metadata ``run_id`` is one of ``run_ids``, with its writes.
+
+        Each thread that holds one is compacted (see ``_compact``): what it keeps is appended
+        again after a seal, then the prefix before it is dropped, so a crash midway leaves the
+        thread as it was or as it is meant to be, never a mix. A thread left with no checkpoint
+        is deleted. Every thread's journal is read (its index) to find them.
+        """
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for thread_id in self._thread_ids():
+            with self._using(thread_id, create=False) as t:
+                if t is None:
+                    continue
+                keep = {
+                    (ns, cid)
+                    for ns, by_id in t.checkpoints.items()
+                    for cid, entry in by_id.items()
+                    if entry.metadata.get("run_id") not in wanted
+                }
+                if sum(len(by_id) for by_id in t.checkpoints.values()) == len(keep):
+                    continue
+                if keep:
+                    self._compact(thread_id, t, keep)
+                    continue
+            self.delete_thread(thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's latest checkpoint (and its writes), whole,
+        and drop the rest of the thread's journal; ``delete``: delete the threads."""
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(f"strategy must be one of {PRUNE_STRATEGIES}, not {strategy!r}")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            with self._using(thread_id, create=False) as t:
+                if t is None:
+                    continue
+                keep = {(ns, max(by_id)) for ns, by_id in t.checkpoints.items() if by_id}
+                self._compact(thread_id, t, keep)
+
+    def _compact(self, thread_id: str, t: _Thread, keep: set[tuple[str, str]]) -> None:
+        """Leave only the checkpoints in ``keep`` (and their writes) in the thread's journal.
+
+        Seal the live segment; append each kept checkpoint again, carrying every blob its
+        channel versions name (a blob may have been stored by a checkpoint that goes), and its
+        pending writes as they stand; then drop every segment before the first of those
+        records. Until the drop the old records are all still there, and the copies repeat
+        what they say, so a crash before it changes nothing a reader sees; the drop is one
+        durable step (journal.api.Retention). Called with the thread's lock held.
+        """
+        j = t.journal
+        if not isinstance(j, Retention):
+            raise JournalError(f"the journal of thread {thread_id!r} cannot drop records: prune needs a backend "
+                               "with retention")
+        events: builtins.list[dict[str, Any]] = []
+        emitted: set[tuple[str, str, str]] = set()
+        ordered = sorted(keep, key=lambda k: t.checkpoints[k[0]][k[1]].seq)
+        for ns, cid in ordered:
+            cp_event = dict(self._event(t, t.checkpoints[ns][cid].seq))
+            checkpoint: Checkpoint = self.serde.loads_typed(_unb64(*cp_event["cp"]))
+            blobs = []
+            for channel, version in checkpoint["channel_versions"].items():
+                where = (ns, channel, str(version))
+                if where in emitted or where not in t.blobs:
+                    continue
+                blob_seq, pos = t.blobs[where]
+                blobs.append(self._event(t, blob_seq)["blobs"][pos])
+                emitted.add(where)
+            cp_event["blobs"] = blobs
+            events.append(cp_event)
+            by_task: dict[str, tuple[str, builtins.list[Any]]] = {}
+            for (task_id, _idx), w in sorted(t.writes.get((ns, cid), {}).items(), key=lambda kv: kv[1].seq):
+                entry = self._event(t, w.seq)["w"][w.pos]
+                by_task.setdefault(task_id, (w.task_path, []))[1].append(entry)
+            for task_id, (task_path, entries) in by_task.items():
+                events.append({"k": "w", "ns": ns, "cp": cid, "task": task_id, "path": task_path, "w": entries})
+        try:
+            j.seal()
+            outs = j.append_many(events, durability=DURABILITY) if events else []
+            if any(not isinstance(o, Committed) for o in outs):
+                raise CheckpointNotSavedError(f"pruning thread {thread_id!r}: its checkpoints were not copied "
+                                              f"({next(o for o in outs if not isinstance(o, Committed))!r}); "
+                                              "nothing was dropped, retry")
+            first = outs[0].seq if outs and isinstance(outs[0], Committed) else j.last_seq + 1
+            j.drop_prefix(first)
+            t.reindex(self.serde)
+        except BaseException:
+            self._forget(t)  # what the journal holds now is read again on next use
+            raise
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A zero-padded counter and a random fraction, as LangGraph's shipped savers make them."""
@@ -544,12 +746,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         await self._shielded(self.delete_thread, thread_id)
 
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._shielded(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._shielded(self.delete_for_runs, list(run_ids))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(self.prune, list(thread_ids), strategy=strategy)))
+
 
 __all__ = [
     "CheckpointNotSavedError",
     "CheckpointTooLargeError",
     "JournalSaver",
     "MissingRecordError",
+    "ThreadExistsError",
     "ThreadIdError",
     "thread_dir_name",
     "thread_id_of",

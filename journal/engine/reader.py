@@ -137,6 +137,8 @@ class SegmentCache:
         return got
 
     def close(self) -> None:
+        """Close every segment and forget the listing (a drop_prefix has just deleted some)."""
+        self.listed = []
         while self._segments:
             _, old = self._segments.popitem()
             old.file.close()
