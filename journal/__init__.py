@@ -12,11 +12,14 @@ See docs/GUARANTEES.md for what each durability level and each outcome promise.
 protocol every backend implements, which code that takes a journal from its caller annotates.
 """
 
+import os as _os
 from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from journal import api
 from journal.api import PrefixCopier, PrefixCopy, RecoveryReport
-from journal.engine.core import Journal, Options, open  # noqa: A004 - the public contract is journal.open
+from journal.engine.core import Journal, Options
+from journal.engine.core import open as _open_file
 from journal.engine.native import native_available
 from journal.errors import (
     CorruptionError,
@@ -41,10 +44,45 @@ from journal.errors import (
 from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
 from journal.record import Record
 
-if _TYPE_CHECKING:  # mypy holds the file engine to the protocols of journal.api here
 
-    def _file_engine_conforms(j: Journal) -> tuple[api.Journal, PrefixCopier]:
-        return j, j
+def open(  # noqa: A001 - the public contract is journal.open
+    target: str | _os.PathLike[str], create: bool = False, readonly: bool = False, **options: _Any
+) -> api.Journal:
+    """Open the journal at ``target``: a directory (the file engine, ``Journal.open`` lists its
+    options) or a server URL, ``postgresql://...?journal=NAME`` or ``nats://...?journal=NAME``
+    (``journal.remote``, docs/REMOTE.md)."""
+    from journal.remote.url import SCHEMES
+
+    if isinstance(target, str) and "://" in target and target.split("://", 1)[0].lower() in SCHEMES:
+        from journal.remote import open_url
+
+        return open_url(target, create=create, readonly=readonly, **options)
+    return _open_file(target, create=create, readonly=readonly, **options)
+
+
+def store(target: str | _os.PathLike[str], **options: _Any) -> api.Store:
+    """The store of journals at ``target``: a directory (``journal.engine.store.DirectoryStore``)
+    or a server URL without ``journal=`` (docs/REMOTE.md)."""
+    from journal.remote.url import SCHEMES
+
+    if isinstance(target, str) and "://" in target and target.split("://", 1)[0].lower() in SCHEMES:
+        from journal.remote import open_store
+
+        return open_store(target, **options)
+    from journal.engine.store import DirectoryStore
+
+    return DirectoryStore(target, **options)
+
+
+if _TYPE_CHECKING:  # mypy holds the file engine to the protocols of journal.api here
+    from journal.engine.store import DirectoryStore
+
+
+    def _file_engine_conforms(j: Journal) -> tuple[api.Journal, PrefixCopier, api.Retention]:
+        return j, j, j
+
+    def _directory_store_conforms(s: "DirectoryStore") -> api.Store:
+        return s
 
 
 __version__ = "0.1.0"

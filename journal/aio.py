@@ -49,6 +49,7 @@ from journal.api import (
     Outcome,
     Record,
     RecoveryReport,
+    Store,
 )
 
 READ_BATCH_RECORDS = 256  # records a reader fetches per trip to its worker thread
@@ -73,8 +74,17 @@ async def open(path: str | os.PathLike[str], create: bool = False, **options: An
 
     Cancelled while the open runs on its thread, the open still finishes there; the journal it
     opened is then closed at once, so its writer lock is not left held."""
+    return await _open_with(partial(journal.open, path, create=create, **options))
+
+
+async def open_in(store: Store, name: str, create: bool = False, **options: Any) -> AsyncJournal:
+    """``open`` for the journal called ``name`` in a ``journal.api.Store`` (``journal.store``)."""
+    return await _open_with(partial(store.open, name, create=create, **options))
+
+
+async def _open_with(opener: Callable[[], Journal]) -> AsyncJournal:
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal-aio")
-    opening = executor.submit(partial(journal.open, path, create=create, **options))
+    opening = executor.submit(opener)
     try:
         j = await asyncio.wrap_future(opening)
     except BaseException:

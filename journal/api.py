@@ -13,6 +13,8 @@ What is here, and only this:
   seq order, follow, point reads, resolving an ``AckLost``, flush and sync, close;
 * ``Retention``: dropping the oldest records of a journal durably (``PrefixDrop`` says what
   went);
+* ``Store``: a namespace of journals by name (open, list, delete, copy), what the adapters keep
+  their journals in;
 * ``PrefixCopier``: what a fork needs of its parent, a copy of its first records into a new
   directory that shares (links) the history that can no longer change;
 * the values they speak in: ``Record`` (from ``journal.record``, see there why it is a module of
@@ -227,6 +229,46 @@ class Retention(Protocol):
 
 
 @runtime_checkable
+class Store(Protocol):
+    """A namespace of journals by name: a directory of journal directories (the file engine),
+    a schema (PostgreSQL), a stream (JetStream). ``journal.store(path_or_url)`` gives one.
+
+    The adapters keep their journals in one, so the same adapter code runs on every backend.
+    Names are 1 to 200 bytes of UTF-8 from ``[A-Za-z0-9._%-]``, not starting with ".": what the
+    adapters' own escapings produce, and safe as a file name, a row key and a subject token.
+    """
+
+    @property
+    def location(self) -> str:
+        """Where the store is (a directory, or a URL without password)."""
+        ...
+
+    def open(self, name: str, create: bool = False, readonly: bool = False, **options: Any) -> Journal:
+        """The journal called ``name``; ``create`` makes it, whole or not at all (never half-made
+        under its name, whatever a crash cuts short). JournalNotFoundError if absent."""
+        ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def names(self) -> list[str]:
+        """The names of the journals in the store, sorted."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Delete the journal durably: after a crash it is whole or gone. A missing one is a no-op.
+        The caller must hold no open handle on it."""
+        ...
+
+    def copy(self, source: str, target: str) -> None:
+        """Make ``target`` a copy of every record of ``source`` (a fork), whole or not at all.
+
+        The file engine shares the sealed history (hard links); servers copy server-side.
+        FileExistsError if ``target`` exists; JournalNotFoundError if ``source`` does not.
+        """
+        ...
+
+
+@runtime_checkable
 class PrefixCopier(Protocol):
     """What a fork or a copy needs of its source journal: its first records, as a new journal."""
 
@@ -276,6 +318,7 @@ __all__ = [
     "RecoveryReport",
     "Retention",
     "SequenceError",
+    "Store",
     "WriteFailedError",
     "invariant",
     "present",

@@ -98,6 +98,7 @@ from journal.api import (
     JournalFailStoppedError,
     NotCommitted,
     RecordTooLargeError,
+    Store,
     invariant,
     present,
 )
@@ -339,14 +340,20 @@ class JournalSessionService(BaseSessionService):
         lock_timeout_s: float = 0.0,
         fs: FileSystem | None = None,
     ) -> None:
-        self.path = os.path.abspath(os.fspath(path))
         self.record_size_bytes_max = record_size_bytes_max
         self._options: dict[str, Any] = {
             "record_size_bytes_max": record_size_bytes_max,
             "lock_timeout_s": lock_timeout_s,
         }
-        if fs is not None:
-            self._options["fs"] = fs
+        # One journal per app in a store: <path>/apps/ on files, or the store a server URL names.
+        if isinstance(path, str) and "://" in path:
+            if fs is not None:
+                raise ValueError("fs= is for a directory of journals, not a server URL")
+            self.path = path
+            self._store: Store = journal.store(path)
+        else:
+            self.path = os.path.abspath(os.fspath(path))
+            self._store = journal.store(os.path.join(self.path, APPS_DIR), **({"fs": fs} if fs is not None else {}))
         self._apps: dict[str, _App] = {}
         self._opening: asyncio.Lock | None = None  # made in the loop that first uses the service
         self._closed = False
@@ -354,7 +361,9 @@ class JournalSessionService(BaseSessionService):
     # -- apps ------------------------------------------------------------------------------
 
     def app_path(self, app_name: str) -> str:
-        """The directory of an app's journal."""
+        """Where an app's journal is: its directory, or its name in the server's store."""
+        if "://" in self.path:
+            return f"{self.path}#{app_dir_name(app_name)}"
         return os.path.join(self.path, APPS_DIR, app_dir_name(app_name))
 
     async def _app(self, app_name: str) -> _App:
@@ -376,7 +385,7 @@ class JournalSessionService(BaseSessionService):
             self._check_open()
             app = self._apps.get(app_name)
             if app is None:
-                if not create and not await asyncio.to_thread(os.path.isdir, self.app_path(app_name)):
+                if not create and not await asyncio.to_thread(self._store.exists, app_dir_name(app_name)):
                     return None
                 app = await self._open_app(app_name)
                 self._apps[app_name] = app
@@ -384,7 +393,7 @@ class JournalSessionService(BaseSessionService):
 
     async def _open_app(self, app_name: str) -> _App:
         path = self.app_path(app_name)
-        aj = await journal.aio.open(path, create=True, **self._options)
+        aj = await journal.aio.open_in(self._store, app_dir_name(app_name), create=True, **self._options)
         app = _App(app_name, path, aj)
         try:
             if aj.last_seq == 0:

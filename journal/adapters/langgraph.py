@@ -78,20 +78,18 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 import journal
-from journal import fs as jfs
 from journal.api import (
-    LOCK_FILE,
     Committed,
     InvariantError,
     Journal,
     JournalError,
-    PrefixCopier,
     RecordTooLargeError,
     Retention,
+    Store,
 )
 
-THREADS_DIR = "threads"
-TRASH_DIR = "trash"  # a deleted thread's directory is renamed here, then removed
+THREADS_DIR = "threads"  # on files, the directory of thread journals under the saver's path
+LEGACY_TRASH_DIR = "trash"  # where earlier versions renamed deleted threads: emptied on open
 _NAME_PREFIX = "t"
 # A directory name must fit NAME_MAX (255 bytes): base32 turns 5 bytes into 8 characters.
 THREAD_ID_BYTES_MAX = 150
@@ -224,18 +222,21 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if isinstance(threads_open_max, bool) or not isinstance(threads_open_max, int) or threads_open_max < 1:
             raise ValueError(f"threads_open_max must be an int >= 1, not {threads_open_max!r}")
         self.threads_open_max = threads_open_max
-        self.path = os.path.abspath(os.fspath(path))
-        self._fs = jfs.OsFileSystem()
         self._options: dict[str, Any] = {}
         if record_size_bytes_max is not None:
             self._options["record_size_bytes_max"] = record_size_bytes_max
         if segment_size_bytes is not None:  # what prune frees is whole segments: smaller ones free sooner
             self._options["segment_size_bytes"] = segment_size_bytes
-        self._lock = threading.Lock()  # guards self._threads and directory changes
+        self._lock = threading.Lock()  # guards self._threads and changes to the set of threads
         self._threads: OrderedDict[str, _Thread] = OrderedDict()  # least recently used first
         self._closed = False
-        jfs.make_dirs(self._fs, os.path.join(self.path, THREADS_DIR))
-        self._empty_trash()
+        if isinstance(path, str) and "://" in path:  # a server: its store is the saver's own
+            self.path = path
+            self._store: Store = journal.store(path)
+        else:
+            self.path = os.path.abspath(os.fspath(path))
+            self._store = journal.store(os.path.join(self.path, THREADS_DIR))
+            _empty_legacy_trash(self.path)
 
     # ---- life of the saver and its threads
 
@@ -261,8 +262,6 @@ class JournalSaver(BaseCheckpointSaver[str]):
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)
 
-    def _thread_path(self, thread_id: str) -> str:
-        return os.path.join(self.path, THREADS_DIR, thread_dir_name(thread_id))
 
     def _thread(self, thread_id: str, create: bool) -> _Thread | None:
         """The open thread, opening its journal and building its index on first use."""
@@ -275,13 +274,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 return t
             if t is not None:  # forgotten after an unknown outcome: read from disk again
                 del self._threads[thread_id]
-            where = self._thread_path(thread_id)
-            if not self._fs.exists(where):
-                if not create:
-                    return None
-                self._create_journal(where)
+            name = thread_dir_name(thread_id)
+            if not create and not self._store.exists(name):
+                return None
             self._evict()
-            j = journal.open(where, **self._options)
+            # The store makes a new thread's journal whole before it has the thread's name, so a
+            # crash never leaves a half-made journal there (journal/engine/store.py).
+            j = self._store.open(name, create=create, **self._options)
             t = _Thread(j)
             try:
                 t.reindex(self.serde)
@@ -328,21 +327,6 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     self._evict(room=0)
             return
 
-    def _create_journal(self, where: str) -> None:
-        """Make a thread's journal whole beside its place, then rename it in (durably).
-
-        A crash while a journal is being created must not leave a directory that is not yet a
-        journal under a thread's name: the thread is there whole, or not at all.
-        """
-        tmp = jfs.temp_dir_beside(self._fs, where, "new", LOCK_FILE)
-        try:
-            journal.open(tmp, create=True, **self._options).close()
-            jfs.publish_dir(self._fs, tmp, where)
-        except BaseException:
-            if self._fs.exists(tmp):
-                jfs.remove_tree(self._fs, tmp)
-            raise
-
     @contextmanager
     def _writable(self, thread_id: str) -> Iterator[_Thread]:
         with self._using(thread_id, create=True) as t:
@@ -370,18 +354,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         raise CheckpointNotSavedError(f"{what} of thread {thread_id!r} was not saved ({out!r}); retry it")
 
     def _thread_ids(self) -> builtins.list[str]:
-        found = []
-        for name in sorted(self._fs.listdir(os.path.join(self.path, THREADS_DIR))):
-            thread_id = thread_id_of(name)
-            if thread_id is not None:
-                found.append(thread_id)
-        return found
-
-    def _empty_trash(self) -> None:
-        trash = os.path.join(self.path, TRASH_DIR)
-        if self._fs.exists(trash):
-            for name in self._fs.listdir(trash):
-                jfs.remove_tree(self._fs, os.path.join(trash, name))
+        return [tid for tid in (thread_id_of(name) for name in self._store.names()) if tid is not None]
 
     # ---- reading
 
@@ -545,60 +518,36 @@ class JournalSaver(BaseCheckpointSaver[str]):
             t.index(seq, event, self.serde)
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete the thread's journal: renamed into ``trash/`` (durably), then removed.
-
-        The rename is the commit point: after a crash the thread is either whole or gone, and
-        what is left in ``trash/`` is removed by the next saver opened on ``path``.
-        """
-        where = self._thread_path(thread_id)
+        """Delete the thread's journal, durably: after a crash the thread is whole or gone (the
+        store's delete: on files a rename into ``threads/.trash/``, then removal)."""
+        name = thread_dir_name(thread_id)
         with self._lock:
             t = self._threads.pop(thread_id, None)
             if t is not None:
                 with t.lock:
                     t.closed = True
                     t.journal.close()
-            if not self._fs.exists(where):
-                return
-            trash = os.path.join(self.path, TRASH_DIR)
-            jfs.make_dirs(self._fs, trash)
-            dead = os.path.join(trash, f"{os.path.basename(where)}.{os.urandom(4).hex()}")
-            self._fs.rename(where, dead)
-            self._fs.fsync_dir(os.path.dirname(where))
-            self._fs.fsync_dir(trash)
-            jfs.remove_tree(self._fs, dead)
+            self._store.delete(name)
 
     # ---- the extended methods: copy_thread, delete_for_runs, prune
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Make ``target_thread_id`` a copy of the source thread, checkpoints and writes.
 
-        A fork: the target journal is made beside its place from the source's records, its
-        sealed segments hard-linked (shared, not copied) and only the live one's records
-        copied, then renamed in whole. A missing source copies nothing. A target that already
-        exists raises ThreadExistsError (delete it first).
+        A fork by the store (``Store.copy``): on files the target journal is made beside its
+        place, its sealed segments hard-linked (shared, not copied) and only the live one's
+        records copied, then renamed in whole. A missing source copies nothing. A target that
+        already exists raises ThreadExistsError (delete it first).
         """
-        target = self._thread_path(target_thread_id)
+        target = thread_dir_name(target_thread_id)
         with self._using(source_thread_id, create=False) as src:
             if src is None:
                 return
             with self._lock:
-                if self._fs.exists(target):
+                if self._store.exists(target):
                     raise ThreadExistsError(f"thread {target_thread_id!r} exists; delete it before copying onto it")
-                if not isinstance(src.journal, PrefixCopier):
-                    raise JournalError(f"the journal of thread {source_thread_id!r} cannot be copied here")
-                last = src.journal.last_seq
-                first = src.journal.first_seq if isinstance(src.journal, Retention) else 1
-                tmp = jfs.temp_dir_beside(self._fs, target, "copy", LOCK_FILE)
-                try:
-                    if last >= first:
-                        src.journal.copy_prefix(tmp, last)
-                    else:  # no record yet: an empty journal of its own
-                        journal.open(tmp, create=True, **self._options).close()
-                    jfs.publish_dir(self._fs, tmp, target)
-                except BaseException:
-                    if self._fs.exists(tmp):
-                        jfs.remove_tree(self._fs, tmp)
-                    raise
+                src.journal.flush()  # what this saver buffered is part of the copy (it buffers nothing)
+                self._store.copy(thread_dir_name(source_thread_id), target)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete every checkpoint whose metadata ``run_id`` is one of ``run_ids``, with its writes.
@@ -766,3 +715,14 @@ __all__ = [
     "thread_dir_name",
     "thread_id_of",
 ]
+
+
+def _empty_legacy_trash(path: str) -> None:
+    """Remove what an earlier version's delete_thread left in ``<path>/trash/`` (its threads
+    were renamed there, durably, before removal: they are deleted already)."""
+    import shutil
+
+    trash = os.path.join(path, LEGACY_TRASH_DIR)
+    if os.path.isdir(trash):
+        for name in os.listdir(trash):
+            shutil.rmtree(os.path.join(trash, name), ignore_errors=True)

@@ -187,17 +187,20 @@ class JournalSession:
             coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
         )
         self.add_bytes_max = add_bytes_max
-        self.path = os.fspath(Path(path) / journal_dir_name(session_id))
+        name = journal_dir_name(session_id)
+        remote = isinstance(path, str) and "://" in path
+        self.path = f"{path}#{name}" if remote else os.fspath(Path(path) / name)
         # Writes are serialized per session (append, then fold) so the fold's order is seq order;
         # the fold has its own short lock so that get_items never waits for an fdatasync.
         self._write_lock = threading.Lock()
         self._fold_lock = threading.Lock()
         self._items: list[tuple[int, int, str]] = []  # (seq of the add, index in it, item as JSON)
         self._closed = False
-        os.makedirs(path, exist_ok=True)
-        # The engine's record cap leaves room for the envelope around the items.
-        self._journal: JournalHandle = journal.open(
-            self.path, create=True, lock_timeout_s=lock_timeout_s, record_size_bytes_max=ADD_BYTES_MAX_DEFAULT + 4096
+        # One journal per session in the store at ``path`` (a directory, or a server URL: the
+        # store makes a new journal whole before it has the session's name). The engine's
+        # record cap leaves room for the envelope around the items.
+        self._journal: JournalHandle = journal.store(path).open(
+            name, create=True, lock_timeout_s=lock_timeout_s, record_size_bytes_max=ADD_BYTES_MAX_DEFAULT + 4096
         )
         try:
             self._load()

@@ -134,11 +134,11 @@ class JournalStore(Store):
 
     def open(self, path: str) -> None:
         self.path = path
-        self.j = journal.open(path, create=True, compress=self.compress)
+        self.j = journal.Journal.open(path, create=True, compress=self.compress)
 
     def open_read(self, path: str) -> None:
         self.path = path
-        self.j = journal.open(path, readonly=True)
+        self.j = journal.Journal.open(path, readonly=True)
 
     def append(self, event: Event) -> None:
         assert self.j is not None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import journal
-from journal.api import Committed, Journal, PrefixCopy
+from journal.api import Committed, Journal, PrefixCopier, PrefixCopy
 from journal.fs import FileSystem, OsFileSystem
 from journal.session.envelope import Event, check_for_append, check_session_id, decode
 from journal.session.errors import SessionError
@@ -355,6 +355,9 @@ def fork(
         tmp = os.path.join(parent_dir, f"{tmp_prefix}{uuid.uuid4().hex[:8]}")
         fs.mkdir(tmp)
         try:
+            if not isinstance(pj, PrefixCopier):
+                raise SessionError(f"the journal of {parent_path!r} cannot copy its prefix: forks need a backend "
+                                   "that can (the file engine)")
             storage = pj.copy_prefix(tmp, at_seq, link=link)
             # No reserved space: one record goes in, and the child must open with nothing to
             # recover even if the cut at close never reached the disk.

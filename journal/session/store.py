@@ -52,7 +52,7 @@ from typing import Any, cast
 import xxhash
 
 import journal
-from journal.api import LOCK_FILE, Committed, JournalError, JournalNotFoundError, NotAJournalError
+from journal.api import LOCK_FILE, Committed, Journal, JournalError, JournalNotFoundError, NotAJournalError
 from journal.fs import FileSystem, Lock, OsFileSystem, take_lock
 from journal.fs import remove_tree as remove_dir
 from journal.session.artifacts import ArtifactStore
@@ -424,7 +424,7 @@ class SessionStore:
             except (OSError, JournalError):
                 pass  # the update is durable in the log; the next update compacts again
 
-    def _open_log(self, generation: int) -> journal.Journal:
+    def _open_log(self, generation: int) -> Journal:
         return journal.open(
             self._log_path(generation), create=True, fs=self.fs, segment_size_bytes=INDEX_LOG_SEGMENT_BYTES,
             reserve_bytes=0,  # opened for every update and closed: nothing to gain from reserving

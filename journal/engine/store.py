@@ -1,0 +1,129 @@
+"""A directory of journals: the file engine's ``journal.api.Store``.
+
+    store = DirectoryStore("sessions/")
+    with store.open("t-42", create=True) as j: ...
+
+Each journal is the directory ``<root>/<name>``. Every change to the set of journals is one
+rename, fsync'd, so a crash leaves each journal whole or absent:
+
+- create: the journal is made in a dot-named directory beside its place (``temp_dir_beside``:
+  never listed, removed by the next maker if a crash left it) and renamed in once it is whole;
+- delete: the directory is renamed into ``<root>/.trash/`` (the commit point), then removed;
+  what a crash leaves in ``.trash`` is removed by the next store opened on the root;
+- copy: the target is built beside its place by ``copy_prefix`` (sealed segments hard-linked,
+  shared rather than copied; only the live segment's records copied) and renamed in whole.
+
+Names are checked by ``check_store_name`` (journal.api.Store says which are allowed): a name is
+one path component that no escaping can turn into ``..``, a dot file or a path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from typing import Any, Final
+
+from journal.api import LOCK_FILE, Journal
+from journal.engine.core import Journal as FileJournal
+from journal.engine.segment import list_segments
+from journal.errors import InvalidArgumentError, JournalNotFoundError
+from journal.fs import FileSystem, OsFileSystem, make_dirs, publish_dir, remove_tree, temp_dir_beside
+
+TRASH_DIR: Final = ".trash"
+NAME_BYTES_MAX: Final = 200
+_NAME: Final = re.compile(r"[A-Za-z0-9_%-][A-Za-z0-9._%-]*")
+
+
+def check_store_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name.encode()) > NAME_BYTES_MAX:
+        raise InvalidArgumentError(
+            f"a journal name in a store is 1 to {NAME_BYTES_MAX} characters of [A-Za-z0-9._%-], not starting "
+            f"with '.', not {name!r}: escape other ids first (the adapters do)"
+        )
+    return name
+
+
+class DirectoryStore:
+    """Journals as directories under ``root``, made with the first journal (a store only read
+    writes nothing). See the module doc."""
+
+    def __init__(self, root: str | os.PathLike[str], fs: FileSystem | None = None) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self._fs = fs or OsFileSystem()
+        self._empty_trash()
+
+    @property
+    def location(self) -> str:
+        return self.root
+
+    def path_of(self, name: str) -> str:
+        return os.path.join(self.root, check_store_name(name))
+
+    def open(self, name: str, create: bool = False, readonly: bool = False, **options: Any) -> Journal:
+        where = self.path_of(name)
+        if create and not readonly and not self._fs.exists(where):
+            make_dirs(self._fs, self.root)
+            tmp = temp_dir_beside(self._fs, where, "new", LOCK_FILE)
+            try:
+                FileJournal.open(tmp, create=True, fs=self._fs, **options).close()
+                publish_dir(self._fs, tmp, where)
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                # made at the same moment by another opener: it is whole; open it below
+            finally:
+                if self._fs.exists(tmp):
+                    remove_tree(self._fs, tmp)
+        return FileJournal.open(where, readonly=readonly, fs=self._fs, **options)
+
+    def exists(self, name: str) -> bool:
+        where = self.path_of(name)
+        return self._fs.is_dir(where) and bool(list_segments(self._fs, where))
+
+    def names(self) -> list[str]:
+        if not self._fs.exists(self.root):
+            return []
+        out = []
+        for name in sorted(self._fs.listdir(self.root)):
+            if name.startswith(".") or not _NAME.fullmatch(name):
+                continue
+            if self._fs.is_dir(os.path.join(self.root, name)):
+                out.append(name)
+        return out
+
+    def delete(self, name: str) -> None:
+        where = self.path_of(name)
+        if not self._fs.exists(where):
+            return
+        trash = os.path.join(self.root, TRASH_DIR)
+        make_dirs(self._fs, trash)
+        dead = os.path.join(trash, f"{name}.{os.urandom(4).hex()}")
+        self._fs.rename(where, dead)
+        self._fs.fsync_dir(self.root)
+        self._fs.fsync_dir(trash)
+        remove_tree(self._fs, dead)
+
+    def copy(self, source: str, target: str) -> None:
+        src, dst = self.path_of(source), self.path_of(target)
+        if self._fs.exists(dst):
+            raise FileExistsError(f"journal {target!r} exists in {self.root}; delete it before copying onto it")
+        if not self.exists(source):
+            raise JournalNotFoundError(src)
+        tmp = temp_dir_beside(self._fs, dst, "copy", LOCK_FILE)
+        try:
+            with FileJournal.open(src, readonly=True, fs=self._fs) as j:
+                if j.last_seq >= j.first_seq:
+                    j.copy_prefix(tmp, j.last_seq)
+                else:  # no record: an empty journal of its own, beginning where the source does
+                    FileJournal.open(tmp, create=True, fs=self._fs, first_seq=j.first_seq).close()
+            publish_dir(self._fs, tmp, dst)
+        finally:
+            if self._fs.exists(tmp):
+                remove_tree(self._fs, tmp)
+
+    def _empty_trash(self) -> None:
+        trash = os.path.join(self.root, TRASH_DIR)
+        if self._fs.exists(trash):
+            for name in self._fs.listdir(trash):
+                remove_tree(self._fs, os.path.join(trash, name))

@@ -1,0 +1,63 @@
+"""Journals on servers: PostgreSQL and NATS JetStream backends of ``journal.api`` (docs/REMOTE.md).
+
+    import journal
+    j = journal.open("postgresql://127.0.0.1:5432/test?journal=s-42", create=True)
+    j = journal.open("nats://127.0.0.1:4222?journal=s-42", create=True)
+
+``journal.open`` sends a string with a scheme here; ``open_url`` picks the backend by the
+scheme. Each backend is a module of its own and imports its client library (psycopg, nats-py,
+the optional extras ``journal[postgres]`` and ``journal[nats]``) only when it is used.
+
+What every backend shares is here too: the URL grammar (``url.py``) and the bytes of a record
+(``records.py``: the engine's frame, checksum and payload encoding, so a row or a message whose
+bytes changed is corruption with journal, seq and reason, never served).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from journal.api import Journal, Store
+from journal.errors import InvalidArgumentError
+from journal.remote.url import SCHEMES, RemoteURL, parse_url
+
+
+def open_url(url: str, create: bool = False, readonly: bool = False, **options: Any) -> Journal:
+    """Open the journal a URL names (see docs/REMOTE.md for the forms and their options)."""
+    parsed = parse_url(url)
+    if parsed.journal is None:
+        raise InvalidArgumentError(f"{parsed.display()} names no journal: add ?journal=NAME (or use journal.store)")
+    opened: Journal = _backend(parsed).open_journal(parsed, create=create, readonly=readonly, **options)
+    return opened
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """The store of journals a URL without ``journal=`` names (a schema, a stream)."""
+    parsed = parse_url(url)
+    if parsed.journal is not None:
+        raise InvalidArgumentError(f"{parsed.display()} names one journal; a store URL has no journal= parameter")
+    opened: Store = _backend(parsed).open_store(parsed, **options)
+    return opened
+
+
+def _backend(parsed: RemoteURL) -> ModuleType:
+    """The backend's module, imported on first use (it imports its client library)."""
+    name = {"postgres": "postgres", "nats": "jetstream"}[parsed.backend]
+    try:
+        return importlib.import_module(f"journal.remote.{name}")
+    except ImportError as exc:
+        extra = {"postgres": "postgres", "nats": "nats"}[parsed.backend]
+        raise InvalidArgumentError(
+            f"{parsed.display()} needs the {parsed.backend} backend's client library: pip install 'journal[{extra}]' "
+            f"({exc})"
+        ) from exc
+
+
+def is_url(target: object) -> bool:
+    """Whether ``journal.open`` should treat ``target`` as a server URL rather than a path."""
+    return isinstance(target, str) and "://" in target and target.split("://", 1)[0].lower() in SCHEMES
+
+
+__all__ = ["SCHEMES", "RemoteURL", "is_url", "open_store", "open_url", "parse_url"]
