@@ -380,3 +380,29 @@ def test_sessions_and_fork(tmp_path: pathlib.Path) -> None:
     assert child["parentSessionId"] == sid and child["forkSeq"] == last
     assert len(cli_json("sessions", str(root))) == 2
     cli("fork", "--store", str(root), "s-nope", check=common.NOT_FOUND)
+
+
+# --- copy ------------------------------------------------------------------------------------
+
+
+def test_copy_keeps_every_record_and_refuses_an_existing_target(jdir: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    with journal.open(jdir) as j:
+        j.append(b"\x00raw", idempotency_key="k-raw")
+        j.append({"closer": True}, synthetic=True)
+    dst = tmp_path / "copy"
+    out = cli_json("copy", str(jdir), str(dst))
+    assert out["copied"] == RECORDS + 2
+    with journal.open(jdir, readonly=True) as a, journal.open(dst, readonly=True) as b:
+        assert [(r.seq, r.payload, r.key, r.synthetic, r.is_bytes) for r in a.read()] == [
+            (r.seq, r.payload, r.key, r.synthetic, r.is_bytes) for r in b.read()
+        ]
+    before = snapshot_files(dst)
+    proc = cli("copy", str(jdir), str(dst), check=1)
+    assert "exists" in proc.stderr and snapshot_files(dst) == before
+
+
+def test_copy_stops_at_a_damaged_record(jdir: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    seg = segments(jdir)[1]
+    flip(seg, 200)
+    proc = cli("copy", str(jdir), str(tmp_path / "copy"), check=3)
+    assert "corruption" in proc.stderr

@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("journal.cli.export", "write an imported journal back in its original format"),
     "sessions": ("journal.cli.sessions", "list the sessions of a session store"),
     "fork": ("journal.cli.fork", "fork a session at a clean boundary into a new session journal"),
+    "copy": ("journal.cli.copy", "copy a journal to a new one on any backend (directory or server URL), verified"),
     "demo": ("journal.cli.demo", "write, kill -9 a writer mid-batch, recover, and explain the outcomes"),
 }
 

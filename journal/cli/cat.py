@@ -14,7 +14,7 @@ from journal.cli.common import OK, configure_common, dumps, event_type, int_at_l
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="the journal directory")
+    parser.add_argument("path", help="the journal directory, or a server URL (docs/REMOTE.md)")
     parser.add_argument("--after-seq", type=int_at_least(0), default=0, metavar="N",
                         help="start after this seq (default 0)")
     parser.add_argument("--limit", type=int_at_least(0), metavar="N", help="print at most N records")

@@ -14,7 +14,7 @@ from journal.cli.common import OK, configure_common, emit
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="the journal directory")
+    parser.add_argument("path", help="the journal directory, or a server URL (docs/REMOTE.md)")
     configure_common(parser)
 
 
@@ -24,10 +24,16 @@ def run(args: argparse.Namespace) -> int:
     from journal.engine.salvage import quarantine_files
     from journal.engine.segment import list_segments, read_header, read_seal
     from journal.fs import OsFileSystem
+    from journal.remote import is_url
 
     with journal.open(args.path, readonly=True) as j:
         rep = j.recovery
         last_seq = j.last_seq
+        where = j.path
+    if is_url(args.path):  # a server's journal: no segments to show
+        emit(args, f"journal    {where}\nrecords    last seq {last_seq}\nopened     {rep.summary()}",
+             {"path": where, "lastSeq": last_seq, "recovery": rep.summary()})
+        return OK
     fs = OsFileSystem()
     segs: list[dict[str, Any]] = []
     total_bytes = 0

@@ -14,7 +14,7 @@ from journal.cli.common import OK, configure_common, dumps, event_type, int_at_l
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="the journal directory")
+    parser.add_argument("path", help="the journal directory, or a server URL (docs/REMOTE.md)")
     parser.add_argument("-n", "--lines", type=int_at_least(0), default=10, metavar="N",
                         help="how many last records (default 10; 0 with -f: only new ones)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they are committed")
