@@ -1,0 +1,1150 @@
+"""Journals on PostgreSQL (docs/REMOTE.md, "PostgreSQL"): the journal.api protocol on two tables.
+
+    j = journal.open("postgresql://user@host:5432/db?journal=s-42", create=True)
+
+Tables, in the URL's ``schema`` (default ``journal``), made on first use under a transaction-level
+advisory lock so concurrent first uses do not race:
+
+* ``journals(name text primary key, id bytea, first_seq bigint, created_at timestamptz)``: the
+  journal's random 16-byte id seeds the checksums of its frames (journal/remote/records.py);
+* ``records(journal text, seq bigint, key text, frame bytea, primary key (journal, seq))``, with a
+  unique index on ``(journal, key)`` where ``key`` is not null. ``frame`` is the file engine's
+  frame of the record; every read verifies it (CorruptionError names the journal and the seq).
+
+Writers and fencing. An exclusive writer holds a session-level advisory lock (a 64-bit hash of
+schema and name) on the one connection it writes through, for the life of the handle; the
+server releases it when that connection ends, so a writer whose connection was lost can never
+write again (nothing it sends reaches the table), and the ``(journal, seq)`` key refuses a row
+at a seq that exists. ``writer="shared"``: each handle holds the same lock in share mode (so
+shared writers exclude an exclusive one and the reverse), and every transaction takes a second,
+transaction-level advisory lock and computes the next seq from the table inside it: seqs stay
+contiguous and idempotency keys hold across processes; there is no buffered level there (a
+buffered append is written at once, at "flush", as the file engine's shared writers do).
+
+Life of an append. The caller's thread encodes the event (journal.engine.encoding) and submits
+it to the group commit (journal/remote/group.py). The leader takes every queued caller's
+records into one transaction on the writer's connection: ``BEGIN`` and ``SET LOCAL
+synchronous_commit`` (``on`` for "sync", ``off`` for "flush"), one look-up of the batch's
+idempotency keys in the table (with the records this handle still buffers), then one
+multi-row ``INSERT`` (unnest of arrays) carrying ``pg_notify`` for followers, then ``COMMIT``.
+A buffered batch is kept in the client (seqs handed out) until a flush, a sync, a read from
+this handle, close, or BUFFER_BYTES_MAX / BUFFER_RECORDS_MAX.
+
+Outcomes. Anything that fails before ``COMMIT`` is sent: ROLLBACK, NotCommitted, and the next
+append reuses the seqs; the handle fail-stops when the connection is gone (its lock went with
+it), when acknowledged buffered records went down with the transaction, or when the table
+holds a row this writer did not know of. Anything that fails while ``COMMIT`` is on its way or
+its answer awaited: AckLost for every record of the batch, and the handle fail-stops
+(JournalFailStoppedError) until it is opened again; ``resolve()`` on the new handle answers
+from the table, by seq and digest or by idempotency key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, LiteralString
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import xxhash
+
+try:
+    import psycopg
+    from psycopg import sql
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        f"PostgreSQL journals need psycopg 3: pip install 'journal[postgres]' ({exc})"
+    ) from exc
+
+from journal.api import RecoveryReport
+from journal.engine import format as fmt
+from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
+from journal.engine.options import Options
+from journal.errors import (
+    CorruptionError,
+    DurabilityError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
+    JournalClosedError,
+    JournalError,
+    JournalFailStoppedError,
+    JournalIOError,
+    JournalLockedError,
+    JournalNotFoundError,
+    ReadOnlyError,
+    SequenceError,
+)
+from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.record import Record
+from journal.remote import records
+from journal.remote.group import BATCH_BYTES_MAX_DEFAULT, BATCH_RECORDS_MAX_DEFAULT, GroupCommit
+from journal.remote.url import RemoteURL
+
+if TYPE_CHECKING:
+    from journal.api import Journal
+
+SCHEMA_DEFAULT: Final = "journal"
+SCHEMA_NAME_BYTES_MAX: Final = 63  # PostgreSQL's identifier limit (NAMEDATALEN - 1)
+CONNECT_TIMEOUT_S_DEFAULT: Final = 10.0
+CONNECT_TIMEOUT_S_MAX: Final = 3600.0
+LOCK_TIMEOUT_S_MAX: Final = 24 * 3600.0
+# A shared writer's transaction waits this long for the append lock, then its records are
+# NotCommitted (nothing written, safe to retry) and the handle goes on.
+SHARED_LOCK_TIMEOUT_S_DEFAULT: Final = 30.0
+READ_PAGE_RECORDS: Final = 512  # rows per query of read() and follow(): memory stays bounded
+# Buffered records kept in the client before they are written (at "flush") without being asked.
+BUFFER_BYTES_MAX: Final = 1024 * 1024
+BUFFER_RECORDS_MAX: Final = 4096
+BATCH_RECORDS_MAX: Final = BATCH_RECORDS_MAX_DEFAULT  # one transaction; an unkeyed append_many is cut to fit
+BATCH_BYTES_MAX: Final = BATCH_BYTES_MAX_DEFAULT
+FOLLOW_POLL_INTERVAL_S: Final = 0.02
+# How long resolve() waits for the server's WAL flush to pass a record it found, to report "sync".
+RESOLVE_FLUSH_WAIT_S: Final = 2.0
+# A dead server or network is noticed by TCP, not only when the OS gives up (libpq settings).
+KEEPALIVES_IDLE_S: Final = 10
+KEEPALIVES_INTERVAL_S: Final = 5
+KEEPALIVES_COUNT: Final = 3
+TCP_USER_TIMEOUT_MS: Final = 30_000
+
+OPTIONS: Final = frozenset({"record_size_bytes_max", "compress", "shared_lock_timeout_s", "first_seq"})
+WRITER_MODES: Final = ("exclusive", "shared")
+_APP_NAME_PID = re.compile(r"^journal pid (\d+)")
+
+_BEGIN: Final[dict[str, LiteralString]] = {
+    "on": "BEGIN; SET LOCAL synchronous_commit TO on",
+    "remote_apply": "BEGIN; SET LOCAL synchronous_commit TO remote_apply",
+    "off": "BEGIN; SET LOCAL synchronous_commit TO off",
+}
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+Query = LiteralString | sql.SQL | sql.Composed
+
+
+# --- errors with this backend's words --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """A session holding a journal's writer lock, as pg_locks and pg_stat_activity show it."""
+
+    backend_pid: int
+    client_addr: str | None
+    client_port: int | None
+    application_name: str | None
+    mode: str
+
+    @property
+    def client_pid(self) -> int | None:
+        """The writer's process id, when it set the application name this module sets."""
+        m = _APP_NAME_PID.match(self.application_name or "")
+        return int(m.group(1)) if m else None
+
+    def describe(self) -> str:
+        addr = "a local socket" if self.client_addr is None else f"{self.client_addr}:{self.client_port}"
+        who = f"client process {self.client_pid}, " if self.client_pid is not None else ""
+        return f"{who}server backend pid {self.backend_pid}, connected from {addr} ({self.mode})"
+
+
+class ServerJournalLockedError(JournalLockedError):
+    """Another session holds the journal's writer lock (``holders`` says which)."""
+
+    def __init__(self, path: str, holders: list[LockHolder], waited_s: float) -> None:
+        if holders:
+            held = "; ".join(h.describe() for h in holders)
+        else:
+            held = "a session that has just let go or cannot be seen (pg_locks)"
+        waited = f" (waited {waited_s:g} s)" if waited_s > 0 else ""
+        JournalError.__init__(
+            self,
+            f"journal {path!r} is locked for writing{waited} by {held}; only one writer is allowed. "
+            "Open it with readonly=True to read, pass lock_timeout_s to wait for the lock, or end "
+            "that session (pg_terminate_backend(backend pid)) if its writer is gone",
+        )
+        self.path = path
+        first = holders[0] if holders else None
+        self.pid = (first.client_pid or first.backend_pid) if first is not None else None
+        self.holders = holders
+
+
+class SyncNotDurableError(DurabilityError):
+    """"sync" was asked of a server running with fsync = off."""
+
+    def __init__(self, path: str) -> None:
+        InvalidArgumentError.__init__(
+            self,
+            f"durability 'sync' is refused on {path}: the server runs with fsync = off, so no commit "
+            "survives a crash of the server or its machine, and 'sync' would be a lie. Turn fsync on "
+            "(postgresql.conf, then reload) or append at 'flush'; nothing was written",
+        )
+        self.durability = "sync"
+
+
+class ServerIOError(JournalIOError):
+    """The server could not be reached or refused us (not an append's outcome)."""
+
+    def __init__(self, path: str, doing: str, cause: BaseException, advice: str) -> None:
+        OSError.__init__(self, f"{doing} journal {path} failed: {str(cause).strip()}. {advice}")
+        self.path = path
+
+
+_CONNECT_ADVICE: Final = (
+    "Check that the server is running and reachable from here (host, port, firewall, pg_hba.conf) and "
+    "that the user, password and database in the URL are right; nothing was written"
+)
+
+
+# --- the items the group commit carries --------------------------------------------------------
+
+
+class _Item(Encoded):
+    """An encoded record with the call it came from (a conflict refuses a whole call)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, enc: Encoded, call: int) -> None:
+        super().__init__(enc.spec, enc.raw, enc.key)
+        self.call = call
+
+
+class _Barrier(Encoded):
+    """No record: flush() and sync() queue one to have the buffer written (and synced)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: int) -> None:
+        super().__init__(fmt.FrameSpec(0, 0, b""), b"", None)
+        self.call = call
+
+
+@dataclass(frozen=True)
+class _Conflict(NotCommitted):
+    """The leader found the call's key held by a different event: the caller raises."""
+
+    key: str = ""
+    holder: int | None = None
+
+
+_NEW, _DUP, _REFUSED, _BARRIER = "new", "dup", "refused", "barrier"
+
+
+@dataclass
+class _Step:
+    kind: str
+    seq: int = 0
+    key: str | None = None
+
+
+def _hash64(*parts: str) -> int:
+    """A signed 64-bit hash (an advisory lock key)."""
+    digest = hashlib.blake2b("\x00".join(parts).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _check_key(key: str | None) -> None:
+    if key is None:
+        return
+    if "\x00" in key:
+        raise InvalidArgumentError("an idempotency key on PostgreSQL holds no NUL character; nothing was written")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            f"an idempotency key on PostgreSQL must be valid UTF-8 text (no lone surrogates): {key!r}; "
+            "nothing was written"
+        ) from None
+
+
+def _check_durability(durability: str) -> Durability:
+    if durability not in DURABILITY_LEVELS:
+        raise DurabilityError(durability, DURABILITY_LEVELS)
+    return durability
+
+
+def _chunks(items: list[_Item]) -> Iterator[list[_Item]]:
+    chunk: list[_Item] = []
+    size = 0
+    for it in items:
+        n = len(it.spec.stored)
+        if chunk and (len(chunk) >= BATCH_RECORDS_MAX or size + n > BATCH_BYTES_MAX):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(it)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def _with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
+    """Each repeat of a key within one call gets the first one's outcome, as a duplicate."""
+    fresh = iter(outcomes)
+    out: list[Outcome] = []
+    for i in range(total):
+        if i not in repeats:
+            out.append(next(fresh))
+            continue
+        first = out[repeats[i]]
+        if isinstance(first, Committed):
+            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
+        out.append(first)
+    return out
+
+
+class _Queries:
+    """The statements, with the schema's identifiers quoted once."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema)
+        journals = sql.Identifier(schema, "journals")
+        recs = sql.Identifier(schema, "records")
+        self.create: list[sql.Composed] = [
+            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s),
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, id bytea NOT NULL, "
+                "first_seq bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+            ).format(journals),
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (journal text NOT NULL, seq bigint NOT NULL, key text NULL, "
+                "frame bytea NOT NULL, PRIMARY KEY (journal, seq))"
+            ).format(recs),
+            sql.SQL("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} (journal, key) WHERE key IS NOT NULL").format(
+                sql.Identifier("records_journal_key"), recs
+            ),
+        ]
+        self.journal = sql.SQL("SELECT id, first_seq FROM {} WHERE name = %s").format(journals)
+        self.new_journal = sql.SQL(
+            "INSERT INTO {} (name, id, first_seq) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING"
+        ).format(journals)
+        self.last = sql.SQL("SELECT max(seq) FROM {} WHERE journal = %s").format(recs)
+        self.keys = sql.SQL("SELECT key, seq, frame FROM {} WHERE journal = %s AND key = ANY(%s::text[])").format(
+            recs
+        )
+        self.insert = sql.SQL(
+            "WITH ins AS (INSERT INTO {} (journal, seq, key, frame) "
+            "SELECT %s, s, k, f FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS t(s, k, f)) "
+            "SELECT pg_notify(%s, %s)"
+        ).format(recs)
+        self.page = sql.SQL(
+            "SELECT seq, frame FROM {} WHERE journal = %s AND seq > %s ORDER BY seq LIMIT %s"
+        ).format(recs)
+        self.one = sql.SQL("SELECT frame FROM {} WHERE journal = %s AND seq = %s").format(recs)
+
+
+class PostgresJournal:
+    """A journal in a PostgreSQL table (journal.api.Journal). Made by ``open_journal``."""
+
+    def __init__(
+        self,
+        parsed: RemoteURL,
+        schema: str,
+        readonly: bool,
+        shared: bool,
+        options: Options,
+        connect_timeout_s: float,
+        shared_lock_timeout_s: float,
+    ) -> None:
+        if parsed.journal is None:
+            raise InvalidArgumentError("a journal URL names its journal (?journal=NAME)")
+        self._url = parsed
+        self._name: str = parsed.journal
+        self._schema = schema
+        self._path = parsed.display() + (f"&schema={quote(schema)}" if schema != SCHEMA_DEFAULT else "")
+        self._readonly = readonly
+        self._shared = shared
+        self.options = options
+        self._connect_timeout_s = connect_timeout_s
+        self._shared_lock_timeout_s = shared_lock_timeout_s
+        self._q = _Queries(schema)
+        self._lock_key = _hash64("journal-writer", schema, self._name)
+        self._append_key = _hash64("journal-append", schema, self._name)
+        self._schema_key = _hash64("journal-schema", schema)
+        self._channel = "journal_" + hashlib.blake2b(f"{schema}\x00{self._name}".encode(), digest_size=8).hexdigest()
+        query = dict(parse_qsl(urlsplit(parsed.server).query))
+        self._app_name_given = "application_name" in query
+        self._mu = threading.Lock()
+        self._conn: Conn | None = None  # the writer's connection: every write, and the writer lock
+        self._reader: Conn | None = None  # reads, point reads, resolve
+        self._reader_mu = threading.Lock()
+        self._gc = GroupCommit(self._write, BATCH_RECORDS_MAX, BATCH_BYTES_MAX)
+        self._calls = itertools.count(1)
+        self._journal_id = b""
+        self._salt = 0
+        self._first_seq = 1
+        self._committed = 0  # the last seq in the table as this handle knows it
+        self._buffer: list[tuple[int, Encoded]] = []  # buffered records, in seq order
+        self._buffer_bytes = 0
+        self._unsynced = True  # commits at "flush" (here, or by the writer before) may await the WAL flush
+        self._failed: str | None = None
+        self._closed = False
+        self._fsync_on = True
+        self._sync_setting = "on"
+        self._recovery = RecoveryReport(tail="clean")
+
+    # --- the protocol's properties -------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The journal's URL, without a password."""
+        return self._path
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        return self._recovery
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq handed out (buffered records of this handle included); a shared
+        writer's or a reader's: the highest it has seen."""
+        with self._mu:
+            return self._committed + len(self._buffer)
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server backend pid of the writer's connection (None for a read-only handle): the
+        session an operator would end with pg_terminate_backend to take the journal away."""
+        conn = self._conn
+        return None if conn is None or conn.closed else int(conn.info.backend_pid)
+
+    @property
+    def writer_mode(self) -> str:
+        return "shared" if self._shared else "exclusive"
+
+    # --- opening -------------------------------------------------------------------------
+
+    def _connect(self) -> Conn:
+        params: dict[str, Any] = {
+            "connect_timeout": max(2, math.ceil(self._connect_timeout_s)),
+            "keepalives": 1,
+            "keepalives_idle": KEEPALIVES_IDLE_S,
+            "keepalives_interval": KEEPALIVES_INTERVAL_S,
+            "keepalives_count": KEEPALIVES_COUNT,
+            "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+        }
+        if not self._app_name_given:
+            params["application_name"] = f"journal pid {os.getpid()} on {socket.gethostname()}"[:63]
+        try:
+            return psycopg.connect(self._url.server, autocommit=True, **params)
+        except psycopg.Error as exc:
+            raise ServerIOError(self.path, "connecting to", exc, _CONNECT_ADVICE) from exc
+
+    def _open(self, create: bool, lock_timeout_s: float, first_seq: int) -> None:
+        conn = self._connect()
+        actions: list[str] = []
+        try:
+            if create:
+                actions.extend(self._ensure_schema(conn))
+            elif not self._schema_exists(conn):
+                raise JournalNotFoundError(self.path)
+            if not self._readonly:
+                self._take_lock(conn, lock_timeout_s)
+            row = conn.execute(self._q.journal, (self._name,)).fetchone()
+            if row is None:
+                if not create:
+                    raise JournalNotFoundError(self.path)
+                conn.execute(self._q.new_journal, (self._name, records.new_journal_id(), first_seq))
+                row = conn.execute(self._q.journal, (self._name,)).fetchone()
+                if row is None:
+                    raise JournalNotFoundError(self.path)  # dropped at this very moment
+                actions.append(f"created journal {self._name!r} in schema {self._schema!r}")
+            self._journal_id = bytes(row[0])
+            self._salt = records.salt_of(self._journal_id)
+            self._first_seq = int(row[1])
+            last = conn.execute(self._q.last, (self._name,)).fetchone()
+            self._committed = int(last[0]) if last is not None and last[0] is not None else self._first_seq - 1
+            fsync = conn.execute("SHOW fsync").fetchone()
+            self._fsync_on = fsync is not None and str(fsync[0]).lower() == "on"
+            commit = conn.execute("SHOW synchronous_commit").fetchone()
+            self._sync_setting = "remote_apply" if commit is not None and commit[0] == "remote_apply" else "on"
+        except psycopg.Error as exc:
+            conn.close()
+            raise ServerIOError(self.path, "opening", exc, _CONNECT_ADVICE) from exc
+        except BaseException:
+            conn.close()
+            raise
+        if not self._fsync_on:
+            actions.append("the server runs with fsync = off: durability 'sync' is refused")
+        if self._readonly:
+            self._reader = conn
+        else:
+            self._conn = conn
+        self._recovery = RecoveryReport(segments=0, last_seq=self._committed, tail="clean", actions=actions)
+
+    def _schema_exists(self, conn: Conn) -> bool:
+        row = conn.execute(
+            "SELECT to_regclass(format('%%I.%%I', %s::text, 'journals')) IS NOT NULL "
+            "AND to_regclass(format('%%I.%%I', %s::text, 'records')) IS NOT NULL",
+            (self._schema, self._schema),
+        ).fetchone()
+        return bool(row and row[0])
+
+    def _ensure_schema(self, conn: Conn) -> list[str]:
+        if self._schema_exists(conn):
+            return []
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._schema_key,))
+            row = conn.execute("SELECT to_regnamespace(%s::text) IS NOT NULL", (self._schema,)).fetchone()
+            # CREATE SCHEMA needs the CREATE privilege on the database even when the schema
+            # exists, so it is only sent when it does not.
+            for stmt in self._q.create[1:] if row and row[0] else self._q.create:
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                conn.execute("ROLLBACK")
+            raise
+        return [f"created the tables in schema {self._schema!r}"]
+
+    def _take_lock(self, conn: Conn, lock_timeout_s: float) -> None:
+        shared = self._shared
+        if lock_timeout_s <= 0:
+            fn: LiteralString = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+            row = conn.execute(sql.SQL("SELECT {}(%s)").format(sql.Identifier(fn)), (self._lock_key,)).fetchone()
+            got = bool(row and row[0])
+        else:
+            fn = "pg_advisory_lock_shared" if shared else "pg_advisory_lock"
+            ms = max(1, int(lock_timeout_s * 1000))
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{ms}ms",))
+            try:
+                conn.execute(sql.SQL("SELECT {}(%s)").format(sql.Identifier(fn)), (self._lock_key,))
+                got = True
+            except psycopg.errors.LockNotAvailable:
+                got = False
+            finally:
+                conn.execute("RESET lock_timeout")
+        if not got:
+            raise ServerJournalLockedError(self.path, self._holders(conn), lock_timeout_s)
+
+    def _holders(self, conn: Conn) -> list[LockHolder]:
+        u = self._lock_key & 0xFFFF_FFFF_FFFF_FFFF
+        rows = conn.execute(
+            "SELECT l.pid, host(a.client_addr), a.client_port, a.application_name, l.mode "
+            "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid ORDER BY l.pid",
+            (u >> 32, u & 0xFFFF_FFFF),
+        ).fetchall()
+        return [
+            LockHolder(int(r[0]), r[1], None if r[2] is None else int(r[2]), r[3], str(r[4])) for r in rows
+        ]
+
+    # --- appending -----------------------------------------------------------------------
+
+    def _check_writable(self, what: str = "append") -> None:
+        if self._closed:
+            raise JournalClosedError()
+        if self._readonly:
+            raise ReadOnlyError(what)
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+
+    def append(
+        self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
+    ) -> Outcome:
+        """Append one event; its outcome (docs/GUARANTEES.md)."""
+        return self.append_many([event], durability, [idempotency_key], synthetic)[0]
+
+    def append_many(
+        self,
+        events: Iterable[Any],
+        durability: str = "sync",
+        idempotency_keys: Iterable[str | None] | None = None,
+        synthetic: bool = False,
+    ) -> list[Outcome]:
+        """Append events in order; one outcome per event. A call with idempotency keys is one
+        transaction (a conflict anywhere in it writes nothing); one without is cut into
+        transactions of at most BATCH_RECORDS_MAX records and BATCH_BYTES_MAX bytes."""
+        level = _check_durability(durability)
+        self._check_writable()
+        events = list(events)
+        keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
+        if len(keys) != len(events):
+            raise InvalidArgumentError(
+                f"idempotency_keys must have one entry per event ({len(keys)} keys for {len(events)} events); "
+                "nothing was written"
+            )
+        for k in keys:
+            _check_key(k)
+        encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=True)]
+        if level == "sync" and not self._fsync_on:
+            raise SyncNotDurableError(self.path)
+        if not encoded:
+            return []
+        keyed = any(k is not None for k in keys)
+        repeats = repeated_keys(encoded) if keyed else {}
+        unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
+        call = next(self._calls)
+        items = [_Item(enc, call) for enc in unique]
+        outcomes: list[Outcome] = []
+        if keyed:
+            outcomes = self._gc.submit(list(items), level)
+            for out in outcomes:
+                if isinstance(out, _Conflict):
+                    raise IdempotencyConflictError(out.key, out.holder)
+        else:
+            for chunk in _chunks(items):
+                if outcomes and self._failed is not None:
+                    reason = f"journal fail-stopped before this record was written: {self._failed}"
+                    outcomes.extend([NotCommitted(reason)] * len(chunk))
+                    continue
+                outcomes.extend(self._gc.submit(list(chunk), level))
+        if repeats:
+            outcomes = _with_repeats(outcomes, repeats, len(encoded))
+        return outcomes
+
+    def flush(self) -> None:
+        """Write the records this handle buffers. Raises JournalFailStoppedError."""
+        self._barrier("flush")
+
+    def sync(self) -> None:
+        """Make everything appended so far durable (a commit with synchronous_commit on).
+        Raises JournalFailStoppedError, or DurabilityError on a server with fsync = off."""
+        if not self._readonly and not self._fsync_on:
+            raise SyncNotDurableError(self.path)
+        self._barrier("sync")
+
+    def _barrier(self, level: Durability) -> None:
+        if self._closed:
+            raise JournalClosedError()
+        if self._readonly:
+            return
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        self._gc.submit([_Barrier(next(self._calls))], level)
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+
+    def _fail_stop(self, why: str) -> None:
+        with self._mu:
+            if self._failed is None:
+                self._failed = why
+
+    # The leader's side: one batch, one transaction (journal/remote/group.py calls this).
+
+    def _write(self, items: list[Encoded], level: Durability) -> list[Outcome]:
+        n = len(items)
+        if self._failed is not None:
+            return [NotCommitted(f"journal fail-stopped before this record was written: {self._failed}")] * n
+        conn = self._conn
+        if conn is None or conn.closed:
+            return [NotCommitted("the journal was closed before this record was written")] * n
+        eff: Durability = "flush" if self._shared and level == "buffered" else level
+        barriers_only = all(isinstance(it, _Barrier) for it in items)
+        if barriers_only and not self._buffer and (eff != "sync" or not self._unsynced):
+            return [Committed(0, eff)] * n  # nothing to write, nothing to wait for
+        keys = sorted({it.key for it in items if it.key is not None})
+        begun = False
+        try:
+            if eff != "buffered":
+                self._begin(conn, eff)
+                begun = True
+            base = self._table_last(conn) if self._shared else self._committed
+            found = self._lookup(conn, keys) if keys else {}
+        except BaseException as exc:
+            reason = self._before_commit_failed(conn, exc, begun, carried_buffer=False)
+            if not isinstance(exc, Exception) or isinstance(exc, JournalError):
+                raise
+            return [NotCommitted(reason)] * n
+        steps, new_rows = self._plan(items, found, base)
+        if eff == "buffered":
+            added = sum(len(enc.spec.stored) for _, enc in new_rows)
+            with self._mu:
+                full = (
+                    len(self._buffer) + len(new_rows) > BUFFER_RECORDS_MAX
+                    or self._buffer_bytes + added > BUFFER_BYTES_MAX
+                )
+                if not full:
+                    self._buffer.extend(new_rows)
+                    self._buffer_bytes += added
+            if not full:
+                return self._outcomes(items, steps, "ok", "buffered", "")
+            eff = "flush"  # the buffer is full: written now, and the outcomes say so
+        rows = list(self._buffer) + new_rows
+        force_xid = eff == "sync" and not rows and (self._unsynced or any(s.kind == _DUP for s in steps))
+        if not rows and not force_xid and not begun:
+            return self._outcomes(items, steps, "ok", eff, "")
+        status, reason = self._commit(conn, rows, eff, begun, force_xid, carried_buffer=bool(self._buffer))
+        if status == "ok":
+            with self._mu:
+                if rows:
+                    self._committed = max(self._committed, rows[-1][0])
+                elif self._shared:
+                    self._committed = max(self._committed, base)
+                self._buffer.clear()
+                self._buffer_bytes = 0
+                self._unsynced = eff != "sync" and (self._unsynced or bool(rows))
+        return self._outcomes(items, steps, status, eff, reason)
+
+    def _begin(self, conn: Conn, level: Durability) -> None:
+        conn.execute(_BEGIN[self._sync_setting if level == "sync" else "off"])
+        if self._shared:
+            ms = max(1, int(self._shared_lock_timeout_s * 1000))
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
+
+    def _table_last(self, conn: Conn) -> int:
+        row = conn.execute(self._q.last, (self._name,)).fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else self._first_seq - 1
+
+    def _lookup(self, conn: Conn, keys: list[str]) -> dict[str, Record]:
+        """The records holding ``keys`` in the table, verified."""
+        found: dict[str, Record] = {}
+        for key, seq, frame in conn.execute(self._q.keys, (self._name, keys)).fetchall():
+            rec = records.record_of(bytes(frame), int(seq), self._salt, self.path, self.options.record_size_bytes_max)
+            if rec.key != key:
+                why = f"the row's key column says {key!r}, its frame {rec.key!r}"
+                raise CorruptionError(self.path, 0, int(seq), why)
+            found[key] = rec
+        return found
+
+    def _plan(
+        self, items: list[Encoded], found: dict[str, Record], base: int
+    ) -> tuple[list[_Step], list[tuple[int, Encoded]]]:
+        """Seqs for the new records; duplicates and refused calls (a key held by another event)."""
+        with self._mu:
+            buffered = list(self._buffer)
+        next_seq = base + len(buffered) + 1
+        known: dict[str, tuple[int, bytes, bool]] = {}
+        for seq, enc in buffered:
+            if enc.key is not None:
+                known[enc.key] = (seq, enc.raw, enc.is_bytes)
+        for key, rec in found.items():
+            known.setdefault(key, (rec.seq, rec.payload, rec.is_bytes))
+        steps: list[_Step] = []
+        rows: list[tuple[int, Encoded]] = []
+        i = 0
+        while i < len(items):
+            call = getattr(items[i], "call", -i - 1)
+            j = i
+            while j < len(items) and getattr(items[j], "call", -j - 1) == call:
+                j += 1
+            mine: dict[str, tuple[int, bytes, bool]] = {}
+            these: list[_Step] = []
+            conflict: tuple[str, int] | None = None
+            seq = next_seq
+            for it in items[i:j]:
+                if isinstance(it, _Barrier):
+                    these.append(_Step(_BARRIER))
+                    continue
+                if it.key is not None:
+                    hit = mine.get(it.key) or known.get(it.key)
+                    if hit is not None:
+                        if same_event(hit[1], hit[2], it):
+                            these.append(_Step(_DUP, hit[0], it.key))
+                            continue
+                        conflict = (it.key, hit[0])
+                        break
+                    mine[it.key] = (seq, it.raw, it.is_bytes)
+                these.append(_Step(_NEW, seq, it.key))
+                seq += 1
+            if conflict is not None:
+                steps.extend(_Step(_REFUSED, conflict[1], conflict[0]) for _ in range(j - i))
+            else:
+                steps.extend(these)
+                rows.extend((st.seq, it) for st, it in zip(these, items[i:j], strict=True) if st.kind == _NEW)
+                known.update(mine)
+                next_seq = seq
+            i = j
+        return steps, rows
+
+    def _commit(
+        self,
+        conn: Conn,
+        rows: list[tuple[int, Encoded]],
+        level: Durability,
+        begun: bool,
+        force_xid: bool,
+        carried_buffer: bool,
+    ) -> tuple[str, str]:
+        """Write ``rows`` in the transaction (begun here unless ``begun``) and COMMIT it:
+        ("ok", ""), ("not", why): nothing written, or ("lost", why): the answer to COMMIT never came.
+        ``carried_buffer``: acknowledged buffered records are among ``rows``."""
+        committing = False
+        try:
+            frames = [records.frame_of(enc, seq, self._salt) for seq, enc in rows]
+            if not begun:
+                self._begin(conn, level)
+                begun = True
+            if rows:
+                conn.execute(
+                    self._q.insert,
+                    (
+                        self._name,
+                        [seq for seq, _ in rows],
+                        [enc.key for _, enc in rows],
+                        frames,
+                        self._channel,
+                        str(rows[-1][0]),
+                    ),
+                )
+            elif force_xid:
+                conn.execute("SELECT txid_current()")  # a commit record: the COMMIT waits for the WAL flush
+            committing = True
+            conn.execute("COMMIT")
+            return "ok", ""
+        except BaseException as exc:
+            if committing:
+                why = f"the connection failed while COMMIT was on its way ({_words(exc)})"
+                self._fail_stop(why + "; whether the batch is in the journal is known only to the server")
+                if not isinstance(exc, Exception):
+                    raise
+                return "lost", why
+            reason = self._before_commit_failed(conn, exc, begun, carried_buffer)
+            if not isinstance(exc, Exception):
+                raise
+            return "not", reason
+
+    def _before_commit_failed(self, conn: Conn, exc: BaseException, begun: bool, carried_buffer: bool) -> str:
+        """Roll back after a failure before COMMIT; fail-stop where the handle cannot go on."""
+        why = f"the transaction failed before COMMIT and was rolled back ({_words(exc)})"
+        if conn.broken or conn.closed:
+            self._fail_stop(f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})")
+            return f"the connection to the server was lost before COMMIT ({_words(exc)}); nothing was written"
+        rolled_back = True
+        if begun:
+            try:
+                conn.execute("ROLLBACK")
+            except BaseException:
+                rolled_back = False
+        if not rolled_back or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self._fail_stop(f"a transaction could not be rolled back cleanly ({_words(exc)})")
+        elif not isinstance(exc, Exception):
+            self._fail_stop(f"interrupted while writing ({type(exc).__name__})")
+        elif isinstance(exc, psycopg.errors.IntegrityError):
+            self._fail_stop(
+                f"the table holds a record this writer did not know of ({_words(exc)}): another writer "
+                "bypassed the lock, or the journal was changed by hand"
+            )
+        elif carried_buffer:
+            self._fail_stop(f"buffered records were lost with a failed transaction ({_words(exc)})")
+        return why
+
+    def _outcomes(self, items: list[Encoded], steps: list[_Step], status: str, level: Durability, why: str) -> list[
+        Outcome
+    ]:
+        out: list[Outcome] = []
+        for it, st in zip(items, steps, strict=True):
+            if st.kind == _REFUSED:
+                out.append(_Conflict(f"idempotency key {st.key!r} holds another event", key=st.key or "",
+                                     holder=st.seq))
+            elif status == "ok":
+                if st.kind == _DUP:
+                    out.append(Committed(st.seq, level, True, "idempotency key matched an existing record"))
+                else:
+                    out.append(Committed(st.seq, level))
+            elif status == "not" and st.kind != _DUP:
+                out.append(NotCommitted(why))
+            else:
+                out.append(AckLost(st.seq, why, records.digest_of(it), it.key))
+        return out
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError()
+
+    def _flush_own(self) -> None:
+        """A reader of this handle sees its own buffered appends."""
+        if not self._readonly and self._buffer and self._failed is None:
+            self.flush()
+
+    def _query(self, query: Query, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """A read on the reader's connection (made on first use; made again once if it was lost)."""
+        with self._reader_mu:
+            for attempt in (1, 2):
+                if self._reader is None or self._reader.closed:
+                    self._reader = self._connect()
+                try:
+                    return self._reader.execute(query, params).fetchall()
+                except psycopg.Error as exc:
+                    if self._reader.broken or self._reader.closed:
+                        self._reader.close()
+                        self._reader = None
+                        if attempt == 1:
+                            continue
+                    raise ServerIOError(self.path, "reading", exc, _CONNECT_ADVICE.replace("; nothing was written",
+                                                                                           "")) from exc
+        raise ServerIOError(self.path, "reading", RuntimeError("no connection"), _CONNECT_ADVICE)
+
+    def _records(self, rows: list[tuple[Any, ...]], expect: int) -> list[Record]:
+        out: list[Record] = []
+        limit = self.options.record_size_bytes_max
+        for seq, frame in rows:
+            if int(seq) != expect:
+                raise SequenceError(self.path, 0, expect, f"record {expect} is missing: the next row holds seq {seq}")
+            out.append(records.record_of(bytes(frame), expect, self._salt, self.path, limit))
+            expect += 1
+        if out:
+            self._saw(out[-1].seq)
+        return out
+
+    def _saw(self, seq: int) -> None:
+        if self._readonly or self._shared:
+            with self._mu:
+                self._committed = max(self._committed, seq)
+
+    def read(self, after_seq: int = 0) -> Iterator[Record]:
+        """Records with seq > after_seq, in seq order, READ_PAGE_RECORDS rows per query."""
+        self._check_open()
+        self._flush_own()
+        last = max(after_seq, self._first_seq - 1)
+        while True:
+            rows = self._query(self._q.page, (self._name, last, READ_PAGE_RECORDS))
+            recs = self._records(rows, last + 1)
+            yield from recs
+            if len(rows) < READ_PAGE_RECORDS:
+                return
+            last = recs[-1].seq
+
+    def get(self, seq: int) -> Record | None:
+        """The record at ``seq``, or None if the journal does not hold it."""
+        self._check_open()
+        if seq < self._first_seq:
+            return None
+        self._flush_own()
+        rows = self._query(self._q.one, (self._name, seq))
+        if not rows:
+            return None
+        rec = records.record_of(bytes(rows[0][0]), seq, self._salt, self.path, self.options.record_size_bytes_max)
+        self._saw(seq)
+        return rec
+
+    def follow(
+        self,
+        after_seq: int = 0,
+        poll_interval_s: float = FOLLOW_POLL_INTERVAL_S,
+        idle_timeout_s: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Record]:
+        """Records as they are committed: LISTEN on the journal's channel (every committing
+        transaction notifies), and a read every ``poll_interval_s`` whatever comes, so a lost
+        notification never stalls. Until ``stop`` is set or nothing came for ``idle_timeout_s``."""
+        self._check_open()
+        last = max(after_seq, self._first_seq - 1)
+        idle_since = time.monotonic()
+        conn: Conn | None = None
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
+        try:
+            while not (stop is not None and stop.is_set()) and not self._closed:
+                if conn is None:
+                    conn = self._connect()
+                    conn.execute(listen)
+                got = False
+                try:
+                    while True:
+                        rows = conn.execute(self._q.page, (self._name, last, READ_PAGE_RECORDS)).fetchall()
+                        recs = self._records(rows, last + 1)
+                        for rec in recs:
+                            got = True
+                            last = rec.seq
+                            yield rec
+                        if len(rows) < READ_PAGE_RECORDS:
+                            break
+                except psycopg.OperationalError:
+                    conn.close()
+                    conn = None  # the server went away: connect again on the next round
+                now = time.monotonic()
+                if got:
+                    idle_since = now
+                    continue
+                if idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
+                    return
+                wait_s = poll_interval_s
+                if idle_timeout_s is not None:
+                    wait_s = max(0.0, min(wait_s, idle_since + idle_timeout_s - now))
+                if conn is None:
+                    if stop is not None:
+                        stop.wait(wait_s)
+                    else:
+                        time.sleep(wait_s)
+                    continue
+                try:
+                    for _ in conn.notifies(timeout=wait_s, stop_after=1):
+                        pass
+                except psycopg.OperationalError:
+                    conn.close()
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def resolve(self, outcome: Outcome) -> Outcome:
+        """Turn an AckLost into Committed or NotCommitted from what the table holds.
+
+        Meaningful on a handle opened for writing after the failure: holding the writer lock
+        proves the failed writer's connection is gone, so a record that is not there now never
+        will be. A Committed answer is at "sync" once the server's WAL flush has passed it.
+        """
+        if not isinstance(outcome, AckLost):
+            return outcome
+        self._check_open()
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        self._flush_own()
+        if outcome.key is not None:
+            rows = self._query(self._q.keys, (self._name, [outcome.key]))
+            if rows:
+                seq = int(rows[0][1])
+                records.record_of(bytes(rows[0][2]), seq, self._salt, self.path, self.options.record_size_bytes_max)
+                return Committed(seq, self._durable_now(), duplicate=True, reason="resolved by idempotency key")
+        rec = self.get(outcome.seq)
+        if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
+            return Committed(outcome.seq, self._durable_now(), reason="resolved: the record is in the journal")
+        if rec is None:
+            return NotCommitted("resolved: the journal ends before this record's seq")
+        return NotCommitted("resolved: another record holds this record's seq")
+
+    def _durable_now(self) -> Durability:
+        """"sync" once the server's WAL is flushed past what was just read, else "flush"."""
+        if not self._fsync_on:
+            return "flush"
+        try:
+            at = self._query("SELECT pg_current_wal_insert_lsn()::text", ())
+            deadline = time.monotonic() + RESOLVE_FLUSH_WAIT_S
+            check: Query = "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn"
+            while True:
+                done = self._query(check, (at[0][0],))
+                if done and done[0][0]:
+                    return "sync"
+                if time.monotonic() >= deadline:
+                    return "flush"
+                time.sleep(0.01)
+        except JournalIOError:
+            return "flush"
+
+    # --- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write buffered records (at "flush"), end the connections (the writer lock goes with
+        the writer's). Idempotent. Raises JournalFailStoppedError if the final write failed."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+        failed_before = self._failed
+        try:
+            if not self._readonly and self._failed is None and self._conn is not None:
+                self._gc.submit([_Barrier(next(self._calls))], "flush")
+            self._gc.wait_idle()
+        finally:
+            for conn in (self._conn, self._reader):
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except psycopg.Error:
+                        pass
+        if self._failed is not None and failed_before is None:
+            raise JournalFailStoppedError(self._failed)
+
+    def __enter__(self) -> PostgresJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresJournal({self.path!r}, {self.writer_mode}{', readonly' if self._readonly else ''})"
+
+
+def _words(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _number(name: str, value: Any, low: float, high: float) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, not {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(x) or not low <= x <= high:
+        raise InvalidArgumentError(f"{name} must be between {low:g} and {high:g} seconds, not {value!r}")
+    return x
+
+
+def open_journal(
+    parsed: RemoteURL,
+    create: bool,
+    readonly: bool,
+    lock_timeout_s: float = 0.0,
+    writer: str = "exclusive",
+    **options: Any,
+) -> PostgresJournal:
+    """Open (``create``: make) the journal a postgresql:// URL names (docs/REMOTE.md).
+
+    Options besides the common ones: ``record_size_bytes_max`` and ``compress`` (the encoding's,
+    as the file engine takes them), ``shared_lock_timeout_s`` (a shared writer's wait for the
+    append lock per transaction), ``first_seq`` (the first seq of a journal this call creates).
+    """
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s) {', '.join(unknown)} for a PostgreSQL journal; it takes create, readonly, "
+            f"lock_timeout_s, writer and {', '.join(sorted(OPTIONS))} (the file engine's storage options, "
+            "such as segment_size_bytes, do not apply)"
+        )
+    if parsed.journal is None:
+        raise InvalidArgumentError(f"{parsed.display()} names no journal: add ?journal=NAME")
+    if create and readonly:
+        raise InvalidArgumentError("create=True needs a writable journal; drop readonly=True")
+    if writer not in WRITER_MODES:
+        raise InvalidArgumentError(f"writer must be one of {WRITER_MODES}, not {writer!r}")
+    schema = parsed.options.get("schema", SCHEMA_DEFAULT)
+    if not schema or "\x00" in schema or len(schema.encode("utf-8", "surrogatepass")) > SCHEMA_NAME_BYTES_MAX:
+        raise InvalidArgumentError(f"schema must be 1 to {SCHEMA_NAME_BYTES_MAX} bytes without NUL, not {schema!r}")
+    connect_timeout_s = _number(
+        "connect_timeout_s", parsed.options.get("connect_timeout_s", CONNECT_TIMEOUT_S_DEFAULT), 0.001,
+        CONNECT_TIMEOUT_S_MAX,
+    )
+    lock_timeout_s = _number("lock_timeout_s", lock_timeout_s, 0.0, LOCK_TIMEOUT_S_MAX)
+    shared_lock_timeout_s = _number(
+        "shared_lock_timeout_s", options.get("shared_lock_timeout_s", SHARED_LOCK_TIMEOUT_S_DEFAULT), 0.001,
+        LOCK_TIMEOUT_S_MAX,
+    )
+    first_seq = options.get("first_seq", 1)
+    if isinstance(first_seq, bool) or not isinstance(first_seq, int) or not 1 <= first_seq < 2**63:
+        raise InvalidArgumentError(f"first_seq must be an int from 1 to 2**63 - 1, not {first_seq!r}")
+    try:
+        opts = Options(
+            record_size_bytes_max=options.get("record_size_bytes_max", fmt.RECORD_SIZE_BYTES_MAX_DEFAULT),
+            compress=bool(options.get("compress", True)),
+        )
+        opts.check()
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    j = PostgresJournal(
+        parsed, schema, readonly, writer == "shared" and not readonly, opts, connect_timeout_s, shared_lock_timeout_s
+    )
+    j._open(create, lock_timeout_s, first_seq)
+    return j
+
+
+if TYPE_CHECKING:  # mypy holds this backend to journal.api's protocol
+
+    def _conforms(j: PostgresJournal) -> Journal:
+        return j
+
+
+__all__ = [
+    "BUFFER_BYTES_MAX",
+    "READ_PAGE_RECORDS",
+    "LockHolder",
+    "PostgresJournal",
+    "ServerIOError",
+    "ServerJournalLockedError",
+    "SyncNotDurableError",
+    "open_journal",
+]
