@@ -54,6 +54,10 @@ class PostgresBackend:
     def target(self, name: str | None = None) -> str:
         return f"{PG_URL}?journal={name or uuid.uuid4().hex[:12]}&schema={self.schema}"
 
+    def store_location(self) -> str:
+        """A store of journals (journal.store) in this backend's schema."""
+        return f"{PG_URL}?schema={self.schema}"
+
     def _where(self, target: str) -> tuple[str, str]:
         q = parse_qs(urlsplit(target).query)
         return q.get("schema", ["journal"])[0], q["journal"][0]

@@ -38,6 +38,10 @@ class Backend(Protocol):
         """Flip one bit of the stored payload of record ``seq`` (the journal is closed)."""
         ...
 
+    def store_location(self) -> str:
+        """A store of journals (``journal.store``) of its own: a directory, or a URL."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -60,6 +64,9 @@ class FileBackend:
                     seg.write_bytes(bytes(data))
                     return
         raise LookupError(f"no record {seq} in {target}")
+
+    def store_location(self) -> str:
+        return str(self.root / f"store-{uuid.uuid4().hex[:8]}")
 
     def close(self) -> None:
         pass

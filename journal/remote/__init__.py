@@ -38,7 +38,13 @@ def open_store(url: str, **options: Any) -> Store:
     parsed = parse_url(url)
     if parsed.journal is not None:
         raise InvalidArgumentError(f"{parsed.display()} names one journal; a store URL has no journal= parameter")
-    opened: Store = _backend(parsed).open_store(parsed, **options)
+    name = {"postgres": "postgres_store", "nats": "jetstream_store"}[parsed.backend]
+    try:
+        module = importlib.import_module(f"journal.remote.{name}")
+    except ImportError as exc:
+        raise InvalidArgumentError(f"{parsed.display()} needs the {parsed.backend} backend's client library: "
+                                   f"pip install 'journal[{parsed.backend}]' ({exc})") from exc
+    opened: Store = module.open_store(parsed, **options)
     return opened
 
 

@@ -195,7 +195,7 @@ class ServerIOError(JournalIOError):
         self.path = path
 
 
-_CONNECT_ADVICE: Final = (
+CONNECT_ADVICE: Final = (
     "Check that the server is running and reachable from here (host, port, firewall, pg_hba.conf) and "
     "that the user, password and database in the URL are right; nothing was written"
 )
@@ -240,6 +240,11 @@ class _Step:
     kind: str
     seq: int = 0
     key: str | None = None
+
+
+def writer_lock_key(schema: str, name: str) -> int:
+    """The advisory lock key a journal's writers hold (and a store's delete takes)."""
+    return _hash64("journal-writer", schema, name)
 
 
 def _hash64(*parts: str) -> int:
@@ -362,7 +367,7 @@ class PostgresJournal:
         self._connect_timeout_s = connect_timeout_s
         self._shared_lock_timeout_s = shared_lock_timeout_s
         self._q = _Queries(schema)
-        self._lock_key = _hash64("journal-writer", schema, self._name)
+        self._lock_key = writer_lock_key(schema, self._name)
         self._append_key = _hash64("journal-append", schema, self._name)
         self._schema_key = _hash64("journal-schema", schema)
         self._channel = "journal_" + hashlib.blake2b(f"{schema}\x00{self._name}".encode(), digest_size=8).hexdigest()
@@ -436,7 +441,7 @@ class PostgresJournal:
         try:
             return psycopg.connect(self._url.server, autocommit=True, **params)
         except psycopg.Error as exc:
-            raise ServerIOError(self.path, "connecting to", exc, _CONNECT_ADVICE) from exc
+            raise ServerIOError(self.path, "connecting to", exc, CONNECT_ADVICE) from exc
 
     def _open(self, create: bool, lock_timeout_s: float, first_seq: int) -> None:
         conn = self._connect()
@@ -468,7 +473,7 @@ class PostgresJournal:
             self._sync_setting = "remote_apply" if commit is not None and commit[0] == "remote_apply" else "on"
         except psycopg.Error as exc:
             conn.close()
-            raise ServerIOError(self.path, "opening", exc, _CONNECT_ADVICE) from exc
+            raise ServerIOError(self.path, "opening", exc, CONNECT_ADVICE) from exc
         except BaseException:
             conn.close()
             raise
@@ -875,9 +880,9 @@ class PostgresJournal:
                         self._reader = None
                         if attempt == 1:
                             continue
-                    raise ServerIOError(self.path, "reading", exc, _CONNECT_ADVICE.replace("; nothing was written",
+                    raise ServerIOError(self.path, "reading", exc, CONNECT_ADVICE.replace("; nothing was written",
                                                                                            "")) from exc
-        raise ServerIOError(self.path, "reading", RuntimeError("no connection"), _CONNECT_ADVICE)
+        raise ServerIOError(self.path, "reading", RuntimeError("no connection"), CONNECT_ADVICE)
 
     def _records(self, rows: list[tuple[Any, ...]], expect: int) -> list[Record]:
         out: list[Record] = []

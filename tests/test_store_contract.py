@@ -1,0 +1,68 @@
+"""journal.api.Store on every backend: what the adapters rely on to keep their journals.
+
+Open with create (whole or not at all), exists, names, copy (a fork: every record, the source
+untouched, the target going its own way), delete (gone, and refused under an open writer on a
+server), and refusal of names that no backend can hold as they are.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+import journal
+from journal.api import Store
+from tests.backends import BACKENDS, Backend, make, require_services
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
+    made = make(request.param, tmp_path)
+    if isinstance(made, str):
+        if require_services():
+            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
+        pytest.skip(made)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_open_list_copy_delete(backend: Backend) -> None:
+    store = journal.store(backend.store_location())
+    assert isinstance(store, Store)
+    assert store.names() == [] and not store.exists("a")
+    with pytest.raises(journal.JournalNotFoundError):
+        store.open("a")
+    with store.open("a", create=True) as a:
+        a.append_many([{"n": i} for i in range(1, 21)], durability="flush")
+        a.append({"k": 1}, durability="flush", idempotency_key="key-1")
+    assert store.exists("a") and store.names() == ["a"]
+    store.copy("a", "b")
+    with pytest.raises(FileExistsError):
+        store.copy("a", "b")
+    with pytest.raises(journal.JournalNotFoundError):
+        store.copy("missing", "c")
+    assert store.names() == ["a", "b"]
+    with store.open("b") as b:
+        assert [r.event for r in b.read()] == [{"n": i} for i in range(1, 21)] + [{"k": 1}]
+        again = b.append({"k": 1}, durability="flush", idempotency_key="key-1")  # keys come along
+        assert isinstance(again, journal.Committed) and again.duplicate and again.seq == 21
+        assert b.append({"b": "own"}, durability="flush") == journal.Committed(22, "flush")
+    with store.open("a", readonly=True) as a:
+        assert a.last_seq == 21  # the source is untouched by what the copy did
+    store.delete("a")
+    store.delete("a")  # already gone: nothing to do
+    assert store.names() == ["b"] and not store.exists("a")
+    with pytest.raises(journal.JournalNotFoundError):
+        store.open("a")
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "a/b", "..", "sp ace", "x" * 201])
+def test_names_no_backend_can_hold_as_they_are_are_refused(backend: Backend, name: str) -> None:
+    store = journal.store(backend.store_location())
+    with pytest.raises(journal.InvalidArgumentError):
+        store.open(name, create=True)
+    assert store.names() == []
