@@ -1,0 +1,1509 @@
+"""A journal on NATS JetStream 2.9: one subject per journal in one stream (docs/REMOTE.md).
+
+    j = journal.open("nats://127.0.0.1:4222?journal=s-42&replicas=3", create=True)
+
+Layout. Stream ``stream`` (default JOURNAL) holds ``<base>.<name>`` for every journal's records
+and ``<base>-meta.<name>`` for its metadata message (id, first seq, creation), where ``<base>``
+is ``journal`` for the stream JOURNAL and ``journal_<stream>`` for any other (JetStream refuses
+two streams with overlapping subjects). A name is escaped into one subject token reversibly:
+bytes outside ``[A-Za-z0-9-]`` become ``_XX`` (hex).
+
+One message per group-commit batch. Its body is the frames of the batch's records, one after
+the other, each exactly the frame the file engine would write (``records.frame_of``); its
+headers say ``Journal-Seq`` (the first record's seq), ``Journal-Count`` and ``Nats-Msg-Id``
+(journal id, first seq and a digest of the body). Every publish carries
+``Nats-Expected-Last-Subject-Sequence``: the stream sequence of the journal's last message as
+this writer knows it from its own acks, so the server refuses it if anyone else appended since.
+Why a message per batch and not per record: on a stream shared by many journals the stream
+sequence a message will get is unknown until its ack, so a pipelined burst of per-record
+publishes cannot chain that header on 2.9; a batch in one message is fenced exactly and lands
+or not as a whole. A batch is bounded by the server's max_payload (1 MiB by default).
+
+The writer claim is a key of the KV bucket ``<stream>_LOCKS`` (history 1, max_age = the claim's
+time to live), created with expected revision 0 and refreshed by its holder; close() marks it
+released (and whether the writer ended cleanly). A writer that takes a claim not released
+cleanly (expired: its holder died, or it fail-stopped) first publishes a fence message on the
+journal's subject, chained on the last message it read: once it lands, no publish still in
+flight from an earlier writer can land (its expected sequence is stale), so what resolve()
+reads afterwards is final.
+
+Idempotency keys persist across reopen: a writer's (and a reader's) open reads the journal's
+subject once, in full, with an ordered consumer, and keeps every key with its seq and digest
+and, per message, its first seq and stream sequence (16 bytes a message). Opening thus costs a
+read of the whole journal (O(journal bytes) over the wire; about the cost of one read()).
+
+All NATS I/O runs on one asyncio loop in a daemon thread for the process; the sync API calls
+into it with timeouts. ``journal.aio`` wraps the sync API in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import bisect
+import concurrent.futures
+import errno
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from array import array
+from collections.abc import Coroutine, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+import xxhash
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import api as js_api
+
+from journal.api import RecoveryReport
+from journal.engine import format as fmt
+from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
+from journal.engine.options import Options
+from journal.errors import (
+    CorruptionError,
+    DurabilityError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
+    InvariantError,
+    JournalClosedError,
+    JournalError,
+    JournalFailStoppedError,
+    JournalIOError,
+    JournalLockedError,
+    JournalNotFoundError,
+    NewerFormatError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    SequenceError,
+)
+from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.record import Record
+from journal.remote import records
+from journal.remote.group import GroupCommit
+from journal.remote.url import RemoteURL
+
+_T = TypeVar("_T")
+
+FORMAT: Final = 1
+STREAM_DEFAULT: Final = "JOURNAL"
+REPLICAS_DEFAULT: Final = 1
+SYNC_REPLICAS_MIN: Final = 3  # "sync" needs a majority of 3 or more servers to hold each ack
+CONNECT_TIMEOUT_S_DEFAULT: Final = 10.0
+ACK_TIMEOUT_S_DEFAULT: Final = 10.0
+CLAIM_TTL_S_DEFAULT: Final = 30.0
+CLAIM_REFRESHES_PER_TTL: Final = 4
+CLAIM_POLL_S: Final = 0.05  # between two tries of a claim someone holds (lock_timeout_s > 0)
+DUPLICATE_WINDOW_S: Final = 120.0
+HEADERS_ROOM_BYTES: Final = 4096  # of max_payload, kept for a message's headers
+SCAN_CHUNK_MSGS: Final = 256
+SCAN_CHUNK_BYTES: Final = 8 * 1024 * 1024
+FOLLOW_POLL_INTERVAL_S: Final = 0.02
+FENCE_TRIES_MAX: Final = 16
+OPTIONS: Final = ("stream", "replicas", "connect_timeout_s", "ack_timeout_s", "claim_ttl_s")
+
+H_SEQ: Final = "Journal-Seq"
+H_COUNT: Final = "Journal-Count"
+H_KIND: Final = "Journal-Kind"
+H_MSG_ID: Final = "Nats-Msg-Id"
+H_EXPECT_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+H_EXPECT_STREAM: Final = "Nats-Expected-Stream"
+KIND_FENCE: Final = "fence"
+ERR_WRONG_LAST_SEQ: Final = (10071, 10164)
+ERR_STREAM_NOT_FOUND: Final = 10059
+ERR_NO_MESSAGE: Final = 10037
+_NAME_OK: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+# --- names -------------------------------------------------------------------------------
+
+
+def subject_token(name: str) -> str:
+    """A journal name as one subject token (and KV key): ``_XX`` for every byte outside [A-Za-z0-9-]."""
+    return "".join(chr(b) if b in _NAME_OK else f"_{b:02X}" for b in name.encode("utf-8", "surrogatepass"))
+
+
+def name_of_token(token: str) -> str:
+    """The inverse of ``subject_token``."""
+    out = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "_":
+            out.append(int(token[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(token[i]))
+            i += 1
+    return out.decode("utf-8", "surrogatepass")
+
+
+def subject_base(stream: str) -> str:
+    return "journal" if stream == STREAM_DEFAULT else f"journal_{stream}"
+
+
+def _check_stream_name(stream: object) -> str:
+    if not isinstance(stream, str) or not 1 <= len(stream) <= 64 or any(
+        not (c.isascii() and (c.isalnum() or c in "_-")) for c in stream
+    ):
+        raise InvalidArgumentError(f"stream must be 1 to 64 characters of [A-Za-z0-9_-], not {stream!r}")
+    return stream
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+class SyncNeedsReplicasError(DurabilityError):
+    """``"sync"`` on a stream of fewer than 3 replicas: JetStream 2.9 cannot make one server's
+    store durable per write, so only a majority of 3 or more servers makes a record survive a
+    power loss (docs/REMOTE.md, "Durability")."""
+
+    def __init__(self, stream: str, replicas: int) -> None:
+        JournalError.__init__(
+            self,
+            f"durability 'sync' needs a stream of {SYNC_REPLICAS_MIN} or more replicas; stream {stream!r} has "
+            f"{replicas}. nats-server 2.9 syncs its file store on an interval, so a single server's ack does not "
+            f"survive a power loss: use replicas={SYNC_REPLICAS_MIN} on a cluster (a new stream, or update this "
+            "one), or durability='flush'. Nothing was written",
+        )
+        self.durability = "sync"
+
+
+class ClaimHeldError(JournalLockedError):
+    """Another writer holds the journal's claim (a key of the KV bucket <stream>_LOCKS)."""
+
+    def __init__(self, where: str, holder: dict[str, Any], ttl_s: float) -> None:
+        pid = holder.get("pid")
+        self.host = str(holder.get("host", "?"))
+        JournalError.__init__(
+            self,
+            f"journal {where!r} is claimed for writing by process {pid} on host {self.host}; only one writer "
+            f"is allowed. Open it with readonly=True to read, pass lock_timeout_s to wait for the claim, or, "
+            f"if that process is gone, wait for its claim to expire (within {ttl_s:g} s of its last refresh)",
+        )
+        self.path = where
+        self.pid = pid if isinstance(pid, int) else None
+
+
+def _io_error(where: str, what: str, exc: BaseException | None = None, doing: str = "opening") -> JournalIOError:
+    detail = f"{what}" + (f" ({type(exc).__name__}: {exc})" if exc is not None else "")
+    err = JournalIOError(where, OSError(errno.EIO, detail), doing=doing)
+    if exc is not None:
+        err.__cause__ = exc
+    return err
+
+
+class _Refused(Exception):
+    """The server answered and refused (an API error, no stream): nothing was stored."""
+
+    def __init__(self, reason: str, code: int = 0, err_code: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.err_code = err_code
+
+
+class _Lost(Exception):
+    """No answer (a timeout, the connection lost): the server may or may not have it."""
+
+
+# --- the event loop ------------------------------------------------------------------------
+
+
+class _Loop:
+    """One asyncio loop in a daemon thread for the process; every handle's I/O runs on it."""
+
+    _mu = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._mu:
+            if cls._loop is None or cls._thread is None or not cls._thread.is_alive():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                t = threading.Thread(target=run, name="journal-nats-loop", daemon=True)
+                t.start()
+                ready.wait()
+                cls._loop, cls._thread = loop, t
+            return cls._loop
+
+    @classmethod
+    def call(cls, coro: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
+        """Run ``coro`` on the loop and wait for it (a backstop ``timeout_s``: the coroutines set
+        their own). Raises what it raises; _Lost if the backstop passes."""
+        loop = cls.get()
+        if cls._thread is threading.current_thread():
+            coro.close()
+            raise InvariantError("a journal on NATS was called from its own event loop thread")
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return fut.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise _Lost(f"no answer within {timeout_s:g} s") from None
+        except BaseException:
+            fut.cancel()
+            raise
+
+
+# --- one connection --------------------------------------------------------------------------
+
+
+@dataclass
+class _StoredMsg:
+    sseq: int
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+
+
+class _Conn:
+    """A NATS connection with the few JetStream calls the journal makes, all with timeouts."""
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self._prefix = nc.new_inbox() + "."
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._sub: Subscription | None = None
+
+    @classmethod
+    async def connect(cls, servers: list[str], timeout_s: float) -> _Conn:
+        async def quiet(_exc: Exception) -> None:
+            return None
+
+        nc = await asyncio.wait_for(
+            nats.connect(
+                servers=servers,
+                connect_timeout=max(1, int(timeout_s)),
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.1,
+                error_cb=quiet,
+                name=f"journal pid {os.getpid()}",
+            ),
+            timeout_s,
+        )
+        conn = cls(nc)
+        conn._sub = await nc.subscribe(conn._prefix + "*", cb=conn._on_reply)
+        return conn
+
+    async def _on_reply(self, msg: Msg) -> None:
+        fut = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    async def request(self, subject: str, body: bytes, timeout_s: float, headers: dict[str, str] | None = None) -> Msg:
+        """Send and await the answer. _Refused if it surely was not delivered (the connection
+        was closed before sending, no responders); _Lost if no answer came."""
+        token = secrets.token_hex(8)
+        fut: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = fut
+        try:
+            try:
+                await self.nc.publish(subject, body, reply=self._prefix + token, headers=headers)
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
+                raise _Refused(f"not sent: the connection is closed ({type(exc).__name__})") from exc
+            try:
+                msg = await asyncio.wait_for(fut, timeout_s)
+            except asyncio.TimeoutError:
+                raise _Lost(f"no answer from the server within {timeout_s:g} s") from None
+        finally:
+            self._waiting.pop(token, None)
+        if msg.headers and msg.headers.get("Status") == "503":
+            raise _Refused("no responders: no JetStream stream or server took the message", 503)
+        return msg
+
+    async def api(self, subject: str, req: dict[str, Any] | None, timeout_s: float) -> dict[str, Any]:
+        msg = await self.request(subject, json.dumps(req).encode() if req is not None else b"", timeout_s)
+        try:
+            resp: dict[str, Any] = json.loads(msg.data)
+        except ValueError as exc:
+            raise _Refused(f"unreadable JetStream answer: {msg.data[:100]!r}") from exc
+        err = resp.get("error")
+        if err:
+            raise _Refused(str(err.get("description", err)), int(err.get("code", 0)), int(err.get("err_code", 0)))
+        return resp
+
+    async def publish(self, subject: str, body: bytes, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
+        """A JetStream publish; its ack (stream, seq, duplicate) or _Refused or _Lost."""
+        msg = await self.request(subject, body, timeout_s, headers)
+        try:
+            ack: dict[str, Any] = json.loads(msg.data)
+        except ValueError:
+            raise _Lost(f"unreadable publish ack: {msg.data[:100]!r}") from None
+        err = ack.get("error")
+        if err:
+            raise _Refused(str(err.get("description", err)), int(err.get("code", 0)), int(err.get("err_code", 0)))
+        if "seq" not in ack:
+            raise _Lost(f"publish ack without a sequence: {ack!r}")
+        return ack
+
+    async def get_msg(self, stream: str, req: dict[str, Any], timeout_s: float) -> _StoredMsg | None:
+        """STREAM.MSG.GET (answered by the stream's leader, never a lagging replica); None if no message."""
+        try:
+            resp = await self.api(f"$JS.API.STREAM.MSG.GET.{stream}", req, timeout_s)
+        except _Refused as exc:
+            if exc.err_code == ERR_NO_MESSAGE:
+                return None
+            raise
+        m = resp["message"]
+        hdrs: dict[str, str] = {}
+        raw_h = base64.b64decode(m.get("hdrs") or "")
+        if raw_h:
+            for line in raw_h.split(b"\r\n")[1:]:
+                if b":" in line:
+                    k, v = line.split(b":", 1)
+                    hdrs[k.decode()] = v.strip().decode()
+        return _StoredMsg(int(m["seq"]), m["subject"], hdrs, base64.b64decode(m.get("data") or ""))
+
+    async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.nc.close(), 5)
+        except (asyncio.TimeoutError, nats.errors.Error, OSError):
+            pass
+
+
+def _servers_of(parsed: RemoteURL) -> list[str]:
+    netloc = parsed.server.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    cred = ""
+    if "@" in netloc:
+        cred, netloc = netloc.rsplit("@", 1)
+        cred += "@"
+    out = []
+    for hp in netloc.split(","):
+        hp = hp.strip()
+        if hp:
+            out.append(f"nats://{cred}{hp}" if ":" in hp.rsplit("]", 1)[-1] else f"nats://{cred}{hp}:4222")
+    return out
+
+
+def _check_durability(durability: str) -> Durability:
+    if durability not in DURABILITY_LEVELS:
+        raise DurabilityError(durability, DURABILITY_LEVELS)
+    return durability
+
+
+def _with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
+    """As the file engine: each repeat of a key in one call gets the first's outcome, as a duplicate."""
+    fresh = iter(outcomes)
+    out: list[Outcome] = []
+    for i in range(total):
+        if i not in repeats:
+            out.append(next(fresh))
+            continue
+        first = out[repeats[i]]
+        if isinstance(first, Committed):
+            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
+        out.append(first)
+    return out
+
+
+# --- the journal ------------------------------------------------------------------------------
+
+
+class JetStreamJournal:
+    """A journal.api.Journal on a JetStream stream; see the module docstring and docs/REMOTE.md."""
+
+    def __init__(
+        self,
+        parsed: RemoteURL,
+        readonly: bool,
+        stream: str,
+        replicas: int,
+        connect_timeout_s: float,
+        ack_timeout_s: float,
+        claim_ttl_s: float,
+    ) -> None:
+        name = parsed.journal
+        if name is None:
+            raise InvalidArgumentError(f"{parsed.display()} names no journal: add ?journal=NAME")
+        self._parsed = parsed
+        self._where = parsed.display()
+        self._readonly = readonly
+        self._stream = stream
+        self._replicas_asked = replicas
+        self._connect_timeout_s = connect_timeout_s
+        self._ack_timeout_s = ack_timeout_s
+        self._claim_ttl_s = claim_ttl_s
+        self._name = name
+        self._token = subject_token(name)
+        base = subject_base(stream)
+        self._subjects = [f"{base}.>", f"{base}-meta.>"]
+        self._subject = f"{base}.{self._token}"
+        self._meta_subject = f"{base}-meta.{self._token}"
+        self._bucket = f"{stream}_LOCKS"
+        self._claim_subject = f"$KV.{self._bucket}.{self._token}"
+        self._options = Options()
+        self._recovery = RecoveryReport()
+        self._conn: _Conn | None = None
+        self._replicas = 0
+        self._payload_max = 0
+        self._journal_id = b""
+        self._salt = 0
+        self._first_seq = 1
+        # Per message of the journal, in order: its first seq and its stream sequence.
+        self._idx_first = array("Q")
+        self._idx_sseq = array("Q")
+        self._last_sseq = 0  # stream sequence of the journal's last message (a fence included)
+        self._stored_seq = 0  # the highest seq in the stream (as this handle knows)
+        self._next_seq = 1
+        self._keys: dict[str, tuple[int, int]] = {}  # idempotency key -> (seq, payload digest)
+        self._inflight: dict[str, threading.Event] = {}  # keys of records on their way
+        self._buffer: list[tuple[int, Encoded]] = []
+        self._buffer_bytes = 0
+        self._mu = threading.Lock()  # the state above
+        self._wmu = threading.Lock()  # one write on the wire at a time (the chain of expected sequences)
+        self._failed: str | None = None
+        self._closed = False
+        self._claim_rev = 0
+        self._claim_token = secrets.token_hex(8)
+        self._claim_lost = False
+        self._claim_task: concurrent.futures.Future[None] | None = None
+        self._group = GroupCommit(self._group_write)
+
+    # --- opening -------------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
+        return _Loop.call(coro, timeout_s + 5.0)
+
+    def _open(self, create: bool, lock_timeout_s: float) -> None:
+        deadline = time.monotonic() + self._connect_timeout_s
+        servers = _servers_of(self._parsed)
+        try:
+            self._conn = self._call(_Conn.connect(servers, self._connect_timeout_s), self._connect_timeout_s)
+        except (OSError, asyncio.TimeoutError, nats.errors.Error, _Lost) as exc:
+            raise _io_error(
+                self._where,
+                f"cannot reach a NATS server at {', '.join(servers)} within {self._connect_timeout_s:g} s; check that "
+                "nats-server is running (with JetStream, -js) and the URL's host:port, or raise connect_timeout_s",
+                exc,
+            ) from exc
+        self._payload_max = int(self._conn.nc.max_payload) - HEADERS_ROOM_BYTES
+        last: BaseException | None = None
+        clean = created = True
+        while True:
+            try:
+                self._open_stream(create)
+                created = self._open_meta(create)
+                if not self._readonly:
+                    clean = self._take_claim(lock_timeout_s, deadline)
+                self._scan_all()
+                if not self._readonly and not created and not clean:
+                    self._fence()
+                break
+            except (_Refused, _Lost) as exc:
+                # JetStream answers "temporarily unavailable" or nothing while a stream or the
+                # cluster elects a leader: try again until connect_timeout_s.
+                last = exc
+                if time.monotonic() >= deadline:
+                    raise _io_error(
+                        self._where,
+                        f"JetStream did not serve stream {self._stream!r} within {self._connect_timeout_s:g} s "
+                        "(no leader, or JetStream not enabled on the server); check the cluster "
+                        "(nats-server -js, a quorum of its servers up), or raise connect_timeout_s",
+                        last,
+                    ) from exc
+                time.sleep(0.1)
+        self._recovery = RecoveryReport(
+            segments=0,
+            last_seq=self._stored_seq,
+            live_segment=None,
+            live_records=self._stored_seq - self._first_seq + 1,
+            tail="empty" if created else "clean",
+            actions=self._recovery.actions,
+        )
+        if not self._readonly:
+            self._claim_task = asyncio.run_coroutine_threadsafe(self._refresh_claim(), _Loop.get())
+
+    def _api(self, subject: str, req: dict[str, Any] | None) -> dict[str, Any]:
+        conn = self._c()
+        return self._call(conn.api(subject, req, self._ack_timeout_s), self._ack_timeout_s)
+
+    def _c(self) -> _Conn:
+        if self._conn is None:
+            raise JournalClosedError()
+        return self._conn
+
+    def _open_stream(self, create: bool) -> None:
+        try:
+            info = self._api(f"$JS.API.STREAM.INFO.{self._stream}", None)
+        except _Refused as exc:
+            if exc.err_code != ERR_STREAM_NOT_FOUND:
+                raise
+            if not create:
+                raise JournalNotFoundError(self._where) from None
+            info = self._create_stream()
+        config = info["config"]
+        subjects = set(config.get("subjects") or [])
+        if not set(self._subjects) <= subjects:
+            raise InvalidArgumentError(
+                f"stream {self._stream!r} exists with subjects {sorted(subjects)}, not the journal subjects "
+                f"{self._subjects}; name another stream (?stream=S) for journals"
+            )
+        self._replicas = int(config.get("num_replicas", 1))
+
+    def _create_stream(self) -> dict[str, Any]:
+        config = {
+            "name": self._stream,
+            "subjects": self._subjects,
+            "retention": "limits",
+            "storage": "file",
+            "num_replicas": self._replicas_asked,
+            "discard": "old",
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0,
+            "max_msgs_per_subject": -1,
+            "max_msg_size": -1,
+            "duplicate_window": int(DUPLICATE_WINDOW_S * 1e9),
+            "allow_direct": True,
+            "deny_delete": False,
+            "deny_purge": False,
+        }
+        try:
+            return self._api(f"$JS.API.STREAM.CREATE.{self._stream}", config)
+        except _Refused:
+            # Made meanwhile by another open (or refused for a reason INFO will tell).
+            return self._api(f"$JS.API.STREAM.INFO.{self._stream}", None)
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        got = self._call(
+            self._c().get_msg(self._stream, {"last_by_subj": self._meta_subject}, self._ack_timeout_s),
+            self._ack_timeout_s,
+        )
+        if got is None:
+            return None
+        try:
+            meta: dict[str, Any] = json.loads(got.data)
+            if int(meta["format"]) > FORMAT:
+                raise NewerFormatError(self._where, f"format {meta['format']}", FORMAT)
+            journal_id = bytes.fromhex(meta["id"])
+            if len(journal_id) != records.JOURNAL_ID_BYTES or int(meta["first_seq"]) < 1:
+                raise ValueError("bad id or first seq")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptionError(
+                f"{self._where} (stream {self._stream}, message {got.sseq})", 0, None,
+                f"the journal's metadata message is not readable ({exc})",
+            ) from None
+        return meta
+
+    def _open_meta(self, create: bool) -> bool:
+        """Read (or, with ``create``, make) the journal's metadata; whether this call made it."""
+        meta = self._read_meta()
+        created = False
+        if meta is None:
+            if not create:
+                raise JournalNotFoundError(self._where)
+            new = {
+                "format": FORMAT,
+                "journal": self._name,
+                "id": records.new_journal_id().hex(),
+                "first_seq": 1,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            headers = {H_EXPECT_SUBJECT_SEQ: "0", H_EXPECT_STREAM: self._stream}
+            try:
+                self._call(
+                    self._c().publish(self._meta_subject, json.dumps(new).encode(), headers, self._ack_timeout_s),
+                    self._ack_timeout_s,
+                )
+                created = True
+            except _Refused as exc:
+                if exc.err_code not in ERR_WRONG_LAST_SEQ:
+                    raise
+            meta = self._read_meta()
+            if meta is None:
+                raise _Lost("the journal's metadata message is not there yet")
+            created = created and meta["id"] == new["id"]
+            if created:
+                self._recovery.actions.append("created journal")
+        self._journal_id = bytes.fromhex(meta["id"])
+        self._salt = records.salt_of(self._journal_id)
+        self._first_seq = int(meta["first_seq"])
+        return created
+
+    # --- the claim -------------------------------------------------------------------------
+
+    def _ensure_bucket(self) -> None:
+        name = f"KV_{self._bucket}"
+        try:
+            self._api(f"$JS.API.STREAM.INFO.{name}", None)
+            return
+        except _Refused as exc:
+            if exc.err_code != ERR_STREAM_NOT_FOUND:
+                raise
+        ttl_ns = int(self._claim_ttl_s * 1e9)
+        config = {
+            "name": name,
+            "subjects": [f"$KV.{self._bucket}.>"],
+            "retention": "limits",
+            "storage": "file",
+            "num_replicas": max(self._replicas, 1),
+            "discard": "new",
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": ttl_ns,
+            "max_msgs_per_subject": 1,
+            "max_msg_size": -1,
+            "duplicate_window": min(ttl_ns, int(DUPLICATE_WINDOW_S * 1e9)),
+            "allow_rollup_hdrs": True,
+            "deny_delete": True,
+            "allow_direct": True,
+        }
+        try:
+            self._api(f"$JS.API.STREAM.CREATE.{name}", config)
+        except _Refused:
+            self._api(f"$JS.API.STREAM.INFO.{name}", None)
+
+    def _claim_value(self, state: str, clean: bool = True) -> bytes:
+        return json.dumps({
+            "state": state, "clean": clean, "host": socket.gethostname(), "pid": os.getpid(),
+            "token": self._claim_token, "at": time.time(),
+        }).encode()
+
+    def _take_claim(self, lock_timeout_s: float, open_deadline: float) -> bool:
+        """Take the writer claim (waiting up to ``lock_timeout_s``); whether its last holder
+        released it cleanly (then no fence is needed)."""
+        self._ensure_bucket()
+        bucket_info = self._api(f"$JS.API.STREAM.INFO.KV_{self._bucket}", None)
+        ttl_ns = int(bucket_info["config"].get("max_age") or 0)
+        if ttl_ns:
+            self._claim_ttl_s = ttl_ns / 1e9
+        wait_until = time.monotonic() + lock_timeout_s
+        conn = self._c()
+        while True:
+            last = self._call(
+                conn.get_msg(f"KV_{self._bucket}", {"last_by_subj": self._claim_subject}, self._ack_timeout_s),
+                self._ack_timeout_s,
+            )
+            holder: dict[str, Any] = {}
+            if last is not None:
+                try:
+                    holder = json.loads(last.data) if last.data else {}
+                except ValueError:
+                    holder = {}
+            op = last.headers.get("KV-Operation") if last is not None else None
+            free = last is None or op in ("DEL", "PURGE") or holder.get("state") == "released"
+            ours = holder.get("token") == self._claim_token and holder.get("state") == "held"
+            if free or ours:
+                headers = {H_EXPECT_SUBJECT_SEQ: str(last.sseq if last is not None else 0)}
+                try:
+                    ack = self._call(
+                        conn.publish(self._claim_subject, self._claim_value("held"), headers, self._ack_timeout_s),
+                        self._ack_timeout_s,
+                    )
+                except _Refused as exc:
+                    if exc.err_code in ERR_WRONG_LAST_SEQ:
+                        continue  # someone else moved first: look again
+                    raise
+                self._claim_rev = int(ack["seq"])
+                if ours:
+                    return False  # our own claim from an open attempt that did not finish
+                return bool(holder.get("state") == "released" and holder.get("clean"))
+            if time.monotonic() >= wait_until:
+                raise ClaimHeldError(self._where, holder, self._claim_ttl_s)
+            time.sleep(CLAIM_POLL_S)
+
+    async def _refresh_claim(self) -> None:
+        """Keep the claim alive (every claim_ttl_s / 4); note it lost if another writer took it."""
+        interval = self._claim_ttl_s / CLAIM_REFRESHES_PER_TTL
+        while True:
+            await asyncio.sleep(interval)
+            conn = self._conn
+            if conn is None or self._closed:
+                return
+            headers = {H_EXPECT_SUBJECT_SEQ: str(self._claim_rev)}
+            try:
+                ack = await conn.publish(self._claim_subject, self._claim_value("held"), headers, self._ack_timeout_s)
+                self._claim_rev = int(ack["seq"])
+            except _Refused as exc:
+                if exc.err_code not in ERR_WRONG_LAST_SEQ:
+                    continue
+                try:
+                    last = await conn.get_msg(
+                        f"KV_{self._bucket}", {"last_by_subj": self._claim_subject}, self._ack_timeout_s
+                    )
+                except (_Refused, _Lost):
+                    continue
+                holder = json.loads(last.data) if last is not None and last.data else {}
+                if last is not None and holder.get("token") == self._claim_token:
+                    self._claim_rev = last.sseq  # our refresh landed though its ack was lost
+                    continue
+                if last is None:
+                    # Expired while the bucket could not be reached (nobody took it meanwhile):
+                    # take it again. The expected sequence of every publish fences us anyway.
+                    try:
+                        ack = await conn.publish(self._claim_subject, self._claim_value("held"),
+                                                 {H_EXPECT_SUBJECT_SEQ: "0"}, self._ack_timeout_s)
+                        self._claim_rev = int(ack["seq"])
+                        continue
+                    except _Lost:
+                        continue
+                    except _Refused:
+                        pass
+                self._claim_lost = True
+                return
+            except _Lost:
+                continue
+
+    def _release_claim(self, clean: bool) -> None:
+        if self._claim_task is not None:
+            self._claim_task.cancel()
+            self._claim_task = None
+        if self._claim_rev == 0 or self._claim_lost or self._conn is None:
+            return
+        headers = {H_EXPECT_SUBJECT_SEQ: str(self._claim_rev)}
+        try:
+            self._call(
+                self._conn.publish(self._claim_subject, self._claim_value("released", clean), headers,
+                                   self._ack_timeout_s),
+                self._ack_timeout_s,
+            )
+        except (_Refused, _Lost):
+            pass  # the claim expires on its own (claim_ttl_s after the last refresh)
+        self._claim_rev = 0
+
+    # --- reading the stream ----------------------------------------------------------------
+
+    def _where_msg(self, sseq: int) -> str:
+        return f"{self._where} (stream {self._stream}, message {sseq})"
+
+    def _decode(self, m: _StoredMsg, expect: int) -> list[Record]:
+        """The records of one message, verified to continue the journal at seq ``expect``
+        (a fence yields none). CorruptionError (SequenceError for a gap or an overlap)."""
+        where = self._where_msg(m.sseq)
+        if m.subject != self._subject:
+            raise CorruptionError(where, 0, expect, f"the message is on subject {m.subject!r}, not this journal's")
+        try:
+            first = int(m.headers[H_SEQ])
+            count = 0 if m.headers.get(H_KIND) == KIND_FENCE else int(m.headers[H_COUNT])
+        except (KeyError, ValueError):
+            raise CorruptionError(where, 0, expect, f"the message has no valid {H_SEQ}/{H_COUNT} headers") from None
+        if m.headers.get(H_KIND) == KIND_FENCE:
+            if m.data or first != expect - 1:
+                raise CorruptionError(where, 0, expect, "a fence message with a body or at another seq")
+            return []
+        if count < 1:
+            raise CorruptionError(where, 0, expect, f"the message says it holds {count} records")
+        if first != expect:
+            what = "is missing" if first > expect else "is held twice"
+            raise SequenceError(
+                where, 0, expect,
+                f"seq {expect} {what}: the message holds seqs {first}..{first + count - 1} (a message deleted, "
+                "moved or written by a second writer)",
+            )
+        out: list[Record] = []
+        pos = 0
+        body = m.data
+        size_max = self._options.record_size_bytes_max
+        for i in range(count):
+            got = fmt.verify_frame(body, pos, self._salt)
+            if got is None:
+                raise CorruptionError(where, pos, first + i, "the stored frame fails its checksum (changed bytes, "
+                                                             "or a frame of another journal)")
+            out.append(records.record_of(memoryview(body)[pos : got.end], first + i, self._salt, where, size_max))
+            pos = got.end
+        if pos != len(body):
+            raise CorruptionError(where, pos, first + count - 1, f"{len(body) - pos} bytes after the last frame")
+        return out
+
+    def _subject_last(self) -> _StoredMsg | None:
+        return self._call(
+            self._c().get_msg(self._stream, {"last_by_subj": self._subject}, self._ack_timeout_s), self._ack_timeout_s
+        )
+
+    def _messages(self, start_sseq: int, end_sseq: int | None = None) -> Iterator[_StoredMsg]:
+        """This journal's messages from stream sequence ``start_sseq`` up to the last one now
+        (or ``end_sseq``), in order, fetched in bounded chunks by an ordered consumer."""
+        if end_sseq is None:
+            last = self._subject_last()
+            if last is None:
+                return
+            end_sseq = last.sseq
+        if end_sseq < start_sseq:
+            return
+        reader = _OrderedReader(self._c(), self._stream, self._subject, start_sseq, self._ack_timeout_s)
+        self._call(reader.start(), self._ack_timeout_s)
+        try:
+            while True:
+                chunk = self._call(reader.next_chunk(end_sseq, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES),
+                                   self._ack_timeout_s)
+                yield from chunk
+                if not chunk or chunk[-1].sseq >= end_sseq:
+                    return
+        finally:
+            try:
+                self._call(reader.stop(), 5.0)
+            except (_Lost, _Refused, nats.errors.Error, OSError):
+                pass
+
+    def _scan_all(self) -> None:
+        """Build the index and the key map from the whole subject (open)."""
+        self._idx_first = array("Q")
+        self._idx_sseq = array("Q")
+        self._keys = {}
+        self._last_sseq = 0
+        self._stored_seq = self._first_seq - 1
+        self._catch_up()
+
+    def _catch_up(self) -> int:
+        """Read what was appended after what this handle knows; how many records came."""
+        came = 0
+        for m in self._messages(self._last_sseq + 1):
+            recs = self._decode(m, self._stored_seq + 1)
+            with self._mu:
+                if recs:
+                    self._idx_first.append(recs[0].seq)
+                    self._idx_sseq.append(m.sseq)
+                    for r in recs:
+                        if r.key is not None:
+                            self._keys[r.key] = (r.seq, xxhash.xxh64_intdigest(r.payload))
+                    self._stored_seq = recs[-1].seq
+                    came += len(recs)
+                self._last_sseq = m.sseq
+                self._next_seq = max(self._next_seq, self._stored_seq + 1)
+        return came
+
+    def _fence(self) -> None:
+        """Publish a fence chained on the last message read, so nothing an earlier writer still
+        has in flight can land after this open; catch up and try again if something did."""
+        for _ in range(FENCE_TRIES_MAX):
+            headers = {
+                H_KIND: KIND_FENCE, H_SEQ: str(self._stored_seq), H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
+                H_EXPECT_STREAM: self._stream,
+            }
+            try:
+                ack = self._call(self._c().publish(self._subject, b"", headers, self._ack_timeout_s),
+                                 self._ack_timeout_s)
+            except _Refused as exc:
+                if exc.err_code not in ERR_WRONG_LAST_SEQ:
+                    raise
+                came = self._catch_up()
+                self._recovery.actions.append(f"took in {came} records an earlier writer's publish landed late")
+                continue
+            self._last_sseq = int(ack["seq"])
+            self._recovery.actions.append(
+                f"fenced the journal at stream message {self._last_sseq} (the last writer did not release it cleanly)"
+            )
+            return
+        raise _io_error(self._where, f"could not fence the journal in {FENCE_TRIES_MAX} tries: another writer keeps "
+                                     "appending; is a second writer running with its claim expired?")
+
+    # --- the public face ---------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._parsed.url
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        return self._recovery
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    @property
+    def first_seq(self) -> int:
+        return self._first_seq
+
+    @property
+    def replicas(self) -> int:
+        """The stream's replica count (``"sync"`` needs 3 or more)."""
+        return self._replicas
+
+    def __enter__(self) -> JetStreamJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError()
+
+    def _check_append(self, level: Durability) -> None:
+        self._check_open()
+        if self._readonly:
+            raise ReadOnlyError("append")
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        if level == "sync" and self._replicas < SYNC_REPLICAS_MIN:
+            raise SyncNeedsReplicasError(self._stream, self._replicas)
+
+    def _encode(self, event: Any, key: str | None, synthetic: bool) -> Encoded:
+        enc = encode_event(event, key, synthetic, self._options)
+        size = fmt.FRAME_HEADER_SIZE_BYTES + len(enc.spec.stored)
+        if size > self._payload_max:
+            raise RecordTooLargeError(size, self._payload_max)
+        return enc
+
+    def _reported(self, level: Durability) -> Durability:
+        return "flush" if level == "buffered" else level
+
+    def append(
+        self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
+    ) -> Outcome:
+        level = _check_durability(durability)
+        self._check_append(level)
+        enc = self._encode(event, idempotency_key, synthetic)
+        if idempotency_key is None:
+            return self._write_unkeyed([enc], level)[0]
+        return self._write_keyed([enc], level)[0]
+
+    def append_many(
+        self,
+        events: Iterable[Any],
+        durability: str = "sync",
+        idempotency_keys: Iterable[str | None] | None = None,
+        synthetic: bool = False,
+    ) -> list[Outcome]:
+        level = _check_durability(durability)
+        self._check_append(level)
+        events = list(events)
+        keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
+        if len(keys) != len(events):
+            raise InvalidArgumentError(
+                f"idempotency_keys must have one entry per event ({len(keys)} keys for {len(events)} events); "
+                "nothing was written"
+            )
+        encoded = [self._encode(e, k, synthetic) for e, k in zip(events, keys, strict=True)]
+        if not any(k is not None for k in keys):
+            return self._write_unkeyed(encoded, level)
+        repeats = repeated_keys(encoded)
+        unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
+        outcomes = self._write_keyed(unique, level)
+        return _with_repeats(outcomes, repeats, len(encoded)) if repeats else outcomes
+
+    def _chunks(self, items: list[Encoded]) -> Iterator[list[Encoded]]:
+        """``items`` in runs whose frames fit one message."""
+        run: list[Encoded] = []
+        size = 0
+        for it in items:
+            n = fmt.FRAME_HEADER_SIZE_BYTES + len(it.spec.stored)
+            if run and size + n > self._payload_max:
+                yield run
+                run, size = [], 0
+            run.append(it)
+            size += n
+        if run:
+            yield run
+
+    def _write_unkeyed(self, items: list[Encoded], level: Durability) -> list[Outcome]:
+        if level == "buffered":
+            return self._buffer_items(items)
+        outcomes: list[Outcome] = []
+        for chunk in self._chunks(items):
+            if outcomes and self._failed is not None:
+                reason = f"journal fail-stopped before this record was written: {self._failed}"
+                outcomes.extend([NotCommitted(reason)] * len(chunk))
+                continue
+            outcomes.extend(self._group.submit(chunk, level))
+        return outcomes
+
+    def _buffer_items(self, items: list[Encoded]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        full = False
+        with self._mu:
+            if self._failed is not None:
+                raise JournalFailStoppedError(self._failed)
+            for it in items:
+                seq = self._next_seq
+                self._next_seq += 1
+                self._buffer.append((seq, it))
+                self._buffer_bytes += fmt.FRAME_HEADER_SIZE_BYTES + len(it.spec.stored)
+                if it.key is not None:
+                    self._keys[it.key] = (seq, it.digest)
+                outcomes.append(Committed(seq, "buffered"))
+            full = self._buffer_bytes >= self._payload_max
+        if full:
+            try:
+                self.flush()
+            except JournalFailStoppedError:
+                pass  # reported by the next call, as the file engine does
+        return outcomes
+
+    def _write_keyed(self, items: list[Encoded], level: Durability) -> list[Outcome]:
+        """Records with idempotency keys (each key once): a key the journal holds with the same
+        event is a duplicate, with another event a conflict (raised before anything is written);
+        a key on its way is waited for."""
+        dups: dict[int, tuple[int, int]] = {}
+        mine: list[str] = []
+        while True:
+            waits: list[threading.Event] = []
+            reads: list[tuple[Encoded, int]] = []
+            dups = {}
+            with self._mu:
+                if self._failed is not None:
+                    raise JournalFailStoppedError(self._failed)
+                for i, it in enumerate(items):
+                    if it.key is None:
+                        continue
+                    ev = self._inflight.get(it.key)
+                    if ev is not None:
+                        waits.append(ev)
+                        continue
+                    known = self._keys.get(it.key)
+                    if known is None:
+                        continue
+                    if known[1] == it.digest:
+                        dups[i] = known
+                    else:
+                        reads.append((it, known[0]))
+                if not waits and not reads:
+                    mine = [it.key for i, it in enumerate(items) if it.key is not None and i not in dups]
+                    for key in mine:
+                        self._inflight[key] = threading.Event()
+                    break
+            for ev in waits:
+                ev.wait()
+            for it, seq in reads:
+                rec = self.get(seq)
+                key = present(it.key)
+                if rec is None or rec.key != key:
+                    raise InvariantError(f"idempotency key {key!r} points at seq {seq}, which does not hold it")
+                if not same_event(rec.payload, rec.is_bytes, it):
+                    raise IdempotencyConflictError(key, seq)
+                with self._mu:
+                    if self._keys.get(key, (0, 0))[0] == seq:
+                        self._keys[key] = (seq, it.digest)
+        fresh = [it for i, it in enumerate(items) if i not in dups]
+        try:
+            written = self._write_unkeyed(fresh, level) if fresh else []
+        finally:
+            with self._mu:
+                for key in mine:
+                    ev = self._inflight.pop(key, None)
+                    if ev is not None:
+                        ev.set()
+        with self._mu:
+            for it, out in zip(fresh, written, strict=True):
+                if it.key is not None and isinstance(out, Committed):
+                    self._keys[it.key] = (out.seq, it.digest)
+        if dups and level != "buffered" and any(seq > self._stored_seq for seq, _ in dups.values()):
+            try:
+                self.flush()  # a retry of a buffered record is made as durable as it asks
+            except JournalFailStoppedError:
+                pass
+        outcomes: list[Outcome] = []
+        fresh_out = iter(written)
+        for i, it in enumerate(items):
+            if i not in dups:
+                outcomes.append(next(fresh_out))
+                continue
+            seq = dups[i][0]
+            if level != "buffered" and seq > self._stored_seq:
+                outcomes.append(AckLost(seq, f"the record this key names was not written: {self._failed}",
+                                        it.digest, it.key))
+            else:
+                outcomes.append(Committed(seq, level, True, "idempotency key matched an existing record"))
+        return outcomes
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def _group_write(self, items: list[Encoded], level: Durability) -> list[Outcome]:
+        """GroupCommit's writer: this batch (behind whatever buffered records wait) as messages."""
+        with self._wmu:
+            with self._mu:
+                if self._failed is not None or self._closed:
+                    why = self._failed or "the journal was closed"
+                    return [NotCommitted(f"not written: {why}")] * len(items)
+                held = self._take_buffer()
+                first = self._next_seq
+                self._next_seq += len(items)
+            batch = held + [(first + i, it) for i, it in enumerate(items)]
+            outcomes = self._write_records(batch, level)
+        return outcomes[len(held) :]
+
+    def _take_buffer(self) -> list[tuple[int, Encoded]]:
+        held, self._buffer, self._buffer_bytes = self._buffer, [], 0
+        return held
+
+    def _fail(self, why: str) -> None:
+        with self._mu:
+            if self._failed is None:
+                self._failed = why
+
+    def _write_records(self, batch: list[tuple[int, Encoded]], level: Durability) -> list[Outcome]:
+        """Publish ``batch`` (contiguous seqs) as messages, each chained on the last; one outcome
+        per record. Called with _wmu held. A refusal is NotCommitted, a lost ack AckLost; both
+        fail-stop the handle."""
+        outcomes: list[Outcome] = []
+        reported = self._reported(level)
+        at = 0
+        while at < len(batch):
+            run: list[tuple[int, Encoded]] = []
+            size = 0
+            while at < len(batch):
+                n = fmt.FRAME_HEADER_SIZE_BYTES + len(batch[at][1].spec.stored)
+                if run and size + n > self._payload_max:
+                    break
+                run.append(batch[at])
+                size += n
+                at += 1
+            if self._failed is not None:
+                outcomes.extend(NotCommitted(f"not written: {self._failed}") for _ in run)
+                continue
+            if self._claim_lost:
+                self._fail("the writer claim was taken by another writer (this handle's claim expired)")
+                outcomes.extend(NotCommitted(f"not written: {self._failed}") for _ in run)
+                continue
+            outcomes.extend(self._publish_run(run, reported))
+        return outcomes
+
+    def _publish_run(self, run: list[tuple[int, Encoded]], reported: Durability) -> list[Outcome]:
+        body = b"".join(records.frame_of(enc, seq, self._salt) for seq, enc in run)
+        first = run[0][0]
+        headers = {
+            H_SEQ: str(first),
+            H_COUNT: str(len(run)),
+            H_MSG_ID: f"{self._journal_id.hex()}.{first}.{xxhash.xxh64_hexdigest(body)}",
+            H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
+            H_EXPECT_STREAM: self._stream,
+        }
+        try:
+            ack = self._call(self._c().publish(self._subject, body, headers, self._ack_timeout_s), self._ack_timeout_s)
+        except _Refused as exc:
+            why = f"the server refused the publish ({exc.reason})"
+            if exc.err_code in ERR_WRONG_LAST_SEQ:
+                why = (f"the server refused the publish: another writer appended to the journal since this one "
+                       f"last did ({exc.reason}); this handle can no longer append")
+            self._fail(why)
+            return [NotCommitted(why) for _ in run]
+        except (_Lost, nats.errors.Error, OSError) as exc:
+            why = f"the publish's ack was lost ({exc}); the server may or may not hold these records"
+            self._fail(why)
+            return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+        sseq = int(ack["seq"])
+        if ack.get("stream") != self._stream or sseq <= self._last_sseq:
+            why = f"the publish was acknowledged by stream {ack.get('stream')!r} at {sseq}, not as expected"
+            self._fail(why)
+            return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+        with self._mu:
+            self._idx_first.append(first)
+            self._idx_sseq.append(sseq)
+            self._last_sseq = sseq
+            self._stored_seq = run[-1][0]
+        return [Committed(seq, reported) for seq, _ in run]
+
+    def flush(self) -> None:
+        self._check_open()
+        if self._readonly:
+            return
+        self._drain("flush")
+
+    def sync(self) -> None:
+        self._check_open()
+        if self._readonly:
+            return
+        if self._replicas < SYNC_REPLICAS_MIN:
+            raise SyncNeedsReplicasError(self._stream, self._replicas)
+        self._drain("sync")
+
+    def _drain(self, level: Durability) -> None:
+        with self._wmu:
+            with self._mu:
+                held = self._take_buffer()
+            if held:
+                self._write_records(held, level)
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _start_of(self, after_seq: int) -> tuple[int, int]:
+        """(stream sequence to read from, seq its first message begins with) for records > after_seq."""
+        with self._mu:
+            want = max(after_seq + 1, self._first_seq)
+            i = bisect.bisect_right(self._idx_first, want) - 1
+            if i < 0:
+                return 1, self._first_seq
+            if want > self._stored_seq:
+                return self._last_sseq + 1, self._stored_seq + 1
+            return self._idx_sseq[i], self._idx_first[i]
+
+    def read(self, after_seq: int = 0) -> Iterator[Record]:
+        self._check_open()
+        if not self._readonly:
+            self.flush()
+        start, expect = self._start_of(after_seq)
+        try:
+            for m in self._messages(start):
+                for rec in self._decode(m, expect):
+                    expect = rec.seq + 1
+                    if rec.seq > after_seq:
+                        yield rec
+        except (_Lost, _Refused) as exc:
+            raise _io_error(self._where, "reading the journal's stream failed", exc, doing="reading") from exc
+
+    def follow(
+        self,
+        after_seq: int = 0,
+        poll_interval_s: float = FOLLOW_POLL_INTERVAL_S,
+        idle_timeout_s: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Record]:
+        self._check_open()
+        start, expect = self._start_of(after_seq)
+        reader = _OrderedReader(self._c(), self._stream, self._subject, start, self._ack_timeout_s)
+        try:
+            self._call(reader.start(), self._ack_timeout_s)
+        except (_Lost, _Refused) as exc:
+            raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
+        idle_since = time.monotonic()
+        wait_s = max(0.001, poll_interval_s)
+        try:
+            while not (stop is not None and stop.is_set()):
+                if self._closed:
+                    return
+                got = self._call(reader.next_chunk(None, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES, wait_s), wait_s + 5)
+                now = time.monotonic()
+                if not got:
+                    if idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
+                        return
+                    continue
+                idle_since = now
+                for m in got:
+                    for rec in self._decode(m, expect):
+                        expect = rec.seq + 1
+                        if rec.seq > after_seq:
+                            yield rec
+        finally:
+            try:
+                self._call(reader.stop(), 5.0)
+            except (_Lost, _Refused, nats.errors.Error, OSError):
+                pass
+
+    def get(self, seq: int) -> Record | None:
+        if seq < self._first_seq:
+            return None
+        self._check_open()
+        if not self._readonly:
+            self.flush()
+        if seq > self._stored_seq and self._readonly:
+            self._catch_up_io()
+        with self._mu:
+            if seq > self._stored_seq or not self._idx_first:
+                return None
+            i = bisect.bisect_right(self._idx_first, seq) - 1
+            first, sseq = self._idx_first[i], self._idx_sseq[i]
+        try:
+            m = self._call(self._c().get_msg(self._stream, {"seq": sseq}, self._ack_timeout_s), self._ack_timeout_s)
+        except (_Lost, _Refused) as exc:
+            raise _io_error(self._where, "reading the journal's stream failed", exc, doing="reading") from exc
+        if m is None:
+            raise CorruptionError(self._where_msg(sseq), 0, seq, "the message that held this record is gone "
+                                                                  "(deleted from the stream)")
+        for rec in self._decode(m, first):
+            if rec.seq == seq:
+                return rec
+        return None
+
+    def _catch_up_io(self) -> None:
+        try:
+            self._catch_up()
+        except (_Lost, _Refused) as exc:
+            raise _io_error(self._where, "reading the journal's stream failed", exc, doing="reading") from exc
+
+    def resolve(self, outcome: Outcome) -> Outcome:
+        if not isinstance(outcome, AckLost):
+            return outcome
+        self._check_open()
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        if self._readonly:
+            self._catch_up_io()
+        level: Durability = "sync" if self._replicas >= SYNC_REPLICAS_MIN else "flush"
+        if outcome.key is not None:
+            known = self._keys.get(outcome.key)
+            if known is not None:
+                return Committed(known[0], level, duplicate=True, reason="resolved by idempotency key")
+        rec = self.get(outcome.seq)
+        if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
+            return Committed(outcome.seq, level, reason="resolved: the record is in the journal")
+        if rec is None:
+            return NotCommitted("resolved: the journal ends before this record's seq")
+        return NotCommitted("resolved: another record holds this record's seq")
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        failed_before = self._failed
+        try:
+            if not self._readonly and self._failed is None:
+                try:
+                    self._drain("flush")
+                except JournalFailStoppedError:
+                    pass
+        finally:
+            self._group.wait_idle()
+            with self._wmu:
+                self._closed = True
+            if not self._readonly:
+                self._release_claim(clean=self._failed is None)
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    _Loop.call(conn.close(), 10.0)
+                except (_Lost, nats.errors.Error, OSError):
+                    pass
+        if self._failed is not None and failed_before is None:
+            raise JournalFailStoppedError(self._failed)
+
+    def __del__(self) -> None:  # a handle dropped without close: let its claim expire, free the socket
+        if not getattr(self, "_closed", True) and getattr(self, "_conn", None) is not None:
+            task = self._claim_task
+            if task is not None:
+                task.cancel()
+
+
+class _OrderedReader:
+    """An ordered push consumer on one subject from a stream sequence (nats-py's ordered mode:
+    flow control, heartbeats, and a reset from the last sequence seen if delivery skips)."""
+
+    def __init__(self, conn: _Conn, stream: str, subject: str, start_sseq: int, timeout_s: float) -> None:
+        self._conn = conn
+        self._stream = stream
+        self._subject = subject
+        self._start = max(1, start_sseq)
+        self._timeout_s = timeout_s
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        js = self._conn.nc.jetstream(timeout=self._timeout_s)
+        config = js_api.ConsumerConfig(
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._start,
+        )
+        try:
+            self._sub = await js.subscribe(self._subject, stream=self._stream, ordered_consumer=True, config=config,
+                                           pending_bytes_limit=64 * 1024 * 1024)
+        except nats.errors.TimeoutError as exc:
+            raise _Lost(f"creating a consumer timed out ({exc})") from exc
+        except nats.js.errors.APIError as exc:
+            raise _Refused(f"creating a consumer was refused ({exc})", exc.code or 0, exc.err_code or 0) from exc
+
+    async def next_chunk(
+        self, end_sseq: int | None, max_msgs: int, max_bytes: int, wait_s: float | None = None
+    ) -> list[_StoredMsg]:
+        """Up to ``max_msgs`` messages (``max_bytes``), up to ``end_sseq``. With ``end_sseq`` it waits
+        for the first one up to the read timeout (_Lost after); without (follow) up to ``wait_s``."""
+        out: list[_StoredMsg] = []
+        size = 0
+        first_wait = self._timeout_s if end_sseq is not None else (wait_s or 0.02)
+        while len(out) < max_msgs and size < max_bytes:
+            try:
+                msg = await self._sub.next_msg(timeout=first_wait if not out else 0.0005)
+            except nats.errors.TimeoutError:
+                if not out and end_sseq is not None:
+                    raise _Lost(f"no message within {first_wait:g} s while reading up to {end_sseq}") from None
+                break
+            sseq = int(msg.metadata.sequence.stream)
+            headers = {k: str(v) for k, v in (msg.headers or {}).items()}
+            out.append(_StoredMsg(sseq, msg.subject, headers, bytes(msg.data)))
+            size += len(msg.data)
+            if end_sseq is not None and sseq >= end_sseq:
+                break
+        return out
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except (nats.errors.Error, OSError):
+                pass
+
+
+def present(value: _T | None) -> _T:
+    if value is None:
+        raise InvariantError("a keyed record has a key")
+    return value
+
+
+def open_journal(
+    parsed: RemoteURL,
+    create: bool,
+    readonly: bool,
+    lock_timeout_s: float = 0.0,
+    writer: str = "exclusive",
+    **options: Any,
+) -> JetStreamJournal:
+    """Open (with ``create``, make) the journal a nats:// URL names; see docs/REMOTE.md.
+
+    Options (URL parameters or keyword arguments; keywords win): ``stream`` (default JOURNAL),
+    ``replicas`` (the stream's and the lock bucket's replicas when this call creates them),
+    ``connect_timeout_s`` (10), ``ack_timeout_s`` (10: how long a publish's ack is awaited before
+    its records are AckLost), ``claim_ttl_s`` (30: the lock bucket's max_age when this call creates
+    it; a dead writer's claim expires that long after its last refresh).
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s) {', '.join(unknown)} for a journal on NATS; it takes: {', '.join(OPTIONS)} "
+            "(the file engine's storage options do not apply)"
+        )
+    if create and readonly:
+        raise InvalidArgumentError("create=True needs a writable journal; drop readonly=True")
+    if writer == "shared":
+        raise InvalidArgumentError(
+            "writer='shared' is not supported on NATS JetStream yet: open one exclusive writer per journal "
+            "(other processes read with readonly=True)"
+        )
+    if writer != "exclusive":
+        raise InvalidArgumentError(f"writer must be 'exclusive' or 'shared', not {writer!r}")
+    if isinstance(lock_timeout_s, bool) or not isinstance(lock_timeout_s, (int, float)) or lock_timeout_s < 0:
+        raise InvalidArgumentError(f"lock_timeout_s must be a number >= 0, not {lock_timeout_s!r}")
+    merged: dict[str, Any] = {**parsed.options, **options}
+    stream = _check_stream_name(merged.get("stream", STREAM_DEFAULT))
+    replicas = _number(merged, "replicas", REPLICAS_DEFAULT, int, 1, 5)
+    connect_timeout_s = _number(merged, "connect_timeout_s", CONNECT_TIMEOUT_S_DEFAULT, float, 0.1, 3600)
+    ack_timeout_s = _number(merged, "ack_timeout_s", ACK_TIMEOUT_S_DEFAULT, float, 0.05, 3600)
+    claim_ttl_s = _number(merged, "claim_ttl_s", CLAIM_TTL_S_DEFAULT, float, 1.0, 86400)
+    j = JetStreamJournal(parsed, readonly, stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s)
+    try:
+        j._open(create, float(lock_timeout_s))
+    except BaseException:
+        j._closed = True
+        if j._claim_rev:
+            j._release_claim(clean=False)
+        conn, j._conn = j._conn, None
+        if conn is not None:
+            try:
+                _Loop.call(conn.close(), 10.0)
+            except (_Lost, nats.errors.Error, OSError):
+                pass
+        raise
+    return j
+
+
+def _number(options: dict[str, Any], name: str, default: float, kind: type, low: float, high: float) -> Any:
+    value = options.get(name, default)
+    try:
+        got = kind(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name} must be a number from {low:g} to {high:g}, not {value!r}") from None
+    if isinstance(value, bool) or not low <= got <= high:
+        raise InvalidArgumentError(f"{name} must be a number from {low:g} to {high:g}, not {value!r}")
+    return got
+
+
+__all__ = ["JetStreamJournal", "name_of_token", "open_journal", "subject_token"]

@@ -1,0 +1,105 @@
+"""The JetStream backend of the contract suite (tests/backends.py): journals on a 3-node cluster.
+
+Targets are ``nats://P1,P2,P3?journal=NAME&stream=CONTRACT&replicas=3`` on the session's cluster
+(tests/nats_cluster.py), so "sync" is what the backend gives (an R3 stream). ``tamper`` changes
+one bit of a stored record: JetStream messages are immutable, so the message holding the record
+is deleted and a copy with the bit flipped is published again with its headers (it lands at the
+end of the subject, which a reader must refuse either way: a gap, or a bad checksum).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import pathlib
+import uuid
+from typing import Any
+
+from journal.engine import format as fmt
+from journal.remote.jetstream import subject_base, subject_token
+from journal.remote.url import parse_url
+from tests.nats_cluster import Cluster, cluster, skip_reason
+
+STREAM = "CONTRACT"
+
+
+async def _request(nc: Any, subject: str, req: dict[str, Any]) -> dict[str, Any]:
+    msg = await nc.request(subject, json.dumps(req).encode(), timeout=10)
+    resp: dict[str, Any] = json.loads(msg.data)
+    if "error" in resp:
+        raise RuntimeError(f"{subject}: {resp['error']}")
+    return resp
+
+
+def _headers_of(raw: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in base64.b64decode(raw or "").split(b"\r\n")[1:]:
+        if b":" in line:
+            k, v = line.split(b":", 1)
+            out[k.decode()] = v.strip().decode()
+    return out
+
+
+async def tamper_message(servers: list[str], stream: str, subject: str, seq: int, republish: bool = True) -> int:
+    """Flip one bit of record ``seq``'s payload in the message holding it (delete + publish again).
+    The stream sequence of the original message."""
+    import nats
+
+    nc = await nats.connect(servers=servers)
+    try:
+        at = 1
+        while True:
+            resp = await _request(nc, f"$JS.API.STREAM.MSG.GET.{stream}", {"seq": at, "next_by_subj": subject})
+            m = resp["message"]
+            headers = _headers_of(m.get("hdrs"))
+            first, count = int(headers.get("Journal-Seq", 0)), int(headers.get("Journal-Count", 0))
+            if first <= seq < first + count:
+                break
+            at = int(m["seq"]) + 1
+        body = bytearray(base64.b64decode(m.get("data") or ""))
+        pos = 0
+        for s in range(first, first + count):
+            stored_len = int.from_bytes(body[pos + 8 : pos + 12], "little")
+            if s == seq:
+                body[pos + fmt.FRAME_HEADER_SIZE_BYTES + stored_len // 2] ^= 0x01
+                break
+            pos += fmt.FRAME_HEADER_SIZE_BYTES + stored_len
+        await _request(nc, f"$JS.API.STREAM.MSG.DELETE.{stream}", {"seq": int(m["seq"])})
+        if republish:
+            keep = {k: v for k, v in headers.items() if not k.startswith("Nats-")}
+            keep["Nats-Msg-Id"] = f"tampered-{uuid.uuid4().hex}"
+            ack = await nc.request(subject, bytes(body), timeout=10, headers=keep)
+            if b"error" in ack.data:
+                raise RuntimeError(f"republishing the tampered copy failed: {ack.data!r}")
+        return int(m["seq"])
+    finally:
+        await nc.close()
+
+
+class NatsBackend:
+    name = "nats"
+    sync_durable = True
+
+    def __init__(self, c: Cluster) -> None:
+        self.cluster = c
+
+    def target(self, name: str | None = None) -> str:
+        return self.cluster.url(f"journal={name or uuid.uuid4().hex[:12]}&stream={STREAM}&replicas=3")
+
+    def tamper(self, target: str, seq: int) -> None:
+        parsed = parse_url(target)
+        assert parsed.journal is not None
+        subject = f"{subject_base(STREAM)}.{subject_token(parsed.journal)}"
+        servers = [f"nats://127.0.0.1:{p}" for p in self.cluster.client_ports]
+        asyncio.run(tamper_message(servers, STREAM, subject, seq))
+
+    def close(self) -> None:
+        pass  # the cluster serves the whole session (tests/nats_cluster.py stops it at exit)
+
+
+def make_backend(tmp_root: pathlib.Path) -> NatsBackend | str:
+    why = skip_reason()
+    if why is not None:
+        return why
+    return NatsBackend(cluster())

@@ -1,0 +1,418 @@
+"""Faults of the JetStream backend on a real 3-node nats-server 2.9 cluster (tests/nats_cluster.py).
+
+Each test ends with one checker (``check``): every Committed record is in the journal with its
+exact bytes, every AckLost is resolved (after a reopen) to one answer that matches the stream,
+seqs are contiguous from 1, and no idempotency key is held twice.
+
+- stream leaders SIGKILLed while threads append (and restarted), at least 20 leader kills;
+- a client process SIGKILLed in the middle of a burst of batches;
+- a second writer (its claim bypassed) fenced by the expected-last-subject-sequence check;
+- a changed record refused with CorruptionError naming the journal and the seq.
+
+Skipped without nats-server, unless JOURNAL_REQUIRE_SERVICES=1 (then they fail).
+
+    python -m tests.test_remote_nats child URL BATCHES SIZE   # the client process of the kill test
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import journal
+from journal.engine.encoding import encode_event
+from journal.engine.options import Options
+from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
+from tests.backends import require_services
+from tests.conftest import report_count
+from tests.nats_cluster import Cluster, cluster, skip_reason
+
+LEADER_KILL_STREAMS = 5  # journals, each in its own R3 stream: one SIGKILL kills the leaders of all
+LEADER_KILLS_MIN = 20
+ACKS_BEFORE_KILL = 15  # per journal, counted from the start of the round
+ACKS_AFTER_KILL = 5  # per journal, on a reopened handle, before the next round
+APPENDERS = 3
+FAULT_OPTIONS: dict[str, Any] = {"ack_timeout_s": 2.0, "connect_timeout_s": 60.0, "claim_ttl_s": 3.0}
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[Cluster]:
+    why = skip_reason()
+    if why is not None:
+        if require_services():
+            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
+        pytest.skip(why)
+    yield cluster()
+
+
+def _raw(event: Any, key: str | None) -> bytes:
+    return encode_event(event, key, False, Options()).raw
+
+
+# --- the checker ---------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    key: str
+    event: dict[str, Any]
+    outcome: Outcome
+    resolved: Outcome | None = None  # an AckLost's answer from a reopened handle
+
+
+@dataclass
+class Ledger:
+    entries: list[Entry] = field(default_factory=list)
+    mu: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, key: str, event: dict[str, Any], outcome: Outcome) -> Entry:
+        e = Entry(key, event, outcome)
+        with self.mu:
+            self.entries.append(e)
+        return e
+
+
+def check(url: str, ledger: list[Entry], **options: Any) -> dict[str, int]:
+    """The one checker of every fault test (see the module docstring); what it checked."""
+    counts = {"records": 0, "committed": 0, "acklost": 0, "resolved_committed": 0}
+    with journal.open(url, **{"lock_timeout_s": 30, **FAULT_OPTIONS, **options}) as j:
+        recs = list(j.read())
+        seqs = [r.seq for r in recs]
+        assert seqs == list(range(1, len(recs) + 1)), f"seqs not contiguous from 1: {seqs[:5]}..{seqs[-5:]}"
+        by_seq = {r.seq: r for r in recs}
+        keys = [r.key for r in recs if r.key is not None]
+        assert len(keys) == len(set(keys)), "an idempotency key is held twice"
+        by_key = {r.key: r for r in recs if r.key is not None}
+        landed = set()  # keys some entry says are in the journal
+        for e in ledger:
+            o = e.outcome
+            if isinstance(o, AckLost):
+                if e.resolved is None:
+                    e.resolved = j.resolve(o)
+                o = e.resolved
+                counts["acklost"] += 1
+                assert isinstance(o, (Committed, NotCommitted)), o
+                if isinstance(o, Committed):
+                    counts["resolved_committed"] += 1
+                else:
+                    # NotCommitted: never in the journal, unless a later retry of its key put it there.
+                    rec = by_key.get(e.key)
+                    assert rec is None or any(
+                        x is not e and x.key == e.key and isinstance(x.resolved or x.outcome, Committed)
+                        for x in ledger
+                    ), f"AckLost of {e.key} resolved NotCommitted, but the journal holds it at {rec.seq}"
+            if isinstance(o, Committed):
+                rec = by_seq.get(o.seq)
+                assert rec is not None, f"Committed {e.key} at seq {o.seq} is not in the journal"
+                assert rec.payload == _raw(e.event, e.key) and rec.key == e.key, f"seq {o.seq} holds other bytes"
+                landed.add(e.key)
+                counts["committed"] += 1
+        stray = set(by_key) - landed
+        # A key in the journal no entry vouches for: only an AckLost still unresolved could explain it.
+        assert not stray, f"records no outcome accounts for: {sorted(stray)[:5]}"
+        counts["records"] = len(recs)
+    return counts
+
+
+# --- leader kills ------------------------------------------------------------------------------
+
+
+class Driver:
+    """One journal: appender threads on a handle; when it fail-stops, close, reopen, resolve, go on."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.ledger = Ledger()
+        self.mu = threading.Lock()
+        self.acks = 0
+        self.target = 0
+        self.reached = threading.Event()
+        self.opens = 0
+        self.failures = 0
+        self.stop = threading.Event()
+        self.next_i = [0] * APPENDERS
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def expect(self, more: int) -> None:
+        with self.mu:
+            self.target = self.acks + more
+            self.reached.clear()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                with journal.open(self.url, create=True, lock_timeout_s=60, **FAULT_OPTIONS) as j:
+                    with self.mu:
+                        self.opens += 1
+                    for e in self.ledger.entries:
+                        if isinstance(e.outcome, AckLost) and e.resolved is None:
+                            e.resolved = j.resolve(e.outcome)
+                    threads = [threading.Thread(target=self._append, args=(j, t)) for t in range(APPENDERS)]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    try:
+                        j.close()
+                    except journal.JournalFailStoppedError:
+                        pass
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _append(self, j: journal.api.Journal, t: int) -> None:
+        while not self.stop.is_set():
+            i = self.next_i[t]
+            key = f"t{t}-{i}"
+            event = {"t": t, "i": i, "pad": "x" * (i % 50)}
+            try:
+                out = j.append(event, durability="sync", idempotency_key=key)
+            except journal.JournalFailStoppedError:
+                return
+            entry = self.ledger.add(key, event, out)
+            if isinstance(out, Committed):
+                self.next_i[t] = i + 1
+                with self.mu:
+                    self.acks += 1
+                    if self.target and self.acks >= self.target:
+                        self.reached.set()
+                continue
+            del entry
+            with self.mu:
+                self.failures += 1
+            return  # the handle fail-stopped: the driver reopens; this key is tried again
+
+
+def _gather_leaders(c: Cluster, streams: list[str]) -> int:
+    """Move the leaders of ``streams`` to one node (stepdowns) and return it."""
+    import nats as nats_py
+
+    async def stepdown(stream: str) -> None:
+        nc = await nats_py.connect(servers=[f"nats://127.0.0.1:{p}" for p in c.client_ports])
+        try:
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=10)
+        finally:
+            await nc.close()
+
+    leaders = {s: c.stream_leader(s) for s in streams}
+    node = max(set(leaders.values()), key=list(leaders.values()).count)
+    for s in streams:
+        while leaders[s] != node:
+            asyncio.run(stepdown(s))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                now = c.stream_leader(s)
+                if now != leaders[s]:
+                    break
+            leaders[s] = c.stream_leader(s)
+    return node
+
+
+def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
+    run = uuid.uuid4().hex[:6].upper()
+    streams = [f"LK{run}{k}" for k in range(LEADER_KILL_STREAMS)]
+    drivers = [Driver(nats.url(f"journal=lk-{k}&stream={s}&replicas=3")) for k, s in enumerate(streams)]
+    for d in drivers:
+        d.thread.start()
+    kills = node_kills = 0
+    try:
+        for d in drivers:  # every journal appending before the first kill
+            d.expect(1)
+        for d in drivers:
+            assert d.reached.wait(60), d.error
+        while kills < LEADER_KILLS_MIN:
+            for s in streams:
+                nats.wait_stream_current(s)
+            node = _gather_leaders(nats, streams)
+            for d in drivers:
+                d.expect(ACKS_BEFORE_KILL)
+            for d in drivers:
+                assert d.reached.wait(60), f"no progress before the kill: {d.error!r}"
+            led = [s for s in streams if nats.stream_leader(s) == node]
+            opens = [d.opens for d in drivers]
+            nats.kill(node)
+            node_kills += 1
+            kills += len(led)
+            nats.restart(node)
+            for d in drivers:
+                d.expect(ACKS_AFTER_KILL)
+            for d, before in zip(drivers, opens, strict=True):
+                assert d.reached.wait(90), f"no progress after the kill: {d.error!r}"
+                assert d.error is None, d.error
+                if streams[drivers.index(d)] in led:
+                    assert d.opens > before, "the journal's handle never failed over its leader's death"
+    finally:
+        for d in drivers:
+            d.stop.set()
+        for d in drivers:
+            d.thread.join(120)
+    for d in drivers:
+        assert d.error is None, d.error
+    totals: dict[str, int] = {}
+    for d in drivers:
+        for k, v in check(d.url, d.ledger.entries).items():
+            totals[k] = totals.get(k, 0) + v
+    failures = sum(d.failures for d in drivers)
+    report_count("nats: stream-leader SIGKILLs (leaders of 5 streams gathered on one node per node kill)", kills)
+    report_count("nats: node SIGKILLs in the leader test", node_kills)
+    report_count("nats: leader test records / committed / AckLost (resolved Committed) / failed appends",
+                 f"{totals['records']} / {totals['committed']} / {totals['acklost']} "
+                 f"({totals['resolved_committed']}) / {failures}")
+    assert kills >= LEADER_KILLS_MIN
+    assert totals["committed"] > 0 and failures > 0
+
+
+# --- a client killed mid-burst --------------------------------------------------------------------
+
+
+def _child(url: str, batches: int, size: int) -> int:
+    with journal.open(url, create=True, claim_ttl_s=2.0) as j:
+        for b in range(batches):
+            events = [{"b": b, "i": i, "text": "event " * (i % 7)} for i in range(size)]
+            outs = j.append_many(events, durability="sync", idempotency_keys=[f"b{b}-{i}" for i in range(size)])
+            seqs = [o.seq for o in outs if isinstance(o, Committed)]
+            assert len(seqs) == size, outs
+            print(f"ack {b} {seqs[0]} {seqs[-1]}", flush=True)
+    return 0
+
+
+def test_a_client_killed_mid_burst(nats: Cluster) -> None:
+    size, kill_after = 40, 7
+    url = nats.url(f"journal=ck-{uuid.uuid4().hex[:8]}&stream=CLIENTKILL&replicas=3")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.test_remote_nats", "child", url, "1000", str(size)],
+        stdout=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    acked: list[tuple[int, int, int]] = []
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            _, b, first, last = line.decode().split()
+            acked.append((int(b), int(first), int(last)))
+            if len(acked) == kill_after:
+                child.send_signal(signal.SIGKILL)
+                break
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(30)
+    assert len(acked) == kill_after, "the child ended before it was killed"
+    ledger = []
+    for b, first, _last in acked:
+        for i in range(size):
+            ev = {"b": b, "i": i, "text": "event " * (i % 7)}
+            ledger.append(Entry(f"b{b}-{i}", ev, Committed(first + i, "sync")))
+    with journal.open(url, readonly=True) as j:
+        recs = list(j.read())
+    # Prefix-consistent: what is there is the child's sequence of batches, in order, without a hole.
+    assert [r.seq for r in recs] == list(range(1, len(recs) + 1))
+    for r in recs:
+        b, i = divmod(r.seq - 1, size)
+        assert r.event == {"b": b, "i": i, "text": "event " * (i % 7)} and r.key == f"b{b}-{i}"
+        if r.seq > kill_after * size:  # the burst in flight at the kill: in the checker's eyes, a retry's record
+            ledger.append(Entry(r.key, r.event, Committed(r.seq, "sync")))
+    counts = check(url, ledger, lock_timeout_s=30)
+    report_count("nats: client kill: acknowledged batches / records after the kill (in flight landed)",
+                 f"{kill_after} / {counts['records'] - kill_after * size}")
+    assert counts["records"] >= kill_after * size
+
+
+# --- a second writer fenced ----------------------------------------------------------------------
+
+
+async def _bypass_claim(c: Cluster, stream: str, name: str) -> None:
+    """Purge the journal's claim key, as if it had expired while its holder still runs."""
+    import nats as nats_py
+
+    from journal.remote.jetstream import subject_token
+
+    nc = await nats_py.connect(servers=[f"nats://127.0.0.1:{p}" for p in c.client_ports])
+    try:
+        subject = f"$KV.{stream}_LOCKS.{subject_token(name)}"
+        resp = await nc.request(subject, b"", timeout=10, headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
+        assert b"error" not in resp.data, resp.data
+    finally:
+        await nc.close()
+
+
+def test_a_second_writer_is_fenced_by_the_sequence_check(nats: Cluster) -> None:
+    name = f"fence-{uuid.uuid4().hex[:8]}"
+    url = nats.url(f"journal={name}&stream=FENCE&replicas=3")
+    options = {"claim_ttl_s": 600.0}  # no refresh during the test: only the sequence check fences
+    ledger: list[Entry] = []
+    a = journal.open(url, create=True, **options)
+    try:
+        for i in range(3):
+            ev = {"w": "a", "i": i}
+            ledger.append(Entry(f"a{i}", ev, a.append(ev, durability="sync", idempotency_key=f"a{i}")))
+        with pytest.raises(journal.JournalLockedError):
+            journal.open(url, **options)
+        asyncio.run(_bypass_claim(nats, "FENCE", name))
+        with journal.open(url, **options) as b:  # both now believe they are the writer
+            ev = {"w": "b", "i": 0}
+            out_b = b.append(ev, durability="sync", idempotency_key="b0")
+            ledger.append(Entry("b0", ev, out_b))
+            assert out_b == Committed(4, "sync")
+            ev = {"w": "a", "i": 3}
+            out_a = a.append(ev, durability="sync", idempotency_key="a3")
+            ledger.append(Entry("a3", ev, out_a))
+            assert isinstance(out_a, NotCommitted), out_a
+            assert "another writer" in out_a.reason
+            with pytest.raises(journal.JournalFailStoppedError):
+                a.append({"w": "a", "i": 4}, durability="sync")
+            ev = {"w": "b", "i": 1}
+            out_b = b.append(ev, durability="sync", idempotency_key="b1")
+            ledger.append(Entry("b1", ev, out_b))
+            assert out_b == Committed(5, "sync")
+    finally:
+        try:
+            a.close()
+        except journal.JournalFailStoppedError:
+            pass
+    counts = check(url, ledger, **options)
+    assert counts["records"] == 5
+
+
+# --- corruption ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("republish", [True, False], ids=["bit-flipped", "deleted"])
+def test_a_changed_record_is_refused(nats: Cluster, republish: bool) -> None:
+    from journal.remote.jetstream import subject_base, subject_token
+    from tests.backend_nats import tamper_message
+
+    name = f"corrupt-{uuid.uuid4().hex[:8]}"
+    url = nats.url(f"journal={name}&stream=CORRUPT&replicas=3")
+    ledger: list[Entry] = []
+    with journal.open(url, create=True) as j:
+        for i in range(1, 6):
+            ev = {"n": i, "text": "some words " * 20}
+            ledger.append(Entry(f"k{i}", ev, j.append(ev, durability="sync", idempotency_key=f"k{i}")))
+    servers = [f"nats://127.0.0.1:{p}" for p in nats.client_ports]
+    asyncio.run(tamper_message(servers, "CORRUPT", f"{subject_base('CORRUPT')}.{subject_token(name)}", 3, republish))
+    for opener in (lambda: journal.open(url, readonly=True), lambda: journal.open(url)):
+        with pytest.raises(journal.CorruptionError) as err:
+            with opener() as j:
+                j.get(3)
+                list(j.read())
+        assert err.value.seq == 3, err.value
+        assert name in str(err.value), err.value
+    with pytest.raises(journal.CorruptionError):
+        check(url, ledger)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "child":
+    sys.exit(_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+_ = json  # (kept for ad-hoc debugging of stored messages)
