@@ -6,6 +6,11 @@ repo). The SDK's modules name ``SQLiteSession`` at module level; before each of 
 this plugin replaces that name in each module with a factory of the same signature that
 returns a ``JournalSession``, so the tests exercise our store through their own assertions.
 
+With JOURNAL_SDK_STORE set to a server store URL with a ``{store}`` placeholder (for example
+``postgresql://host/db?schema={store}``), every SQLite database becomes a store of its own on
+that server, named JOURNAL_SDK_STORE_PREFIX + a digest of its path (or a fresh name for
+":memory:"), so the same tests run on a server backend (tests/test_adapters_on_servers.py).
+
 Their ``async def`` tests are marked ``@pytest.mark.asyncio``; rather than add pytest-asyncio to
 this project's test dependencies (and to every pytest run of ours), the plugin runs each one in
 a fresh event loop itself (``asyncio.run``, as pytest-asyncio does per function), and takes the
@@ -15,9 +20,11 @@ sdist's ``asyncio_*`` settings so that pytest does not warn about them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,10 +52,16 @@ def _journal_session_for_sqlite_session(
         messages_table: str = "agent_messages",
         session_settings: Any = None,
     ) -> JournalSession:
-        # SQLite's tables are per file; a directory of journals per db_path plays that part:
-        # two sessions on one db_path share it, each with its own journal. ":memory:" is a
-        # private store per instance, as an in-memory SQLite database is.
-        if str(db_path) == ":memory:":
+        # SQLite's tables are per file; a store of journals per db_path plays that part: two
+        # sessions on one db_path share it, each with its own journal. ":memory:" is a private
+        # store per instance, as an in-memory SQLite database is.
+        server = os.environ.get("JOURNAL_SDK_STORE")
+        path: str | Path
+        if server:
+            token = uuid.uuid4().hex[:12] if str(db_path) == ":memory:" else hashlib.blake2b(
+                os.fspath(db_path).encode(), digest_size=6).hexdigest()
+            path = server.replace("{store}", os.environ.get("JOURNAL_SDK_STORE_PREFIX", "sdk") + token)
+        elif str(db_path) == ":memory:":
             path = tmp_path_factory.mktemp("memory")
         else:
             path = Path(f"{os.fspath(db_path)}.journals")

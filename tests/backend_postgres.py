@@ -58,6 +58,20 @@ class PostgresBackend:
         """A store of journals (journal.store) in this backend's schema."""
         return f"{PG_URL}?schema={self.schema}"
 
+    def store_template(self) -> str:
+        """A store URL with a ``{store}`` placeholder for its name (a schema)."""
+        return f"{PG_URL}?schema={{store}}"
+
+    def drop_stores(self, prefix: str) -> None:
+        """Drop every store whose name starts with ``prefix`` (what a test made from the template)."""
+        from psycopg import sql
+
+        with connect() as conn:
+            names = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)",
+                                                (prefix,)).fetchall()]
+            for name in names:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
     def _where(self, target: str) -> tuple[str, str]:
         q = parse_qs(urlsplit(target).query)
         return q.get("schema", ["journal"])[0], q["journal"][0]

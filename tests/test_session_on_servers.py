@@ -1,0 +1,73 @@
+"""The session layer, unchanged, on the server backends: a session cut mid-turn is repaired on
+open (its closers appended on the server), replays to a closed state, and moves between backends
+with `journal copy` keeping every event. (The session store, forks and snapshots still address
+directories: docs/REMOTE.md, "Not yet".)"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import journal
+from journal import session as S
+from tests.backends import Backend, make, require_services
+from tests.test_session_repair import SESSION_ID, assert_closed, write_session
+
+SERVERS = ("postgres", "nats")
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
+    made = make(request.param, tmp_path)
+    if isinstance(made, str):
+        if require_services():
+            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
+        pytest.skip(made)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_session_cut_mid_turn_is_repaired_on_the_server(server: Backend, tmp_path: pathlib.Path) -> None:
+    full = tmp_path / "full"
+    total = write_session(full, random.Random(7))
+    target = server.target()
+    # The session as a crashed runtime left it: its events up to a point inside a turn, written
+    # to the server by `journal copy` of a prefix (a file journal cut there, then copied).
+    with journal.open(full, readonly=True) as j:
+        events = [r.event for r in j.read()]
+    cut = next(i for i in range(len(events) // 2, len(events)) if events[i]["type"] == "tool.requested") + 1
+    with journal.open(target, create=True) as j:
+        j.append_many(events[:cut], durability="sync" if server.sync_durable else "flush")
+    with S.open(target, session_id=SESSION_ID) as s:
+        report = s.repair_report
+        assert report is not None and report.changed and report.closers
+        assert_closed(s.replay().state)
+        repaired = s.journal.last_seq
+    with S.open(target) as s:  # repairing again changes nothing
+        assert s.repair_report is not None and not s.repair_report.changed
+        assert s.journal.last_seq == repaired
+    assert total > cut
+
+
+def test_a_session_moves_between_backends_with_every_event(server: Backend, tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "src"
+    write_session(src, random.Random(3))
+    target = server.target()
+    back = tmp_path / "back"
+    for a, b in ((str(src), target), (target, str(back))):
+        got = subprocess.run([sys.executable, "-m", "journal.cli", "copy", a, b], capture_output=True, text=True,
+                             timeout=120)
+        assert got.returncode == 0, got.stderr
+    with journal.open(src, readonly=True) as x, journal.open(back, readonly=True) as y:
+        assert [(r.seq, r.payload, r.key, r.synthetic) for r in x.read()] == [
+            (r.seq, r.payload, r.key, r.synthetic) for r in y.read()
+        ]
+    with S.open(target, readonly=True) as s:
+        assert_closed(s.replay().state)
