@@ -8,6 +8,8 @@ import random
 import threading
 from pathlib import Path
 
+import pytest
+
 import journal
 from journal.engine.reader import Cursor
 from journal.fs import OsFileSystem
@@ -107,3 +109,84 @@ def test_point_reads_reuse_open_segments_and_still_see_new_ones(tmp_path: pathli
             last = j.append({"late": True, "pad": "q" * 300}, durability="flush")
         assert isinstance(last, journal.Committed) and j.get(last.seq) is not None
         assert j.get(last.seq).event["late"] is True  # type: ignore[union-attr]
+
+
+# --- the dense point-read index (journal/engine/reader.py, _OpenSegment.locate) ----------------
+
+
+def _fields(rec: object) -> tuple[object, ...]:
+    assert rec is not None
+    return (rec.seq, rec.payload, rec.is_bytes, rec.key, rec.synthetic)  # type: ignore[attr-defined]
+
+
+def test_point_reads_through_the_dense_index_are_exact_everywhere(tmp_path: Path) -> None:
+    """Keyed, compressed, bytes and synthetic records, sector padding between batches, sealed
+    and live segments: every get equals what a scan reads."""
+    path = tmp_path / "j"
+    opts = {"segment_size_bytes": 64 * 1024, "sector_bytes": 4096}
+    rng = random.Random(5)
+    with journal.open(path, create=True, **opts) as j:
+        for b in range(120):
+            n = rng.randint(1, 6)
+            events: list[object] = [_event(b * 10 + k) if k % 3 else bytes(rng.randbytes(rng.randint(1, 900)))
+                                    for k in range(n)]
+            keys = [f"k{b}-{k}" if rng.random() < 0.3 else None for k in range(n)]
+            j.append_many(events, durability=rng.choice(["sync", "flush"]), idempotency_keys=keys,
+                          synthetic=rng.random() < 0.1)
+        by_scan = {r.seq: r for r in j.read()}
+        seqs = list(by_scan)
+        rng.shuffle(seqs)
+        for seq in seqs:
+            assert _fields(j.get(seq)) == _fields(by_scan[seq])
+    with journal.open(path, readonly=True) as ro:
+        for seq in seqs:
+            assert _fields(ro.get(seq)) == _fields(by_scan[seq])
+
+
+def test_a_wrong_dense_offset_is_a_miss_never_a_wrong_record(tmp_path: Path) -> None:
+    """Every offset the index gives is verified at the read (checksum, seq, kind): an offset
+    that names another record's frame is a miss, and the cursor answers."""
+    path = str(tmp_path / "j")
+    with journal.open(path, create=True) as j:
+        j.append_many([{"n": i} for i in range(1, 11)], durability="sync")
+    with journal.open(path, readonly=True) as ro:
+        assert ro.get(10) is not None  # the index now covers seqs 1..10
+        opened = next(iter(ro._segments._segments.values()))
+        opened.offsets[4], opened.offsets[5] = opened.offsets[5], opened.offsets[6]  # seq 5 "is" seq 6's frame
+        rec = ro.get(5)
+        assert rec is not None and rec.seq == 5 and rec.event == {"n": 5}
+        opened.offsets[6] = opened.offsets[6] + 3  # not a frame's start at all
+        rec = ro.get(7)
+        assert rec is not None and rec.event == {"n": 7}
+        # The index follows records appended after it was built.
+    with journal.open(path) as j:
+        j.append({"n": 11})
+    with journal.open(path, readonly=True) as ro:
+        assert ro.get(10) is not None
+        with journal.open(path) as j:
+            j.append({"n": 12})
+        rec = ro.get(12)
+        assert rec is not None and rec.event == {"n": 12}
+
+
+def test_damage_after_a_record_still_lets_it_be_read_and_damage_before_is_refused(tmp_path: Path) -> None:
+    from tests.conftest import frames_of, segments
+
+    path = tmp_path / "j"
+    opts: dict[str, object] = {"segment_size_bytes": 64 * 1024, "compress": False}
+    with journal.open(path, create=True, **opts) as j:
+        for i in range(0, 400, 10):
+            j.append_many([_event(k) for k in range(i, i + 10)], durability="sync")
+    assert len(segments(path)) >= 3
+    sealed = segments(path)[0]
+    frames = [f for f in frames_of(sealed) if f.flags & 0x000C == 0]
+    victim = frames[len(frames) // 2]
+    data = bytearray(sealed.read_bytes())
+    data[victim.payload_offset] ^= 0x10
+    sealed.write_bytes(bytes(data))
+    with journal.open(path, readonly=True, **opts) as ro:
+        assert ro.get(frames[0].seq) is not None  # before the damage: the index reaches it
+        with pytest.raises(journal.CorruptionError):
+            ro.get(victim.seq)
+        with pytest.raises(journal.CorruptionError):
+            ro.get(frames[-1].seq)  # after it, in the sealed segment: the cursor's answer

@@ -39,7 +39,7 @@ from journal.engine import format as fmt
 from journal.engine import shared, tail
 from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
 from journal.engine.options import Options
-from journal.engine.reader import Cursor, Record, SegmentCache
+from journal.engine.reader import Cursor, Record, SegmentCache, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
 from journal.engine.segment import (
     SegmentName,
@@ -754,6 +754,9 @@ class Journal(Writer):
         with self._get_mu:  # one point read at a time: they share the open-segment cache
             if check_open:
                 self._check_open()
+            rec = self._dense_get(seq)
+            if rec is not None:
+                return rec
             hint = self._index_hint(seq)
             cursor = Cursor(
                 self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
@@ -764,6 +767,31 @@ class Journal(Writer):
             finally:
                 cursor.close()
         return None
+
+    def _dense_get(self, seq: int) -> Record | None:
+        """The record at ``seq`` through the segment's dense offset index: one read of exactly
+        its frame, verified again (checksum, seq, kind), so a stale offset (a rolled-back write
+        rewritten since) is a miss, never a wrong record. None on any miss: the cursor decides."""
+        segments = self._segments.listing()
+        i = bisect.bisect_right(segments, seq, key=lambda s: s.base_seq) - 1
+        if i < 0:
+            return None
+        opened = self._segments.open(segments[i])
+        if self._journal_id and opened.header.journal_id != self._journal_id:
+            return None  # the cursor names the foreign segment
+        stored_max = min(
+            fmt.FRAME_STORED_BYTES_LIMIT, self.options.record_size_bytes_max + fmt.RECORD_STORED_OVERHEAD_BYTES_MAX
+        )
+        where = opened.locate(seq, stored_max)
+        if where is None:
+            return None
+        offset, length = where
+        buf = opened.file.pread(length, offset)
+        got = fmt.verify_frame(buf, 0, opened.header.salt)
+        if got is None or got.seq != seq or got.kind != fmt.KIND_DATA or not got.supported:
+            return None
+        frame = fmt.Frame(offset, got.seq, got.flags, got.raw_len, got.stored_len)
+        return decode_payload(frame, buf, offset, opened.seg.name, self.options.record_size_bytes_max)
 
     def _index_hint(self, seq: int) -> tuple[int, int, int] | None:
         """(live segment base seq, seq, offset) of the last index point at or before ``seq``.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -36,6 +37,7 @@ _CODEC_MASK, _ZSTD, _BYTES, _SYNTHETIC = fmt.FLAG_CODEC_MASK, fmt.CODEC_ZSTD, fm
 _SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed, or a codec decoded elsewhere
 FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
 FEW_RECORDS_CHUNK_BYTES = 128 * 1024  # two sparse-index intervals: the record is usually inside
+DENSE_CHUNK_BYTES = 256 * 1024  # what one step of a point-read index scan reads
 _local = threading.local()
 
 
@@ -87,6 +89,50 @@ class _OpenSegment:
             self.file.close()
             raise
         self.seal: fmt.SealInfo | None = None
+        # Point reads' dense index (Journal.get): the offset of every data frame from the
+        # segment's first seq on, as far as a scan has found genuine frames in sequence, and
+        # where that scan stopped. Built on the first point read, extended when a read goes
+        # past it (the live segment grows). Every use verifies the frame at its offset again.
+        self.offsets = array("Q")
+        self.scanned_to = 0
+
+    def locate(self, seq: int, stored_bytes_max: int) -> tuple[int, int] | None:
+        """(offset, bytes to read) of record ``seq``'s frame, from the dense index, or None if
+        the scan did not reach it (damage, or not yet written): the caller reads another way."""
+        i = seq - self.header.base_seq
+        if i < 0:
+            return None
+        if i + 1 >= len(self.offsets):  # the frame's end is the next one's start, or the scan's end
+            self._extend(i + 2, stored_bytes_max)
+            if i >= len(self.offsets):
+                return None
+        start = self.offsets[i]
+        end = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.scanned_to
+        return start, end - start
+
+    def _extend(self, frames_wanted: int, stored_bytes_max: int) -> None:
+        """Scan on from where the last scan stopped, a chunk at a time, until ``frames_wanted``
+        data frames are indexed or the genuine frames in sequence end (the live segment's tail,
+        damage, the seal). A chunk that ends inside a frame is read again from that frame."""
+        size = self.file.size()
+        chunk_bytes = DENSE_CHUNK_BYTES
+        while len(self.offsets) < frames_wanted:
+            start = self.scanned_to or fmt.SEGMENT_HEADER_SIZE_BYTES
+            if start >= size:
+                return
+            data = self.file.pread(min(chunk_bytes, size - start), start)
+            expected = self.header.base_seq + len(self.offsets)
+            res = fmt.scan(data, 0, self.header.salt, expected, base_offset=start)
+            for fr in res.frames:
+                if fr.stored_len > stored_bytes_max:
+                    return
+                if fr.flags & _KIND_MASK == _KIND_DATA:
+                    self.offsets.append(fr.offset)
+                self.scanned_to = fr.end
+            if res.stop != fmt.Stop.TRUNCATED or start + len(data) >= size:
+                return  # the frames stop here for a reason other than the chunk's end
+            if not res.frames:
+                chunk_bytes *= 2  # one frame larger than the chunk: read more of it at once
 
     def refresh_seal(self) -> int:
         size = self.file.size()
