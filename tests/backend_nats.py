@@ -14,6 +14,7 @@ import base64
 import json
 import pathlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from journal.engine import format as fmt
@@ -77,12 +78,39 @@ async def tamper_message(servers: list[str], stream: str, subject: str, seq: int
         await nc.close()
 
 
+async def drop_streams(servers: list[str], which: Callable[[str], bool]) -> list[str]:
+    """Delete every stream of the stores ``which`` names (by stream name) with its lock bucket
+    (``KV_<stream>_LOCKS``); the stores' names."""
+    import nats
+
+    nc = await nats.connect(servers=servers)
+    try:
+        names: list[str] = []
+        offset = 0
+        while True:
+            resp = await _request(nc, "$JS.API.STREAM.NAMES", {"offset": offset})
+            page = resp.get("streams") or []
+            names += page
+            offset += len(page)
+            if not page or offset >= int(resp.get("total", 0)):
+                break
+        stores = sorted({n for n in names if which(n)})
+        for n in names:
+            owner = n[len("KV_") : -len("_LOCKS")] if n.startswith("KV_") and n.endswith("_LOCKS") else n
+            if owner in stores:
+                await _request(nc, f"$JS.API.STREAM.DELETE.{n}", {})
+        return stores
+    finally:
+        await nc.close()
+
+
 class NatsBackend:
     name = "nats"
     sync_durable = True
 
     def __init__(self, c: Cluster) -> None:
         self.cluster = c
+        self._made: list[str] = []
 
     def target(self, name: str | None = None) -> str:
         return self.cluster.url(f"journal={name or uuid.uuid4().hex[:12]}&stream={STREAM}&replicas=3")
@@ -94,8 +122,31 @@ class NatsBackend:
         servers = [f"nats://127.0.0.1:{p}" for p in self.cluster.client_ports]
         asyncio.run(tamper_message(servers, STREAM, subject, seq))
 
+    def store_location(self) -> str:
+        """A store of journals (journal.store) of its own: a fresh R3 stream on the cluster.
+        close() deletes it."""
+        stream = f"ST{uuid.uuid4().hex[:12].upper()}"
+        self._made.append(stream)
+        return self.cluster.url(f"stream={stream}&replicas=3")
+
+    def store_template(self) -> str:
+        """A store URL with a ``{store}`` placeholder for its name (a stream)."""
+        return self.cluster.url("stream={store}&replicas=3")
+
+    def drop_stores(self, prefix: str) -> None:
+        """Delete every stream whose name starts with ``prefix`` and its lock bucket (what a test
+        made from the template)."""
+        asyncio.run(drop_streams(self.servers(), lambda name: name.startswith(prefix)))
+
+    def servers(self) -> list[str]:
+        return [f"nats://127.0.0.1:{p}" for p in self.cluster.client_ports]
+
     def close(self) -> None:
-        pass  # the cluster serves the whole session (tests/nats_cluster.py stops it at exit)
+        # The cluster serves the whole session (tests/nats_cluster.py stops it at exit); the
+        # stores this backend handed out go now.
+        made, self._made = set(self._made), []
+        if made:
+            asyncio.run(drop_streams(self.servers(), lambda name: name in made))
 
 
 def make_backend(tmp_root: pathlib.Path) -> NatsBackend | str:

@@ -340,6 +340,70 @@ def plan(seed: int, n: int = OPS_PER_ROUND) -> list[Op]:
     return [(rng.choice(KINDS), *(rng.randrange(1 << 16) for _ in range(4))) for _ in range(n)]  # type: ignore[misc]
 
 
+SERVER_ROUND_CLOCK = (9_000_000, 900_000)  # where server_round's counters start (past every round's)
+
+
+async def _server_script(store: ConversationStore) -> list[str]:
+    """server_round's writes: conversations saved in turns (two scopes), one branched and saved
+    on from the branch, one written with entries by write_record, the clock moving between so
+    that read_records' order is by time with ties. The ids of the entries written."""
+    clock = _clocks[-1]
+    ids: list[str] = []
+    a, b = Conversation(conversation_id="a"), Conversation(conversation_id="b")
+    for k in range(3):
+        a.messages += [message(2 * k), message(2 * k + 1)]
+        ids += [e.id for e in await store.save(a, scope="u1")]
+        clock.seconds += 1
+        b.messages.append(message(10 + k))
+        ids += [e.id for e in await store.save(b)]
+    current = await store.read_record("a")
+    assert current is not None
+    branched = await store.branch("a", at=2, expected_revision=current.revision, scope="u1")
+    branched.messages += [message(20), message(21)]
+    ids += [e.id for e in await store.save(branched, scope="u1")]
+    clock.seconds += 1
+    parent: str | None = None
+    entries = []
+    for i in range(4):
+        entry = ConversationEntry(id=f"c-e{i}", parent_id=parent, message=message(30 + i))
+        entries.append(entry)
+        parent = entry.id
+    record = ConversationRecord(conversation_id="c", head_id=parent, usage=RunUsage(requests=4, input_tokens=7),
+                                scope="u2", branches=[ids[0]], revision="c-rev1")
+    await store.write_record(record, new_entries=entries, expected_revision=None)
+    ids += [e.id for e in entries]
+    return ids
+
+
+async def server_round(target: str, reopen: bool) -> None:
+    """A round of writes through ``JournalConversationStore(target)`` (a server journal's URL),
+    or (``reopen``) a new store on the same target that must read back everything that round
+    wrote: records in read_records' order, every entry, every history. What it must read is
+    the same writes applied to the framework's InMemoryConversationStore."""
+    from pydantic_ai.conversation_store import InMemoryConversationStore
+
+    from journal.adapters.pydantic_ai import JournalConversationStore
+
+    with deterministic(*SERVER_ROUND_CLOCK):
+        model = InMemoryConversationStore()
+        ids = await _server_script(model)
+        want = await snapshot(model, ids)
+    store = JournalConversationStore(target)
+    try:
+        if not reopen:
+            with deterministic(*SERVER_ROUND_CLOCK):
+                assert await _server_script(store) == ids
+        got = await snapshot(store, ids)
+        assert got == want, (got, want)
+        assert [r.conversation_id for r in got[0]] == [r.conversation_id for r in want[0]]
+        assert all(not isinstance(e, tuple) for e in got[2]), "an entry written is missing"
+        for record in await store.read_records():
+            for tip in record.branches:
+                assert await store.read_history(tip) == await model.read_history(tip)
+    finally:
+        await store.close()
+
+
 def round_clock(round_no: int) -> tuple[int, int]:
     """Where a round's counters start: ids and time past every earlier round's."""
     return round_no * 1_000_000, round_no * 100_000

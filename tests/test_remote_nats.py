@@ -7,7 +7,11 @@ seqs are contiguous from 1, and no idempotency key is held twice.
 - stream leaders SIGKILLed while threads append (and restarted), at least 20 leader kills;
 - a client process SIGKILLed in the middle of a burst of batches;
 - a second writer (its claim bypassed) fenced by the expected-last-subject-sequence check;
-- a changed record refused with CorruptionError naming the journal and the seq.
+- a changed record refused with CorruptionError naming the journal and the seq;
+- the store's delete, copy and create cut short between their steps (a patched step raises,
+  the claim is left as a dead process leaves it): whole or gone, and no leftover ever read;
+- drop_prefix: readers (handles opened before it too) skip what went; a drop cut short before
+  or after its commit point (the metadata message) is skipped or finished on reopen.
 
 Skipped without nats-server, unless JOURNAL_REQUIRE_SERVICES=1 (then they fail).
 
@@ -411,6 +415,272 @@ def test_a_changed_record_is_refused(nats: Cluster, republish: bool) -> None:
         assert name in str(err.value), err.value
     with pytest.raises(journal.CorruptionError):
         check(url, ledger)
+
+
+# --- the store: delete, copy and create cut short ---------------------------------------------
+
+
+class Crash(Exception):
+    """Raised from a patched step of a store operation: the process "dies" there."""
+
+
+@pytest.fixture
+def store_url(nats: Cluster) -> Iterator[str]:
+    """A store of its own: a fresh R3 stream, deleted (with its lock bucket) afterwards."""
+    from tests.backend_nats import drop_streams
+
+    stream = f"SF{uuid.uuid4().hex[:10].upper()}"
+    yield nats.url(f"stream={stream}&replicas=3")
+    asyncio.run(drop_streams(_servers(nats), lambda name: name == stream))
+
+
+def _servers(c: Cluster) -> list[str]:
+    return [f"nats://127.0.0.1:{p}" for p in c.client_ports]
+
+
+def _stream_of(url: str) -> str:
+    from journal.remote.url import parse_url
+
+    return parse_url(url).options["stream"]
+
+
+async def _subject_counts(c: Cluster, stream: str, subjects: str) -> dict[str, int]:
+    """Messages per subject of ``stream`` matching ``subjects`` (a filter), as the server counts them."""
+    import nats as nats_py
+
+    nc = await nats_py.connect(servers=_servers(c))
+    try:
+        msg = await nc.request(f"$JS.API.STREAM.INFO.{stream}", json.dumps({"subjects_filter": subjects}).encode(),
+                               timeout=10)
+        got: dict[str, int] = (json.loads(msg.data).get("state") or {}).get("subjects") or {}
+        return got
+    finally:
+        await nc.close()
+
+
+def _records_subject(url: str, name: str) -> str:
+    from journal.remote.jetstream import subject_base, subject_token
+
+    return f"{subject_base(_stream_of(url))}.{subject_token(name)}"
+
+
+def _crash_at(monkeypatch: pytest.MonkeyPatch, owner: Any, attr: str, nth: int = 1) -> list[int]:
+    """Make the ``nth`` call of ``owner.attr`` (from now) raise Crash before it does anything,
+    and the store's claim release a no-op (a dead process releases nothing); the calls made."""
+    from journal.remote.jetstream import JetStreamJournal
+
+    inner = getattr(owner, attr)
+    calls = [0]
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == nth:
+            raise Crash(f"{attr} call {nth}")
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, step)
+    monkeypatch.setattr(JetStreamJournal, "_release_claim", lambda self, clean: None)
+    return calls
+
+
+def _after_crash(monkeypatch: pytest.MonkeyPatch, c: Cluster, url: str, name: str) -> None:
+    """The crashed process is gone: undo the patches, and its claim expires (purged here)."""
+    monkeypatch.undo()
+    asyncio.run(_bypass_claim(c, _stream_of(url), name))
+
+
+def _fill(store: Any, name: str, batches: int = 3, size: int = 10) -> list[tuple[Any, str]]:
+    """A journal of ``batches`` messages of ``size`` keyed records; (event, key) of each."""
+    written = []
+    with store.open(name, create=True) as j:
+        for b in range(batches):
+            events = [{"b": b, "i": i, "text": "words " * i} for i in range(size)]
+            keys = [f"k{b * size + i + 1}" for i in range(size)]
+            outs = j.append_many(events, durability="sync", idempotency_keys=keys)
+            assert all(isinstance(o, Committed) for o in outs), outs
+            written += list(zip(events, keys, strict=True))
+    return written
+
+
+def _whole_or_gone(store: Any, name: str, written: list[tuple[Any, str]]) -> bool:
+    """The journal is either all there (True) or gone everywhere (False), and a journal made
+    again under its name starts empty (never reads what was left)."""
+    if store.exists(name):
+        assert name in store.names()
+        with store.open(name, readonly=True) as j:
+            assert [(r.event, r.key) for r in j.read()] == written, "the journal is there, but not whole"
+        return True
+    assert name not in store.names()
+    with pytest.raises(journal.JournalNotFoundError):
+        store.open(name)
+    with store.open(name, create=True) as j:
+        assert list(j.read()) == [] and j.last_seq == 0
+        assert j.append({"new": 1}, durability="sync", idempotency_key="k1") == Committed(1, "sync")
+    with store.open(name, readonly=True) as j:
+        assert [r.event for r in j.read()] == [{"new": 1}]
+    return False
+
+
+@pytest.mark.parametrize("step", [1, 2], ids=["at-metadata-purge", "at-records-purge"])
+def test_store_delete_cut_short_is_whole_or_gone(nats: Cluster, store_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                  step: int) -> None:
+    from journal.remote.jetstream import JetStreamJournal
+
+    store = journal.store(store_url)
+    written = _fill(store, "victim")
+    with store.open("victim"):
+        with pytest.raises(journal.JournalLockedError):
+            store.delete("victim")  # a writer holds the claim
+    _crash_at(monkeypatch, JetStreamJournal, "_purge", step)
+    with pytest.raises(Crash):
+        store.delete("victim")
+    _after_crash(monkeypatch, nats, store_url, "victim")
+    left = asyncio.run(_subject_counts(nats, _stream_of(store_url), _records_subject(store_url, "victim")))
+    assert _whole_or_gone(store, "victim", written) is (step == 1)
+    assert left, "the crash left the records (the point of this test)"
+    store.delete("victim")
+    assert store.names() == [] and not store.exists("victim")
+    assert asyncio.run(_subject_counts(nats, _stream_of(store_url), ">")) == {}
+
+
+@pytest.mark.parametrize("where", ["mid-records", "before-metadata"])
+def test_store_copy_cut_short_leaves_no_target(nats: Cluster, store_url: str, monkeypatch: pytest.MonkeyPatch,
+                                               where: str) -> None:
+    from journal.remote import jetstream_store
+    from journal.remote.jetstream import JetStreamJournal
+
+    store = journal.store(store_url)
+    written = _fill(store, "src", batches=4)
+    if where == "mid-records":
+        _crash_at(monkeypatch, jetstream_store, "reframe", 3)  # two messages copied, the third not
+    else:
+        _crash_at(monkeypatch, JetStreamJournal, "_publish_meta")
+    with pytest.raises(Crash):
+        store.copy("src", "dst")
+    _after_crash(monkeypatch, nats, store_url, "dst")
+    left = asyncio.run(_subject_counts(nats, _stream_of(store_url), _records_subject(store_url, "dst")))
+    assert store.names() == ["src"]
+    assert _whole_or_gone(store, "src", written)
+    assert not _whole_or_gone(store, "dst", [])  # absent; made again, it reads nothing of the copy
+    assert left, "the crash left copied records (the point of this test)"
+    store.delete("dst")
+    store.copy("src", "dst")  # and a copy after the crash is whole, keys included
+    assert _whole_or_gone(store, "dst", written)
+    with store.open("dst") as j:
+        again = j.append(written[5][0], durability="sync", idempotency_key=written[5][1])
+        assert again == Committed(6, "sync", duplicate=True, reason=again.reason), again
+
+
+def test_create_purges_leftovers_before_its_metadata(nats: Cluster, store_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from journal.remote.jetstream import JetStreamJournal
+
+    store = journal.store(store_url)
+    _fill(store, "again")
+    _crash_at(monkeypatch, JetStreamJournal, "_purge", 2)  # a delete that purged the metadata only
+    with pytest.raises(Crash):
+        store.delete("again")
+    _after_crash(monkeypatch, nats, store_url, "again")
+    _crash_at(monkeypatch, JetStreamJournal, "_purge", 1)  # the create's purge of those leftovers
+    with pytest.raises(Crash):
+        store.open("again", create=True)
+    _after_crash(monkeypatch, nats, store_url, "again")
+    if store.exists("again"):  # whatever the create did before its crash, it reads clean
+        with store.open("again", readonly=True) as j:
+            assert list(j.read()) == []
+    assert not _whole_or_gone(store, "again", [])
+
+
+# --- retention: drop_prefix -------------------------------------------------------------------
+
+
+def _journal_of(store_url: str, name: str) -> str:
+    return store_url + f"&journal={name}"
+
+
+def test_drop_prefix_readers_skip_what_was_dropped(nats: Cluster, store_url: str) -> None:
+    from journal.api import PrefixDrop, Retention
+
+    store = journal.store(store_url)
+    written = _fill(store, "pr", batches=5)  # messages of seqs 1-10, 11-20, ..., 41-50
+    url = _journal_of(store_url, "pr")
+    subject = _records_subject(store_url, "pr")
+    reader = journal.open(url, readonly=True)
+    try:
+        assert len(list(reader.read())) == 50 and reader.get(5) is not None
+        with journal.open(url) as w:
+            assert isinstance(w, Retention)
+            w.seal()
+            assert w.drop_prefix(1) == PrefixDrop(1)  # nothing before seq 1
+            assert w.drop_prefix(25) == PrefixDrop(21)  # whole messages only: 21-30 holds 25
+            assert w.first_seq == 21
+            assert [r.seq for r in w.read()] == list(range(21, 51))
+            assert w.get(20) is None and w.get(21) is not None
+            assert asyncio.run(_subject_counts(nats, _stream_of(store_url), subject)) == {subject: 3}
+            # a handle opened before the drop: no record below first seq, no corruption
+            assert [r.seq for r in reader.read()] == list(range(21, 51))
+            assert reader.get(5) is None and reader.first_seq == 21
+            assert [r.seq for r in reader.follow(0, idle_timeout_s=0.3)] == list(range(21, 51))
+            # a key of a dropped record is forgotten: its retry is written anew
+            out = w.append(written[2][0], durability="sync", idempotency_key=written[2][1])
+            assert out == Committed(51, "sync"), out
+            dup = w.append(written[30][0], durability="sync", idempotency_key=written[30][1])
+            assert isinstance(dup, Committed) and dup.duplicate and dup.seq == 31
+            assert w.drop_prefix(10_000) == PrefixDrop(51)  # never the last message
+            assert [r.seq for r in w.read()] == [51]
+        assert [r.seq for r in reader.read()] == [51] and reader.get(50) is None
+    finally:
+        reader.close()
+    with journal.open(url) as w:  # reopened: the first seq and the keys as they were left
+        assert w.first_seq == 51 and w.last_seq == 51 and [r.seq for r in w.read()] == [51]
+        out = w.append(written[2][0], durability="sync", idempotency_key=written[2][1])
+        assert isinstance(out, Committed) and out.duplicate and out.seq == 51
+    with pytest.raises(journal.ReadOnlyError), journal.open(url, readonly=True) as r:
+        r.drop_prefix(52)
+
+
+@pytest.mark.parametrize("step", ["metadata", "deletes"])
+def test_drop_prefix_cut_short(nats: Cluster, store_url: str, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    from journal.remote.jetstream import JetStreamJournal
+
+    store = journal.store(store_url)
+    written = _fill(store, "cut", batches=5)
+    url = _journal_of(store_url, "cut")
+    subject = _records_subject(store_url, "cut")
+    reader = journal.open(url, readonly=True)
+    try:
+        assert len(list(reader.read())) == 50
+        w = journal.open(url)
+        attr = "_publish_meta" if step == "metadata" else "_purge_below"
+        inner = getattr(JetStreamJournal, attr)
+
+        def crash(*args: Any, **kwargs: Any) -> Any:
+            raise Crash(attr)
+
+        monkeypatch.setattr(JetStreamJournal, attr, crash)
+        with pytest.raises(Crash):
+            w.drop_prefix(25)
+        monkeypatch.setattr(JetStreamJournal, attr, inner)
+        w.close()
+        first = 1 if step == "metadata" else 21  # before its commit point: nothing; after: in effect
+        counts = asyncio.run(_subject_counts(nats, _stream_of(store_url), subject))
+        with journal.open(url, readonly=True) as fresh:
+            for r in (reader, fresh):  # opened before the drop, and after it
+                assert [x.seq for x in r.read()] == list(range(first, 51))
+                assert (r.get(5) is None) is (first > 5)
+                assert [x.seq for x in r.follow(0, idle_timeout_s=0.3)] == list(range(first, 51))
+        assert counts == {subject: 5}, "the crash left every message in place (the point of this test)"
+        with journal.open(url) as w:  # the next writer's open removes what the drop left
+            assert w.first_seq == first
+            assert [x.seq for x in w.read()] == list(range(first, 51))
+            out = w.append(written[2][0], durability="sync", idempotency_key=written[2][1])
+            assert isinstance(out, Committed) and out.duplicate is (first == 1), out
+            if first > 1:
+                assert any("removed" in a for a in w.recovery.actions), w.recovery.actions
+        want = 5 if first == 1 else 3 + 1  # (the retry of a dropped key is a new message)
+        assert asyncio.run(_subject_counts(nats, _stream_of(store_url), subject)) == {subject: want}
+    finally:
+        reader.close()
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "child":

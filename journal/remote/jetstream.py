@@ -52,7 +52,7 @@ import time
 from array import array
 from collections.abc import Coroutine, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import nats
 import nats.errors
@@ -63,7 +63,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api as js_api
 
-from journal.api import RecoveryReport
+from journal.api import Journal, PrefixDrop, RecoveryReport, Retention
 from journal.engine import format as fmt
 from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
 from journal.engine.options import Options
@@ -107,7 +107,8 @@ SCAN_CHUNK_MSGS: Final = 256
 SCAN_CHUNK_BYTES: Final = 8 * 1024 * 1024
 FOLLOW_POLL_INTERVAL_S: Final = 0.02
 FENCE_TRIES_MAX: Final = 16
-OPTIONS: Final = ("stream", "replicas", "connect_timeout_s", "ack_timeout_s", "claim_ttl_s")
+OPTIONS: Final = ("stream", "replicas", "connect_timeout_s", "ack_timeout_s", "claim_ttl_s", "record_size_bytes_max",
+                  "compress")
 
 H_SEQ: Final = "Journal-Seq"
 H_COUNT: Final = "Journal-Count"
@@ -222,6 +223,7 @@ class _Loop:
     _mu = threading.Lock()
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
+    _stopping: set[asyncio.Future[None]] = set()  # readers being stopped from the loop's own thread
 
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
@@ -258,6 +260,21 @@ class _Loop:
         except BaseException:
             fut.cancel()
             raise
+
+
+    @classmethod
+    def stop_soon(cls, reader: _OrderedReader) -> None:
+        """Stop a reader: waited for, or (when a generator holding it is finalized on the loop's
+        own thread, by the garbage collector) scheduled."""
+        if cls._thread is threading.current_thread():
+            task = asyncio.ensure_future(reader.stop())
+            cls._stopping.add(task)
+            task.add_done_callback(cls._stopping.discard)
+            return
+        try:
+            cls.call(reader.stop(), 10.0)
+        except (_Lost, _Refused, nats.errors.Error, OSError):
+            pass
 
 
 # --- one connection --------------------------------------------------------------------------
@@ -377,6 +394,22 @@ class _Conn:
             pass
 
 
+def _span_of(m: _StoredMsg) -> tuple[int, int] | None:
+    """(first seq, record count) of a message; a fence is (the seq after it, 0). None if its
+    headers are not valid."""
+    try:
+        if m.headers.get(H_KIND) == KIND_FENCE:
+            return int(m.headers[H_SEQ]) + 1, 0
+        return int(m.headers[H_SEQ]), int(m.headers[H_COUNT])
+    except (KeyError, ValueError):
+        return None
+
+
+def msg_id(journal_id: bytes, first_seq: int, body: bytes) -> str:
+    """The Nats-Msg-Id of a message of records: the journal's id, its first seq, a digest of its body."""
+    return f"{journal_id.hex()}.{first_seq}.{xxhash.xxh64_hexdigest(body)}"
+
+
 def _servers_of(parsed: RemoteURL) -> list[str]:
     netloc = parsed.server.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
     cred = ""
@@ -422,11 +455,7 @@ class JetStreamJournal:
         self,
         parsed: RemoteURL,
         readonly: bool,
-        stream: str,
-        replicas: int,
-        connect_timeout_s: float,
-        ack_timeout_s: float,
-        claim_ttl_s: float,
+        settings: Settings,
     ) -> None:
         name = parsed.journal
         if name is None:
@@ -434,11 +463,12 @@ class JetStreamJournal:
         self._parsed = parsed
         self._where = parsed.display()
         self._readonly = readonly
+        stream = settings.stream
         self._stream = stream
-        self._replicas_asked = replicas
-        self._connect_timeout_s = connect_timeout_s
-        self._ack_timeout_s = ack_timeout_s
-        self._claim_ttl_s = claim_ttl_s
+        self._replicas_asked = settings.replicas
+        self._connect_timeout_s = settings.connect_timeout_s
+        self._ack_timeout_s = settings.ack_timeout_s
+        self._claim_ttl_s = settings.claim_ttl_s
         self._name = name
         self._token = subject_token(name)
         base = subject_base(stream)
@@ -447,7 +477,7 @@ class JetStreamJournal:
         self._meta_subject = f"{base}-meta.{self._token}"
         self._bucket = f"{stream}_LOCKS"
         self._claim_subject = f"$KV.{self._bucket}.{self._token}"
-        self._options = Options()
+        self._options = settings.options
         self._recovery = RecoveryReport()
         self._conn: _Conn | None = None
         self._replicas = 0
@@ -455,6 +485,8 @@ class JetStreamJournal:
         self._journal_id = b""
         self._salt = 0
         self._first_seq = 1
+        self._meta: dict[str, Any] = {}  # the journal's metadata message as read (or last written)
+        self._meta_sseq = 0  # its stream sequence
         # Per message of the journal, in order: its first seq and its stream sequence.
         self._idx_first = array("Q")
         self._idx_sseq = array("Q")
@@ -480,8 +512,7 @@ class JetStreamJournal:
     def _call(self, coro: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
         return _Loop.call(coro, timeout_s + 5.0)
 
-    def _open(self, create: bool, lock_timeout_s: float) -> None:
-        deadline = time.monotonic() + self._connect_timeout_s
+    def _connect(self) -> None:
         servers = _servers_of(self._parsed)
         try:
             self._conn = self._call(_Conn.connect(servers, self._connect_timeout_s), self._connect_timeout_s)
@@ -493,15 +524,28 @@ class JetStreamJournal:
                 exc,
             ) from exc
         self._payload_max = int(self._conn.nc.max_payload) - HEADERS_ROOM_BYTES
+
+    def _open(self, create: bool, lock_timeout_s: float) -> None:
+        deadline = time.monotonic() + self._connect_timeout_s
+        self._connect()
         last: BaseException | None = None
         clean = created = True
         while True:
             try:
                 self._open_stream(create)
-                created = self._open_meta(create)
                 if not self._readonly:
+                    # The claim first: a journal is made, copied onto, deleted and written only
+                    # under its claim, so what the metadata says cannot change under this open.
                     clean = self._take_claim(lock_timeout_s, deadline)
+                try:
+                    created = self._open_meta(create)
+                except JournalNotFoundError:
+                    if self._claim_rev:
+                        self._release_claim(clean=clean)  # nothing was touched: leave the claim as it was
+                    raise
                 self._scan_all()
+                if not self._readonly:
+                    self._purge_dropped()
                 if not self._readonly and not created and not clean:
                     self._fence()
                 break
@@ -527,7 +571,39 @@ class JetStreamJournal:
             actions=self._recovery.actions,
         )
         if not self._readonly:
-            self._claim_task = asyncio.run_coroutine_threadsafe(self._refresh_claim(), _Loop.get())
+            self._keep_claim()
+
+    def _keep_claim(self) -> None:
+        """Start refreshing the claim this handle holds (until _release_claim)."""
+        self._claim_task = asyncio.run_coroutine_threadsafe(self._refresh_claim(), _Loop.get())
+
+    def _abandon(self, clean: bool = False) -> None:
+        """After a failed open: release what the open took (the claim, the connection)."""
+        self._closed = True
+        if self._claim_rev:
+            self._release_claim(clean=clean)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                _Loop.call(conn.close(), 10.0)
+            except (_Lost, nats.errors.Error, OSError):
+                pass
+
+    @classmethod
+    def _control(cls, parsed: RemoteURL, settings: Settings, conn: _Conn) -> JetStreamJournal:
+        """A handle on one journal's place in the stream (its subjects, its claim) for a store's
+        operation, on the store's connection: nothing is read or claimed yet. ``_detach`` ends it."""
+        j = cls(parsed, False, settings)
+        j._conn = conn
+        j._payload_max = int(conn.nc.max_payload) - HEADERS_ROOM_BYTES
+        return j
+
+    def _detach(self, clean: bool) -> None:
+        """The end of a ``_control`` handle: its claim released, the store's connection left open."""
+        self._closed = True
+        if self._claim_rev:
+            self._release_claim(clean=clean)
+        self._conn = None
 
     def _api(self, subject: str, req: dict[str, Any] | None) -> dict[str, Any]:
         conn = self._c()
@@ -580,7 +656,8 @@ class JetStreamJournal:
             # Made meanwhile by another open (or refused for a reason INFO will tell).
             return self._api(f"$JS.API.STREAM.INFO.{self._stream}", None)
 
-    def _read_meta(self) -> dict[str, Any] | None:
+    def _read_meta(self) -> tuple[dict[str, Any], int] | None:
+        """The journal's metadata message (the last on its meta subject) and its stream sequence."""
         got = self._call(
             self._c().get_msg(self._stream, {"last_by_subj": self._meta_subject}, self._ack_timeout_s),
             self._ack_timeout_s,
@@ -594,47 +671,79 @@ class JetStreamJournal:
             journal_id = bytes.fromhex(meta["id"])
             if len(journal_id) != records.JOURNAL_ID_BYTES or int(meta["first_seq"]) < 1:
                 raise ValueError("bad id or first seq")
+            int(meta.get("first_sseq", 0))
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptionError(
                 f"{self._where} (stream {self._stream}, message {got.sseq})", 0, None,
                 f"the journal's metadata message is not readable ({exc})",
             ) from None
-        return meta
+        return meta, got.sseq
+
+    def _new_meta(self, journal_id: bytes, first_seq: int, first_sseq: int) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "journal": self._name,
+            "id": journal_id.hex(),
+            "first_seq": first_seq,
+            "first_sseq": first_sseq,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    def _publish_meta(self, meta: dict[str, Any], expect_sseq: int) -> int:
+        """Publish ``meta`` as the journal's metadata, chained on the meta subject's last message
+        (0: none, the journal's creation); its stream sequence. _Refused (a wrong expected
+        sequence: someone else changed it) or _Lost."""
+        headers = {H_EXPECT_SUBJECT_SEQ: str(expect_sseq), H_EXPECT_STREAM: self._stream}
+        ack = self._call(
+            self._c().publish(self._meta_subject, json.dumps(meta).encode(), headers, self._ack_timeout_s),
+            self._ack_timeout_s,
+        )
+        return int(ack["seq"])
+
+    def _purge(self, subject: str, before_sseq: int = 0, keep: int = 0) -> int:
+        """STREAM.PURGE of ``subject``'s messages (those below stream sequence ``before_sseq``, or
+        all but the last ``keep``, or all); how many went."""
+        req: dict[str, Any] = {"filter": subject}
+        if before_sseq:
+            req["seq"] = before_sseq
+        if keep:
+            req["keep"] = keep
+        return int(self._api(f"$JS.API.STREAM.PURGE.{self._stream}", req).get("purged", 0))
 
     def _open_meta(self, create: bool) -> bool:
         """Read (or, with ``create``, make) the journal's metadata; whether this call made it."""
-        meta = self._read_meta()
+        found = self._read_meta()
         created = False
-        if meta is None:
+        if found is None:
             if not create:
                 raise JournalNotFoundError(self._where)
-            new = {
-                "format": FORMAT,
-                "journal": self._name,
-                "id": records.new_journal_id().hex(),
-                "first_seq": 1,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            headers = {H_EXPECT_SUBJECT_SEQ: "0", H_EXPECT_STREAM: self._stream}
+            # What a delete or a copy cut short left on the subject goes before the journal has
+            # its name again (under the claim, so nobody else writes there meanwhile): a new
+            # journal never reads another's leftovers.
+            left = self._purge(self._subject)
+            if left:
+                self._recovery.actions.append(f"removed {left} messages a delete or a copy cut short left behind")
+            new = self._new_meta(records.new_journal_id(), 1, 0)
             try:
-                self._call(
-                    self._c().publish(self._meta_subject, json.dumps(new).encode(), headers, self._ack_timeout_s),
-                    self._ack_timeout_s,
-                )
+                self._publish_meta(new, 0)
                 created = True
             except _Refused as exc:
                 if exc.err_code not in ERR_WRONG_LAST_SEQ:
                     raise
-            meta = self._read_meta()
-            if meta is None:
+            found = self._read_meta()
+            if found is None:
                 raise _Lost("the journal's metadata message is not there yet")
-            created = created and meta["id"] == new["id"]
+            created = created and found[0]["id"] == new["id"]
             if created:
                 self._recovery.actions.append("created journal")
+        self._set_meta(*found)
+        return created
+
+    def _set_meta(self, meta: dict[str, Any], sseq: int) -> None:
+        self._meta, self._meta_sseq = meta, sseq
         self._journal_id = bytes.fromhex(meta["id"])
         self._salt = records.salt_of(self._journal_id)
         self._first_seq = int(meta["first_seq"])
-        return created
 
     # --- the claim -------------------------------------------------------------------------
 
@@ -846,25 +955,23 @@ class JetStreamJournal:
                 if not chunk or chunk[-1].sseq >= end_sseq:
                     return
         finally:
-            try:
-                self._call(reader.stop(), 5.0)
-            except (_Lost, _Refused, nats.errors.Error, OSError):
-                pass
+            _Loop.stop_soon(reader)
 
     def _scan_all(self) -> None:
-        """Build the index and the key map from the whole subject (open)."""
+        """Build the index and the key map from the whole subject (open), from the first message
+        kept by the last drop_prefix."""
         self._idx_first = array("Q")
         self._idx_sseq = array("Q")
         self._keys = {}
         self._last_sseq = 0
         self._stored_seq = self._first_seq - 1
-        self._catch_up()
+        self._catch_up(int(self._meta.get("first_sseq", 0)))
 
-    def _catch_up(self) -> int:
+    def _catch_up(self, start_sseq: int = 0) -> int:
         """Read what was appended after what this handle knows; how many records came."""
         came = 0
-        for m in self._messages(self._last_sseq + 1):
-            recs = self._decode(m, self._stored_seq + 1)
+        msgs = self._messages(max(self._last_sseq + 1, start_sseq))
+        for m, recs in self._verified(msgs, self._stored_seq + 1):
             with self._mu:
                 if recs:
                     self._idx_first.append(recs[0].seq)
@@ -874,9 +981,88 @@ class JetStreamJournal:
                             self._keys[r.key] = (r.seq, xxhash.xxh64_intdigest(r.payload))
                     self._stored_seq = recs[-1].seq
                     came += len(recs)
-                self._last_sseq = m.sseq
+                self._last_sseq = max(self._last_sseq, m.sseq)
                 self._next_seq = max(self._next_seq, self._stored_seq + 1)
         return came
+
+    def _verified(self, msgs: Iterable[_StoredMsg], expect: int) -> Iterator[tuple[_StoredMsg, list[Record]]]:
+        """Each of ``msgs`` with its records, verified to continue the journal at seq ``expect``,
+        none below the journal's first seq: a message whose records all lie below it (dropped by
+        drop_prefix, or left by one cut short) yields none. A gap sends a read-only handle to
+        the metadata once more (a drop of the writer may have moved the first seq since)."""
+        try:
+            yield from self._verify_each(msgs, expect)
+        finally:
+            close = getattr(msgs, "close", None)
+            if close is not None:
+                close()  # now, on this thread: the reader of a generator of messages is stopped
+
+    def _verify_each(self, msgs: Iterable[_StoredMsg], expect: int) -> Iterator[tuple[_StoredMsg, list[Record]]]:
+        first_seq = self._first_seq
+        expect = max(expect, first_seq)
+        for m in msgs:
+            span = _span_of(m)
+            if span is None:
+                self._decode(m, expect)  # raises: the headers are not valid
+                continue
+            lo, count = span
+            if lo > expect:
+                first_seq = self._first_seq_now()
+                expect = max(expect, first_seq)
+            if (lo + count <= first_seq) if count else (lo < first_seq):
+                yield m, []
+                continue
+            if count and lo < first_seq < lo + count and expect == first_seq:
+                recs = [r for r in self._decode(m, lo) if r.seq >= first_seq]  # straddles the first seq
+            else:
+                recs = self._decode(m, expect)
+            if recs:
+                expect = recs[-1].seq + 1
+            yield m, recs
+
+    def _first_seq_now(self) -> int:
+        """The journal's first seq as the server has it now. A writer's own is current (only it
+        drops); a read-only handle reads the metadata again."""
+        if not self._readonly:
+            return self._first_seq
+        found = self._read_meta()
+        if found is not None and found[0]["id"] == self._journal_id.hex():
+            self._advance_first(int(found[0]["first_seq"]))
+        return self._first_seq
+
+    def _refresh_first_io(self) -> None:
+        try:
+            self._first_seq_now()
+        except (_Lost, _Refused) as exc:
+            raise _io_error(self._where, "reading the journal's metadata failed", exc, doing="reading") from exc
+
+    def _advance_first(self, first_seq: int) -> None:
+        """The journal begins at ``first_seq`` now: forget what lies below (index, keys)."""
+        with self._mu:
+            if first_seq <= self._first_seq:
+                return
+            self._first_seq = first_seq
+            i = bisect.bisect_right(self._idx_first, first_seq) - 1
+            if i > 0:
+                del self._idx_first[:i]
+                del self._idx_sseq[:i]
+            self._keys = {k: v for k, v in self._keys.items() if v[0] >= first_seq}
+            self._stored_seq = max(self._stored_seq, first_seq - 1)
+            self._next_seq = max(self._next_seq, self._stored_seq + 1)
+
+    def _purge_dropped(self) -> None:
+        """A writer's open: remove the messages a drop_prefix cut short left below the first seq."""
+        if self._first_seq <= 1 or not self._idx_sseq:
+            return
+        keep_from = self._idx_sseq[0]
+        lowest = self._call(
+            self._c().get_msg(self._stream, {"seq": 1, "next_by_subj": self._subject}, self._ack_timeout_s),
+            self._ack_timeout_s,
+        )
+        if lowest is not None and lowest.sseq < keep_from:
+            n = self._purge(self._subject, before_sseq=keep_from)
+            self._recovery.actions.append(f"removed {n} messages below first seq {self._first_seq} (a drop_prefix "
+                                          "cut short)")
 
     def _fence(self) -> None:
         """Publish a fence chained on the last message read, so nothing an earlier writer still
@@ -1175,7 +1361,7 @@ class JetStreamJournal:
         headers = {
             H_SEQ: str(first),
             H_COUNT: str(len(run)),
-            H_MSG_ID: f"{self._journal_id.hex()}.{first}.{xxhash.xxh64_hexdigest(body)}",
+            H_MSG_ID: msg_id(self._journal_id, first, body),
             H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
             H_EXPECT_STREAM: self._stream,
         }
@@ -1244,11 +1430,12 @@ class JetStreamJournal:
         self._check_open()
         if not self._readonly:
             self.flush()
+        else:
+            self._refresh_first_io()
         start, expect = self._start_of(after_seq)
         try:
-            for m in self._messages(start):
-                for rec in self._decode(m, expect):
-                    expect = rec.seq + 1
+            for _m, recs in self._verified(self._messages(start), expect):
+                for rec in recs:
                     if rec.seq > after_seq:
                         yield rec
         except (_Lost, _Refused) as exc:
@@ -1262,6 +1449,8 @@ class JetStreamJournal:
         stop: threading.Event | None = None,
     ) -> Iterator[Record]:
         self._check_open()
+        if self._readonly:
+            self._refresh_first_io()
         start, expect = self._start_of(after_seq)
         reader = _OrderedReader(self._c(), self._stream, self._subject, start, self._ack_timeout_s)
         try:
@@ -1281,8 +1470,12 @@ class JetStreamJournal:
                         return
                     continue
                 idle_since = now
-                for m in got:
-                    for rec in self._decode(m, expect):
+                try:
+                    verified = list(self._verified(got, expect))
+                except (_Lost, _Refused) as exc:
+                    raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
+                for _m, recs in verified:
+                    for rec in recs:
                         expect = rec.seq + 1
                         if rec.seq > after_seq:
                             yield rec
@@ -1293,9 +1486,11 @@ class JetStreamJournal:
                 pass
 
     def get(self, seq: int) -> Record | None:
+        self._check_open()
+        if self._readonly:
+            self._refresh_first_io()
         if seq < self._first_seq:
             return None
-        self._check_open()
         if not self._readonly:
             self.flush()
         if seq > self._stored_seq and self._readonly:
@@ -1310,6 +1505,12 @@ class JetStreamJournal:
         except (_Lost, _Refused) as exc:
             raise _io_error(self._where, "reading the journal's stream failed", exc, doing="reading") from exc
         if m is None:
+            try:
+                first_seq = self._first_seq_now()
+            except (_Lost, _Refused) as exc:
+                raise _io_error(self._where, "reading the journal's metadata failed", exc, doing="reading") from exc
+            if seq < first_seq:
+                return None  # dropped by a drop_prefix since
             raise CorruptionError(self._where_msg(sseq), 0, seq, "the message that held this record is gone "
                                                                   "(deleted from the stream)")
         for rec in self._decode(m, first):
@@ -1342,6 +1543,77 @@ class JetStreamJournal:
         if rec is None:
             return NotCommitted("resolved: the journal ends before this record's seq")
         return NotCommitted("resolved: another record holds this record's seq")
+
+    # --- retention -------------------------------------------------------------------------
+
+    def seal(self) -> None:
+        """Nothing to seal on a stream: every batch is a message of its own, and whole messages
+        are what drop_prefix deletes, so what is appended after this call (in one append_many:
+        one message) outlives a drop of everything before it. Writes what this handle buffered
+        (so it does not share the next message) and checks that the handle can write."""
+        self._check_open()
+        if self._readonly:
+            raise ReadOnlyError("seal")
+        if self._failed is not None:
+            raise JournalFailStoppedError(self._failed)
+        self.flush()
+
+    def drop_prefix(self, before_seq: int) -> PrefixDrop:
+        """Delete the records before ``before_seq``, whole messages at a time (retention).
+
+        Every message whose records all come before ``before_seq`` and that is followed by
+        another message of records goes (never the last one: the writer's expected sequence is
+        chained on it); the journal then begins at the first seq of the first message kept. A new
+        metadata message naming that seq (and the message's stream sequence) is published first,
+        chained on the last one: once it is acknowledged the drop is in effect, and readers skip
+        whatever lies below (every handle: a read-only one reads the metadata again at each read,
+        follow and point read). Then one STREAM.PURGE deletes the messages below it; a crash or a
+        failure before that leaves messages no reader returns, which the next writer's open
+        removes. Keys of dropped records are forgotten (a retry of one is written anew).
+        ``bytes_dropped`` is not tracked (0). Exclusive writers only.
+        """
+        if isinstance(before_seq, bool) or not isinstance(before_seq, int) or before_seq < 1:
+            raise InvalidArgumentError(f"before_seq must be an int >= 1, not {before_seq!r}")
+        self._check_open()
+        if self._readonly:
+            raise ReadOnlyError("drop_prefix")
+        self.flush()
+        with self._wmu:  # no batch on the wire meanwhile: the index holds every message
+            if self._failed is not None:
+                raise JournalFailStoppedError(self._failed)
+            with self._mu:
+                k = bisect.bisect_right(self._idx_first, before_seq) - 1
+                if k <= 0 or self._idx_first[k] <= self._first_seq:
+                    return PrefixDrop(self._first_seq)
+                first, keep_sseq = int(self._idx_first[k]), int(self._idx_sseq[k])
+            meta = {**self._meta, "first_seq": first, "first_sseq": keep_sseq}
+            try:
+                meta_sseq = self._publish_meta(meta, self._meta_sseq)
+            except _Refused as exc:
+                why = f"the journal's metadata changed under its writer ({exc.reason}): was it deleted?"
+                if exc.err_code in ERR_WRONG_LAST_SEQ:
+                    self._fail(why)
+                raise _io_error(self._where, f"drop_prefix was refused, nothing was dropped: {why}", exc,
+                                doing="dropping a prefix of") from exc
+            except (_Lost, nats.errors.Error, OSError) as exc:
+                self._fail(f"the ack of a drop_prefix's metadata was lost ({exc})")
+                raise _io_error(self._where, "the ack of drop_prefix's metadata message was lost: whether the "
+                                "drop is in effect is unknown (reopen the journal and read first_seq)", exc,
+                                doing="dropping a prefix of") from exc
+            # From here the drop is in effect.
+            self._meta, self._meta_sseq = meta, meta_sseq
+            self._advance_first(first)
+            self._purge_below(keep_sseq)
+        return PrefixDrop(first)
+
+    def _purge_below(self, keep_sseq: int) -> None:
+        """The deletes of a drop_prefix in effect: the messages below ``keep_sseq``, then the
+        metadata messages before the last. A failure leaves them to the next writer's open."""
+        try:
+            self._purge(self._subject, before_sseq=keep_sseq)
+            self._purge(self._meta_subject, keep=1)
+        except (_Lost, _Refused):
+            pass
 
     # --- closing ---------------------------------------------------------------------------
 
@@ -1453,14 +1725,10 @@ def open_journal(
     ``replicas`` (the stream's and the lock bucket's replicas when this call creates them),
     ``connect_timeout_s`` (10), ``ack_timeout_s`` (10: how long a publish's ack is awaited before
     its records are AckLost), ``claim_ttl_s`` (30: the lock bucket's max_age when this call creates
-    it; a dead writer's claim expires that long after its last refresh).
+    it; a dead writer's claim expires that long after its last refresh), ``record_size_bytes_max``
+    and ``compress`` (the encoding's, as the file engine takes them).
     """
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown option(s) {', '.join(unknown)} for a journal on NATS; it takes: {', '.join(OPTIONS)} "
-            "(the file engine's storage options do not apply)"
-        )
+    settings = settings_of(parsed, options)
     if create and readonly:
         raise InvalidArgumentError("create=True needs a writable journal; drop readonly=True")
     if writer == "shared":
@@ -1472,27 +1740,50 @@ def open_journal(
         raise InvalidArgumentError(f"writer must be 'exclusive' or 'shared', not {writer!r}")
     if isinstance(lock_timeout_s, bool) or not isinstance(lock_timeout_s, (int, float)) or lock_timeout_s < 0:
         raise InvalidArgumentError(f"lock_timeout_s must be a number >= 0, not {lock_timeout_s!r}")
+    j = JetStreamJournal(parsed, readonly, settings)
+    try:
+        j._open(create, float(lock_timeout_s))
+    except BaseException:
+        j._abandon()
+        raise
+    return j
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options of a journal (and of a store) on NATS, checked (``settings_of``)."""
+
+    stream: str
+    replicas: int
+    connect_timeout_s: float
+    ack_timeout_s: float
+    claim_ttl_s: float
+    options: Options
+
+
+def settings_of(parsed: RemoteURL, options: dict[str, Any]) -> Settings:
+    """The URL's options merged with ``options`` (keywords win), checked: InvalidArgumentError."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s) {', '.join(unknown)} for a journal on NATS; it takes: {', '.join(OPTIONS)} "
+            "(the file engine's storage options do not apply)"
+        )
     merged: dict[str, Any] = {**parsed.options, **options}
     stream = _check_stream_name(merged.get("stream", STREAM_DEFAULT))
     replicas = _number(merged, "replicas", REPLICAS_DEFAULT, int, 1, 5)
     connect_timeout_s = _number(merged, "connect_timeout_s", CONNECT_TIMEOUT_S_DEFAULT, float, 0.1, 3600)
     ack_timeout_s = _number(merged, "ack_timeout_s", ACK_TIMEOUT_S_DEFAULT, float, 0.05, 3600)
     claim_ttl_s = _number(merged, "claim_ttl_s", CLAIM_TTL_S_DEFAULT, float, 1.0, 86400)
-    j = JetStreamJournal(parsed, readonly, stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s)
+    size_max = merged.get("record_size_bytes_max", fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
+    if isinstance(size_max, bool) or not isinstance(size_max, int):
+        raise InvalidArgumentError(f"record_size_bytes_max must be an int, not {size_max!r}")
     try:
-        j._open(create, float(lock_timeout_s))
-    except BaseException:
-        j._closed = True
-        if j._claim_rev:
-            j._release_claim(clean=False)
-        conn, j._conn = j._conn, None
-        if conn is not None:
-            try:
-                _Loop.call(conn.close(), 10.0)
-            except (_Lost, nats.errors.Error, OSError):
-                pass
-        raise
-    return j
+        opts = Options(record_size_bytes_max=size_max, compress=bool(merged.get("compress", True)))
+        opts.check()
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    return Settings(stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s, opts)
 
 
 def _number(options: dict[str, Any], name: str, default: float, kind: type, low: float, high: float) -> Any:
@@ -1506,4 +1797,10 @@ def _number(options: dict[str, Any], name: str, default: float, kind: type, low:
     return got
 
 
-__all__ = ["JetStreamJournal", "name_of_token", "open_journal", "subject_token"]
+if TYPE_CHECKING:  # mypy holds this backend to journal.api's protocols
+
+    def _conforms(j: JetStreamJournal) -> tuple[Journal, Retention]:
+        return j, j
+
+
+__all__ = ["JetStreamJournal", "Settings", "msg_id", "name_of_token", "open_journal", "settings_of", "subject_token"]

@@ -1,0 +1,305 @@
+"""A stream of journals on NATS JetStream: the ``journal.api.Store`` of ``nats://...`` URLs.
+
+    store = journal.store("nats://127.0.0.1:4222?stream=AGENTS&replicas=3")
+    with store.open("t-42", create=True) as j: ...
+
+The journals are those of one stream (``stream``, default JOURNAL; journal/remote/jetstream.py
+says how a journal lies in it): a journal exists while its metadata subject holds a message, so
+the metadata message is the commit point of every change to the set of journals, and each
+operation is whole or absent after a crash:
+
+- ``open(create=True)``: the writer's open takes the journal's claim, purges whatever a delete
+  or a copy cut short left on its records subject, and only then publishes the metadata
+  message (expected last subject sequence 0, so two makers cannot both succeed);
+- ``delete``: under the journal's claim (``JournalLockedError`` while a writer holds it), the
+  metadata subject is purged first (from then on the journal is gone), then the records
+  subject. A crash between the two leaves records no journal names, which the next maker of
+  that name purges before its metadata exists;
+- ``copy``: under the target's claim, every record of the source is published on the target's
+  subject, a message per message of the source, each frame sealed again under the target's
+  own new journal id (``Nats-Msg-Id`` holds the journal id, so copies under the source's id
+  would be dropped by the server's duplicate window as repeats), chained by expected subject
+  sequence; the target's metadata message is published last, the commit point. Idempotency
+  keys live in the frames, so they come along. The copy is the source's records as they were
+  when it began to read them.
+
+``names()`` lists the metadata subjects (STREAM.INFO with a ``subjects_filter``, paged). Names
+are checked as on files (``journal.engine.store.check_store_name``), so an adapter's names are
+valid on every backend. Every operation retries what JetStream answers while a leader is being
+elected, up to ``connect_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import nats.errors
+
+from journal.api import Journal, JournalNotFoundError, Record
+from journal.engine import format as fmt
+from journal.engine.store import check_store_name
+from journal.errors import InvalidArgumentError
+from journal.remote import jetstream, records
+from journal.remote.jetstream import (
+    ERR_STREAM_NOT_FOUND,
+    H_COUNT,
+    H_EXPECT_STREAM,
+    H_EXPECT_SUBJECT_SEQ,
+    H_MSG_ID,
+    H_SEQ,
+    JetStreamJournal,
+    _Conn,
+    _io_error,
+    _Loop,
+    _Lost,
+    _Refused,
+    _servers_of,
+    _StoredMsg,
+    msg_id,
+    name_of_token,
+    subject_base,
+)
+from journal.remote.url import RemoteURL
+
+if TYPE_CHECKING:
+    from journal.api import Store
+
+_T = TypeVar("_T")
+
+RETRY_PAUSE_S: Final = 0.1  # between two tries of an operation JetStream did not serve (a leader election)
+OPEN_KEYWORDS: Final = ("lock_timeout_s", "writer")  # open_journal's own, passed through by open()
+
+
+def _close_soon(conn: _Conn) -> None:
+    """A finalizer: close the store's connection without waiting (any thread, the loop's too)."""
+    try:
+        asyncio.run_coroutine_threadsafe(conn.close(), _Loop.get())
+    except RuntimeError:
+        pass
+
+
+def reframe(m: _StoredMsg, recs: list[Record], salt_from: int, salt_to: int) -> bytes:
+    """The frames of ``recs`` (verified records of message ``m``) sealed again with ``salt_to``:
+    the same seq, flags, lengths and stored payload, so the same bytes a reader gets back."""
+    wanted = {r.seq for r in recs}
+    out: list[bytes] = []
+    pos = 0
+    body = m.data
+    while pos < len(body):
+        got = fmt.verify_frame(body, pos, salt_from)
+        if got is None:  # verified a moment ago by the source's reader
+            raise InvalidArgumentError(f"message {m.sseq} changed while it was copied")
+        if got.seq in wanted:
+            stored = bytes(body[got.offset + fmt.FRAME_HEADER_SIZE_BYTES : got.end])
+            out.append(fmt.encode_frame(got.seq, got.flags, got.raw_len, stored, salt_to, got.dict_id))
+        pos = got.end
+    return b"".join(out)
+
+
+class JetStreamStore:
+    """The journals of one JetStream stream; see the module doc."""
+
+    def __init__(self, parsed: RemoteURL, **options: Any) -> None:
+        self._url = parsed
+        self._options = options
+        self._settings = jetstream.settings_of(parsed, {k: v for k, v in options.items() if k not in OPEN_KEYWORDS})
+        self._meta_prefix = f"{subject_base(self._settings.stream)}-meta."
+        self._mu = threading.Lock()
+        self._conn: _Conn | None = None
+
+    @property
+    def location(self) -> str:
+        return self._url.display()
+
+    def open(self, name: str, create: bool = False, readonly: bool = False, **options: Any) -> Journal:
+        target = self._url.with_journal(check_store_name(name))
+        return jetstream.open_journal(target, create=create, readonly=readonly, **{**self._options, **options})
+
+    def exists(self, name: str) -> bool:
+        check_store_name(name)
+
+        def look(j: JetStreamJournal) -> bool:
+            return self._stream_there(j) and self._has_meta(j)
+
+        return self._run(name, look, "looking up")
+
+    def names(self) -> list[str]:
+        def listing() -> list[str]:
+            conn = self._connection()
+            subjects: dict[str, int] = {}
+            while True:
+                req = {"subjects_filter": self._meta_prefix + ">", "offset": len(subjects)}
+                try:
+                    info = self._call(conn.api(f"$JS.API.STREAM.INFO.{self._settings.stream}", req,
+                                               self._settings.ack_timeout_s))
+                except _Refused as exc:
+                    if exc.err_code == ERR_STREAM_NOT_FOUND:
+                        return []
+                    raise
+                page = (info.get("state") or {}).get("subjects") or {}
+                before = len(subjects)
+                subjects.update(page)
+                total = int(info.get("total", 0) or 0)
+                if len(subjects) == before or len(subjects) >= total:
+                    break
+            out = []
+            for subject in subjects:
+                name = name_of_token(subject[len(self._meta_prefix) :])
+                try:
+                    out.append(check_store_name(name))
+                except InvalidArgumentError:
+                    continue  # a journal opened by URL under a name no store gives out
+            return sorted(out)
+
+        return self._retrying(listing, None, "listing the journals of")
+
+    def delete(self, name: str) -> None:
+        check_store_name(name)
+
+        def deleting(j: JetStreamJournal) -> None:
+            if not self._stream_there(j):
+                return
+            if not self._has_meta(j) and self._first_msg(j, j._subject) is None:
+                return  # gone, and nothing left behind
+            j._take_claim(0.0, time.monotonic())  # JournalLockedError while a writer holds it
+            j._purge(j._meta_subject)  # the commit point: from here the journal is gone
+            j._purge(j._subject)
+
+        self._run(name, deleting, "deleting")
+
+    def copy(self, source: str, target: str) -> None:
+        check_store_name(source)
+        check_store_name(target)
+        where_source = self._url.with_journal(source).display()
+
+        def copying(dst: JetStreamJournal) -> None:
+            if not self._stream_there(dst):
+                raise JournalNotFoundError(where_source)
+            if self._has_meta(dst):
+                raise FileExistsError(f"journal {target!r} exists in {self.location}; delete it before copying onto it")
+            src = jetstream.open_journal(self._url.with_journal(source), create=False, readonly=True,
+                                         **self._journal_options())
+            with src:
+                dst._take_claim(0.0, time.monotonic())  # JournalLockedError if the target is being made
+                dst._keep_claim()  # a long copy keeps it
+                if self._has_meta(dst):
+                    raise FileExistsError(f"journal {target!r} was made in {self.location} while it was copied onto")
+                dst._purge(dst._subject)  # what a copy or a delete cut short left there
+                self._copy_records(src, dst)
+
+        self._run(target, copying, "copying onto")
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _copy_records(self, src: JetStreamJournal, dst: JetStreamJournal) -> None:
+        """Every record of ``src`` onto ``dst``'s subject under a new journal id, then ``dst``'s
+        metadata message (the commit point)."""
+        new_id = records.new_journal_id()
+        salt = records.salt_of(new_id)
+        start, expect = src._start_of(0)
+        last_sseq = first_sseq = 0
+        conn = dst._c()
+        timeout_s = self._settings.ack_timeout_s
+        for m, recs in src._verified(src._messages(start), expect):
+            if not recs:
+                continue  # a fence, or a message below the source's first seq
+            body = reframe(m, recs, src._salt, salt)
+            headers = {
+                H_SEQ: str(recs[0].seq),
+                H_COUNT: str(len(recs)),
+                H_MSG_ID: msg_id(new_id, recs[0].seq, body),
+                H_EXPECT_SUBJECT_SEQ: str(last_sseq),
+                H_EXPECT_STREAM: self._settings.stream,
+            }
+            ack = self._call(conn.publish(dst._subject, body, headers, timeout_s))
+            last_sseq = int(ack["seq"])
+            first_sseq = first_sseq or last_sseq
+        dst._publish_meta(dst._new_meta(new_id, src.first_seq, first_sseq), 0)
+
+    def _journal_options(self) -> dict[str, Any]:
+        return {k: v for k, v in self._options.items() if k not in OPEN_KEYWORDS}
+
+    def _call(self, coro: Any) -> Any:
+        return _Loop.call(coro, self._settings.ack_timeout_s + 5.0)
+
+    def _connection(self) -> _Conn:
+        with self._mu:
+            conn = self._conn
+            if conn is None or conn.nc.is_closed:
+                timeout_s = self._settings.connect_timeout_s
+                servers = _servers_of(self._url)
+                try:
+                    conn = _Loop.call(_Conn.connect(servers, timeout_s), timeout_s + 5.0)
+                except (OSError, asyncio.TimeoutError, nats.errors.Error, _Lost) as exc:
+                    raise _io_error(self.location, f"cannot reach a NATS server at {', '.join(servers)} within "
+                                    f"{timeout_s:g} s; check that nats-server is running (with JetStream, -js)",
+                                    exc) from exc
+                self._conn = conn
+                weakref.finalize(self, _close_soon, conn)
+            return conn
+
+    @contextmanager
+    def _control(self, name: str) -> Iterator[JetStreamJournal]:
+        j = JetStreamJournal._control(self._url.with_journal(name), self._settings, self._connection())
+        done = False
+        try:
+            yield j
+            done = True
+        finally:
+            j._detach(clean=done)
+
+    def _run(self, name: str, op: Callable[[JetStreamJournal], _T], doing: str) -> _T:
+        def once() -> _T:
+            with self._control(name) as j:
+                return op(j)
+
+        return self._retrying(once, name, doing)
+
+    def _retrying(self, fn: Callable[[], _T], name: str | None, doing: str) -> _T:
+        """``fn()``, tried again while JetStream does not serve (no leader yet), up to connect_timeout_s."""
+        deadline = time.monotonic() + self._settings.connect_timeout_s
+        while True:
+            try:
+                return fn()
+            except (_Refused, _Lost) as exc:
+                if time.monotonic() >= deadline:
+                    where = self._url.with_journal(name).display() if name is not None else self.location
+                    raise _io_error(where, f"JetStream did not serve stream {self._settings.stream!r} within "
+                                    f"{self._settings.connect_timeout_s:g} s", exc, doing=doing) from exc
+                time.sleep(RETRY_PAUSE_S)
+
+    @staticmethod
+    def _stream_there(j: JetStreamJournal) -> bool:
+        try:
+            j._open_stream(False)
+        except JournalNotFoundError:
+            return False
+        return True
+
+    def _has_meta(self, j: JetStreamJournal) -> bool:
+        return self._first_msg(j, j._meta_subject) is not None
+
+    def _first_msg(self, j: JetStreamJournal, subject: str) -> _StoredMsg | None:
+        got: _StoredMsg | None = self._call(
+            j._c().get_msg(self._settings.stream, {"seq": 1, "next_by_subj": subject}, self._settings.ack_timeout_s)
+        )
+        return got
+
+
+def open_store(parsed: RemoteURL, **options: Any) -> JetStreamStore:
+    return JetStreamStore(parsed, **options)
+
+
+if TYPE_CHECKING:  # mypy holds the store to journal.api's protocol
+
+    def _conforms(s: JetStreamStore) -> Store:
+        return s
+
+
+__all__ = ["JetStreamStore", "open_store", "reframe"]
