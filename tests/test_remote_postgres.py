@@ -625,6 +625,251 @@ def test_bad_urls_options_and_servers_are_typed_errors(pg: PostgresBackend) -> N
     assert "s3cret" not in str(err.value) and "127.0.0.1" in str(err.value)
 
 
+# --- a store's journals share one writer connection and one group commit -------------------
+
+
+def _store_writer(store: Any) -> Any:
+    w = store._writer.writer
+    assert w is not None, "no journal of the store is open for writing"
+    return w
+
+
+def test_store_journals_share_commits(pg: PostgresBackend) -> None:
+    """64 sessions, each appending one durable event at a time: far fewer COMMITs than appends
+    (one transaction carries many journals' records), every record there, contiguous per journal."""
+    store = journal.store(pg.store_location())
+    names = [f"s{n}" for n in range(64)]
+    per = 20
+    handles = [store.open(n, create=True) for n in names]
+    ledgers = {n: Ledger() for n in names}
+    commits_before = store.commits
+    with connect() as conn:
+        xact_before = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                                   ).fetchone()[0]
+    start = threading.Barrier(len(names))
+
+    def session(k: int) -> None:
+        start.wait()
+        for i in range(per):
+            eid = f"{names[k]}-{i}"
+            ev = {"session": names[k], "i": i, "text": "x" * (i * 17 % 300)}
+            ledgers[names[k]].add(eid, ev, handles[k].append(ev, durability="sync", idempotency_key=eid))
+
+    threads = [threading.Thread(target=session, args=(k,)) for k in range(len(names))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    commits = store.commits - commits_before
+    pids = {h.backend_pid for h in handles}  # type: ignore[attr-defined]
+    for h in handles:
+        h.close()
+    with connect() as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        xact = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                            ).fetchone()[0] - xact_before  # the whole server's database: other clients too
+    appends = len(names) * per
+    for n in names:
+        assert all(isinstance(a.outcome, Committed) and a.outcome.durability == "sync"
+                   for a in ledgers[n].attempts), n
+        seen = check_journal(pg, pg.target(n), ledgers[n])
+        assert seen["rows"] == per and seen["committed"] == per, (n, seen)
+    report_count("postgres store: 64 sessions x 20 sync appends, COMMITs of the shared writer (pg_stat xact "
+                 "delta, whole database)", f"{commits} ({xact}) for {appends} appends")
+    assert len(pids) == 1, pids  # one writer connection for the store
+    assert commits <= appends // 4, f"{commits} COMMITs for {appends} appends: the journals did not share them"
+
+
+def _multi_round(streams: list[Stream], handles: list[Any], acks_before_fault: int,
+                 fault: Callable[[], None]) -> None:
+    """Stream.round over many journals at once (each its own stream and threads)."""
+    acked = [0]
+    mu = threading.Lock()
+    enough = threading.Event()
+    done = threading.Event()
+    alive = [sum(s.threads for s in streams)]
+
+    def worker(k: int, t: int) -> None:
+        s, j = streams[k], handles[k]
+        try:
+            while True:
+                eid, ev = s.event(t)
+                try:
+                    out = j.append(ev, durability="sync", idempotency_key=eid)
+                except journal.JournalFailStoppedError:
+                    return
+                s.ledger.add(eid, ev, out)
+                if s.retry[t] and s.retry[t][0] == eid:
+                    s.retry[t].popleft()
+                elif eid == f"t{t}-{s.next_i[t]}":
+                    s.next_i[t] += 1
+                if not isinstance(out, Committed):
+                    s.retry[t].appendleft(eid)
+                    return
+                with mu:
+                    acked[0] += 1
+                    if acked[0] >= acks_before_fault:
+                        enough.set()
+        finally:
+            with mu:
+                alive[0] -= 1
+                if alive[0] == 0:
+                    done.set()
+                    enough.set()
+
+    workers = [threading.Thread(target=worker, args=(k, t)) for k, s in enumerate(streams) for t in range(s.threads)]
+    for w in workers:
+        w.start()
+    assert enough.wait(WAIT_S), "the appenders made no progress"
+    fault()
+    assert done.wait(WAIT_S), "the appenders did not stop after the fault"
+    for w in workers:
+        w.join(WAIT_S)
+
+
+def test_store_writer_connection_terminated_mid_stream(pg: PostgresBackend) -> None:
+    """16 threads on 8 journals of one store; the shared writer connection terminated again and
+    again: every journal on it fail-stops, and each one's checker passes after reopening."""
+    store = journal.store(pg.store_location())
+    names = [f"j{k}" for k in range(8)]
+    streams = [Stream(threads=2, seed=500 + k) for k in range(8)]
+    rng = random.Random(7)
+    handles = [store.open(n, create=True) for n in names]
+    terminations = 0
+    started = time.monotonic()
+    try:
+        while terminations < 30:
+            pid = store.backend_pid  # type: ignore[attr-defined]
+            killed: list[bool] = []
+            _multi_round(streams, handles, rng.randint(1, 48), lambda pid=pid, killed=killed: killed.append(
+                terminate(pid)))
+            assert killed == [True], "pg_terminate_backend did not find the shared writer's session"
+            terminations += 1
+            for h in handles:  # every journal on the connection fail-stopped: their locks went with it
+                with pytest.raises(journal.JournalFailStoppedError):
+                    h.append({"probe": 1}, durability="sync", idempotency_key="probe")
+                h.close()
+            handles = [store.open(n, lock_timeout_s=WAIT_S) for n in names]
+            assert len({h.backend_pid for h in handles}) == 1  # type: ignore[attr-defined]
+            for s, h in zip(streams, handles, strict=True):
+                s.ledger.resolve_all(h)
+        for s, h in zip(streams, handles, strict=True):
+            for t in range(s.threads):
+                while s.retry[t]:
+                    eid = s.retry[t].popleft()
+                    out = h.append(s.ledger.events[eid], durability="sync", idempotency_key=eid)
+                    s.ledger.add(eid, s.ledger.events[eid], out)
+                    assert isinstance(out, Committed), out
+    finally:
+        for h in handles:
+            h.close()
+    total: Counter[str] = Counter()
+    for n, s in zip(names, streams, strict=True):
+        total.update(check_journal(pg, pg.target(n), s.ledger))
+    report_count("postgres store: shared writer connection terminated mid-stream (8 journals, 16 threads)",
+                 terminations)
+    report_count("postgres store: termination run, checked", dict(total) | {"s": round(time.monotonic() - started, 1)})
+    assert terminations >= 30
+    assert total["acklost"] > 0 and total["not_committed"] > 0, total
+
+
+def _queued_together(store: Any, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` on threads so that they land in one batch of the store's shared writer: the
+    leader is held inside a batch of its own until all of them wait in the queue."""
+    from journal.remote import postgres
+
+    w = _store_writer(store)
+    held = threading.Event()
+    release = threading.Event()
+    some = next(iter(w.members))
+
+    def hold(_conn: Any) -> None:
+        held.set()
+        assert release.wait(WAIT_S)
+
+    holder = threading.Thread(target=lambda: w.gc.submit([postgres._Op(0, some, hold, before=True)], "buffered"))
+    holder.start()
+    assert held.wait(WAIT_S)
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + WAIT_S
+    while len(w.gc._queue) < len(calls):  # every call waits behind the held leader
+        assert time.monotonic() < deadline, "the calls did not queue"
+    commits = store.commits
+    release.set()
+    holder.join(WAIT_S)
+    for t in threads:
+        t.join(WAIT_S)
+    results.append(store.commits - commits)
+    return results
+
+
+def test_a_conflict_in_one_journal_leaves_the_others_of_the_batch_committed(pg: PostgresBackend) -> None:
+    store = journal.store(pg.store_location())
+    a, b, c = (store.open(n, create=True) for n in ("a", "b", "c"))
+    try:
+        assert a.append({"who": "first"}, durability="sync", idempotency_key="k") == Committed(1, "sync")
+        got = _queued_together(store, [
+            lambda: a.append({"who": "other"}, durability="sync", idempotency_key="k"),  # the key holds another event
+            lambda: b.append({"b": 1}, durability="sync", idempotency_key="k"),  # the same key, another journal
+            lambda: c.append({"c": 1}, durability="sync"),
+            lambda: a.append({"a": 2}, durability="sync"),  # a's other call in the batch goes on
+        ])
+        assert isinstance(got[0], journal.IdempotencyConflictError), got
+        assert got[1:5] == [Committed(1, "sync"), Committed(1, "sync"), Committed(2, "sync"), 1], got
+        assert [r.event for r in a.read()] == [{"who": "first"}, {"a": 2}]
+        assert [r.event for r in b.read()] == [{"b": 1}] and [r.event for r in c.read()] == [{"c": 1}]
+        assert a.append({"a": 3}, durability="sync") == Committed(3, "sync")  # and a goes on
+    finally:
+        for j in (a, b, c):
+            j.close()
+
+
+def test_a_constraint_violation_in_one_journal_leaves_the_others_of_the_batch_committed(
+    pg: PostgresBackend,
+) -> None:
+    """A row a journal's writer did not know of (put there by hand) refuses its part: the batch is
+    rolled back and written again a journal at a time; only that journal is NotCommitted (and
+    fail-stops), the others commit."""
+    from psycopg import sql
+
+    store = journal.store(pg.store_location())
+    a, b, c = (store.open(n, create=True) for n in ("a", "b", "c"))
+    try:
+        for j in (a, b, c):
+            assert j.append({"n": 1}, durability="sync") == Committed(1, "sync")
+        with connect() as conn:  # seq 2 of journal a, behind its writer's back
+            conn.execute(sql.SQL("INSERT INTO {} (journal, seq, key, frame) "
+                                 "SELECT journal, 2, NULL, frame FROM {} WHERE journal = 'a' AND seq = 1").format(
+                sql.Identifier(pg.schema, "records"), sql.Identifier(pg.schema, "records")))
+        got = _queued_together(store, [
+            lambda: b.append({"n": 2}, durability="sync"),
+            lambda: a.append({"n": 2}, durability="sync"),
+            lambda: c.append({"n": 2}, durability="sync", idempotency_key="c2"),
+        ])
+        assert got[0] == Committed(2, "sync") and got[2] == Committed(2, "sync"), got
+        assert isinstance(got[1], NotCommitted) and "UniqueViolation" in got[1].reason, got
+        assert got[3] == 2, got  # the shared INSERT refused (no COMMIT sent); then b's and c's own, a's refused again
+        with pytest.raises(journal.JournalFailStoppedError):
+            a.append({"n": 3}, durability="sync")
+        assert b.append({"n": 3}, durability="sync") == Committed(3, "sync")
+        assert [r.event for r in c.read()] == [{"n": 1}, {"n": 2}]
+    finally:
+        for j in (a, b, c):
+            j.close()
+    with store.open("a", lock_timeout_s=WAIT_S) as again:  # its close let go of the lock on the shared connection
+        assert again.last_seq == 2
+
+
 # --- the children ----------------------------------------------------------------------------
 
 

@@ -21,6 +21,19 @@ transaction-level advisory lock and computes the next seq from the table inside 
 contiguous and idempotency keys hold across processes; there is no buffered level there (a
 buffered append is written at once, at "flush", as the file engine's shared writers do).
 
+A store's journals share a writer. The journals a PostgresStore opens for writing (exclusive
+writers; journal/remote/postgres_store.py) share one writer connection and one group commit
+(``_Writer``, made through ``StoreWriter``): a batch holds records of many journals, planned
+journal by journal (each its own seqs, idempotency-key look-ups, buffered records, outcomes and
+fail-stop), written by one multi-row INSERT and one COMMIT, so one WAL flush for many sessions.
+Each journal's writer lock is a session-level advisory lock on that connection (many on one
+connection), let go of with ``pg_advisory_unlock`` when the journal closes; the connection ends
+with the last journal on it. Losing it fail-stops every journal on it: their locks went with it.
+A statement refused in one journal's part with the connection alive (a constraint violation)
+rolls the batch back, and the parts are then written one transaction each, so only that
+journal's records are NotCommitted (and it fail-stops, as a lone journal would). ``journal.open``
+of one journal keeps a connection of its own, as read-only and ``writer="shared"`` handles do.
+
 Life of an append. The caller's thread encodes the event (journal.engine.encoding) and submits
 it to the group commit (journal/remote/group.py). The leader takes every queued caller's
 records into one transaction on the writer's connection: ``BEGIN`` and ``SET LOCAL
@@ -49,8 +62,8 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, LiteralString
 from urllib.parse import parse_qsl, quote, urlsplit
 
@@ -64,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         f"PostgreSQL journals need psycopg 3: pip install 'journal[postgres]' ({exc})"
     ) from exc
 
-from journal.api import RecoveryReport
+from journal.api import PrefixDrop, RecoveryReport, Retention
 from journal.engine import format as fmt
 from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
 from journal.engine.options import Options
@@ -73,6 +86,7 @@ from journal.errors import (
     DurabilityError,
     IdempotencyConflictError,
     InvalidArgumentError,
+    InvariantError,
     JournalClosedError,
     JournalError,
     JournalFailStoppedError,
@@ -122,6 +136,12 @@ _BEGIN: Final[dict[str, LiteralString]] = {
     "on": "BEGIN; SET LOCAL synchronous_commit TO on",
     "remote_apply": "BEGIN; SET LOCAL synchronous_commit TO remote_apply",
     "off": "BEGIN; SET LOCAL synchronous_commit TO off",
+}
+
+_SET_COMMIT: Final[dict[str, LiteralString]] = {
+    "on": "SET LOCAL synchronous_commit TO on",
+    "remote_apply": "SET LOCAL synchronous_commit TO remote_apply",
+    "off": "SET LOCAL synchronous_commit TO off",
 }
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -205,23 +225,47 @@ CONNECT_ADVICE: Final = (
 
 
 class _Item(Encoded):
-    """An encoded record with the call it came from (a conflict refuses a whole call)."""
+    """An encoded record with the call it came from (a conflict refuses a whole call) and the
+    journal it goes to (a store's journals share one writer: journal/remote/postgres.py, _Writer)."""
 
-    __slots__ = ("call",)
+    __slots__ = ("call", "owner")
 
-    def __init__(self, enc: Encoded, call: int) -> None:
+    def __init__(self, enc: Encoded, call: int, owner: PostgresJournal) -> None:
         super().__init__(enc.spec, enc.raw, enc.key)
         self.call = call
+        self.owner = owner
 
 
 class _Barrier(Encoded):
     """No record: flush() and sync() queue one to have the buffer written (and synced)."""
 
-    __slots__ = ("call",)
+    __slots__ = ("call", "owner")
 
-    def __init__(self, call: int) -> None:
+    def __init__(self, call: int, owner: PostgresJournal) -> None:
         super().__init__(fmt.FrameSpec(0, 0, b""), b"", None)
         self.call = call
+        self.owner = owner
+
+
+class _Op(_Barrier):
+    """A barrier that runs ``fn`` on the writer's connection in the leader's turn, so nothing
+    else uses the connection meanwhile: ``before`` the batch's transaction (a journal of a
+    store taking its writer lock), or after it (drop_prefix, a store journal's unlock at
+    close). ``result`` or ``error`` is set once the batch is done."""
+
+    __slots__ = ("before", "error", "fn", "result")
+
+    def __init__(self, call: int, owner: PostgresJournal, fn: Callable[[Conn], Any], before: bool = False) -> None:
+        super().__init__(call, owner)
+        self.fn = fn
+        self.before = before
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 @dataclass(frozen=True)
@@ -230,6 +274,15 @@ class _Conflict(NotCommitted):
 
     key: str = ""
     holder: int | None = None
+
+
+@dataclass(frozen=True)
+class _Raised(NotCommitted):
+    """The leader could not plan this journal's part of a batch (a stored row failed its
+    check): nothing of it was written, and its callers raise ``error``; the other journals of
+    the batch go on."""
+
+    error: BaseException | None = None
 
 
 _NEW, _DUP, _REFUSED, _BARRIER = "new", "dup", "refused", "barrier"
@@ -331,15 +384,396 @@ class _Queries:
         self.keys = sql.SQL("SELECT key, seq, frame FROM {} WHERE journal = %s AND key = ANY(%s::text[])").format(
             recs
         )
+        # One statement for a batch, whatever journals its rows go to; a notification per journal.
         self.insert = sql.SQL(
             "WITH ins AS (INSERT INTO {} (journal, seq, key, frame) "
-            "SELECT %s, s, k, f FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS t(s, k, f)) "
-            "SELECT pg_notify(%s, %s)"
+            "SELECT j, s, k, f FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[]) AS t(j, s, k, f)) "
+            "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)"
+        ).format(recs)
+        # The stored keys of a batch's records, of every journal in it.
+        self.keys_of = sql.SQL(
+            "SELECT r.journal, r.key, r.seq, r.frame FROM {} r "
+            "JOIN unnest(%s::text[], %s::text[]) AS q(j, k) ON r.journal = q.j AND r.key = q.k"
         ).format(recs)
         self.page = sql.SQL(
             "SELECT seq, frame FROM {} WHERE journal = %s AND seq > %s ORDER BY seq LIMIT %s"
         ).format(recs)
         self.one = sql.SQL("SELECT frame FROM {} WHERE journal = %s AND seq = %s").format(recs)
+        self.drop = sql.SQL(
+            "WITH d AS (DELETE FROM {} WHERE journal = %s AND seq < %s RETURNING length(frame) AS n) "
+            "SELECT sum(n) FROM d"
+        ).format(recs)
+        self.move_first = sql.SQL("UPDATE {} SET first_seq = %s WHERE name = %s").format(journals)
+
+
+@dataclass
+class _Part:
+    """One journal's records in a batch (positions in the batch, the plan for them)."""
+
+    j: PostgresJournal
+    at: list[int]
+    items: list[Encoded]
+    base: int = 0
+    level: Durability = "flush"
+    steps: list[_Step] = field(default_factory=list)
+    rows: list[tuple[int, Encoded]] = field(default_factory=list)
+    new_rows: list[tuple[int, Encoded]] = field(default_factory=list)
+    carried: bool = False  # acknowledged buffered records are among rows
+
+    def dup(self) -> bool:
+        return any(s.kind == _DUP for s in self.steps)
+
+
+class _Writer:
+    """A writer connection and its group commit, for one journal (``journal.open``) or for every
+    journal a PostgresStore opens for writing (``shared``): a batch then holds records of many
+    journals, planned journal by journal (seqs, idempotency keys, buffers, outcomes), written by
+    one multi-row INSERT and one COMMIT (one WAL flush). Each journal's writer lock is held on
+    this connection; a store journal lets go of it at close (pg_advisory_unlock).
+
+    Failures. The connection lost (or left in a state it cannot be rolled back from): every
+    journal on it fail-stops, since their locks went with it; reopening each tells (resolve()).
+    A statement that fails before COMMIT with the connection alive (a constraint violation: a
+    row a writer did not know of) is one journal's doing: the batch is rolled back and each
+    journal's part is then written in a transaction of its own, so only the journal whose part
+    is refused has NotCommitted (and fail-stops, as a lone journal would); the others commit.
+    A key held by another event refuses only the call that carries it (IdempotencyConflictError),
+    as for a lone journal; a stored row that fails its check refuses that journal's part.
+    """
+
+    def __init__(self, conn: Conn, schema: str, sync_setting: str, shared: bool, no_buffer: bool = False) -> None:
+        self.conn = conn
+        self.shared = shared
+        self.no_buffer = no_buffer  # writer="shared": no buffered level
+        self.sync_setting = sync_setting
+        self.q = _Queries(schema)
+        self.gc = GroupCommit(self._write, BATCH_RECORDS_MAX, BATCH_BYTES_MAX)
+        self.mu = threading.Lock()
+        self.members: set[PostgresJournal] = set()
+        self.failed: str | None = None
+        self.retired = False  # no journal is attached any more, or it failed: the store makes another
+        self.commits = 0  # COMMITs sent (the tests and the benchmark count them)
+
+    def lose(self, why: str) -> None:
+        """The connection is gone (or unusable): every journal on it fail-stops."""
+        with self.mu:
+            if self.failed is None:
+                self.failed = why
+            members = list(self.members)
+        for m in members:
+            m._fail_stop(why)
+
+    def close(self) -> None:
+        self.gc.wait_idle()
+        try:
+            self.conn.close()
+        except psycopg.Error:
+            pass
+
+    # --- the leader's side: one batch, one transaction (journal/remote/group.py calls this) --
+
+    def _write(self, items: list[Encoded], level: Durability) -> list[Outcome]:
+        out: list[Outcome | None] = [None] * len(items)
+        after = [it for it in items if isinstance(it, _Op) and not it.before]
+        try:
+            self._batch(items, level, out)
+        finally:
+            self._run_after(after)
+        return [o if o is not None else NotCommitted("not written") for o in out]
+
+    def _batch(self, items: list[Encoded], level: Durability, out: list[Outcome | None]) -> None:
+        conn = self.conn
+        if self.failed is not None or conn.closed:
+            why = self.failed or "the journal was closed before this record was written"
+            for i in range(len(items)):
+                out[i] = NotCommitted(f"journal fail-stopped before this record was written: {why}")
+            return
+        eff: Durability = "flush" if self.no_buffer and level == "buffered" else level
+        for i, it in enumerate(items):
+            if isinstance(it, _Op) and it.before:
+                try:
+                    it.result = it.fn(conn)
+                except BaseException as exc:
+                    it.error = exc
+                    if conn.broken or conn.closed:
+                        self.lose(f"the connection to the server was lost, and this writer's lock with it "
+                                  f"({_words(exc)})")
+                    if not isinstance(exc, Exception):
+                        raise
+                out[i] = Committed(0, eff)
+        groups: dict[int, tuple[PostgresJournal, list[int]]] = {}
+        for i, it in enumerate(items):
+            if out[i] is None:
+                if not isinstance(it, (_Item, _Barrier)):
+                    raise InvariantError("a PostgreSQL batch holds this module's items only")
+                groups.setdefault(id(it.owner), (it.owner, []))[1].append(i)
+        parts: list[_Part] = []
+        for j, at in groups.values():
+            if j._failed is not None:
+                for i in at:
+                    out[i] = NotCommitted(f"journal fail-stopped before this record was written: {j._failed}")
+            elif j._detached:
+                for i in at:
+                    out[i] = NotCommitted("the journal was closed before this record was written")
+            else:
+                p = _Part(j, at, [items[i] for i in at])
+                if all(isinstance(it, _Barrier) for it in p.items) and not j._buffer and (
+                    eff != "sync" or not j._unsynced
+                ):
+                    for i in at:
+                        out[i] = Committed(0, eff)  # nothing to write, nothing to wait for
+                else:
+                    parts.append(p)
+        if not parts:
+            return
+        begun = False
+        try:
+            # A batch without keys (on an exclusive writer) has nothing to look up: its BEGIN goes
+            # out with the INSERT, in one round trip (_commit).
+            if eff != "buffered" and (self.no_buffer or any(it.key is not None for p in parts for it in p.items)):
+                self._begin(conn, eff)
+                begun = True
+            for p in parts:
+                p.base = p.j._table_last(conn) if p.j._shared else p.j._committed
+            found = self._lookup(conn, parts)
+        except BaseException as exc:
+            reason = self._failed_before_commit(conn, exc, begun, parts)
+            for p in parts:
+                self._settle(p, "not", reason, out)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        planned: list[_Part] = []
+        for p in parts:
+            try:
+                got = p.j._verify_found(found.get(p.j._name, []))
+            except JournalError as exc:
+                for i in p.at:
+                    out[i] = _Raised(f"journal {p.j.path}: {exc}", error=exc)
+                continue
+            p.steps, p.new_rows = p.j._plan(p.items, got, p.base)
+            p.level = eff
+            if eff == "buffered" and p.j._buffer_new(p.new_rows):
+                self._settle(p, "ok", "", out, kept=True)
+                continue
+            if eff == "buffered":
+                p.level = "flush"  # the buffer is full: written now, and the outcomes say so
+            p.rows = list(p.j._buffer) + p.new_rows
+            p.carried = bool(p.j._buffer)
+            planned.append(p)
+        tx: Durability = "sync" if eff == "sync" else "flush"
+        force_xid = tx == "sync" and not any(p.rows for p in planned) and any(
+            p.j._unsynced or p.dup() for p in planned
+        )
+        if not begun and not force_xid and not any(p.rows for p in planned):
+            for p in planned:
+                self._settle(p, "ok", "", out)
+            return
+        status, why, err = self._commit(conn, planned, tx, begun, force_xid)
+        if status == "not" and err is not None:
+            why = self._failed_before_commit(conn, err, True, planned)
+            if (len(planned) > 1 and isinstance(err, Exception) and self.failed is None
+                    and not conn.broken and not conn.closed):
+                self._one_by_one(conn, planned, tx, out)
+                return
+        for p in planned:
+            self._settle(p, status, why, out)
+        if err is not None and not isinstance(err, Exception):
+            raise err
+
+    def _one_by_one(self, conn: Conn, parts: list[_Part], tx: Durability, out: list[Outcome | None]) -> None:
+        """The batch's transaction failed with the connection alive: each journal's part in a
+        transaction of its own, so that one journal's refused part leaves the others committed."""
+        for p in parts:
+            if self.failed is not None:
+                self._settle(p, "not", f"the connection to the server was lost before COMMIT ({self.failed}); "
+                             "nothing was written", out)
+                continue
+            force_xid = tx == "sync" and not p.rows and (p.j._unsynced or p.dup())
+            if not p.rows and not force_xid:
+                self._settle(p, "ok", "", out)
+                continue
+            status, why, exc = self._commit(conn, [p], tx, False, force_xid)
+            if status == "not" and exc is not None:
+                why = self._failed_before_commit(conn, exc, True, [p])
+            self._settle(p, status, why, out)
+            if exc is not None and not isinstance(exc, Exception):
+                raise exc
+
+    def _settle(self, p: _Part, status: str, why: str, out: list[Outcome | None], kept: bool = False) -> None:
+        """The part's outcomes, and the journal's state after its transaction."""
+        j = p.j
+        if status == "ok" and not kept:
+            with j._mu:
+                if p.rows:
+                    j._committed = max(j._committed, p.rows[-1][0])
+                elif j._shared:
+                    j._committed = max(j._committed, p.base)
+                j._buffer.clear()
+                j._buffer_bytes = 0
+                j._unsynced = p.level != "sync" and (j._unsynced or bool(p.rows))
+        elif status == "lost":
+            j._fail_stop(why + "; whether the batch is in the journal is known only to the server")
+        level: Durability = "buffered" if kept else p.level
+        if not p.steps:
+            p.steps = [_Step(_BARRIER) if isinstance(it, _Barrier) else _Step(_NEW, 0, it.key) for it in p.items]
+        for i, o in zip(p.at, j._outcomes(p.items, p.steps, status, level, why), strict=True):
+            out[i] = o
+
+    def _begin(self, conn: Conn, level: Durability) -> None:
+        conn.execute(_BEGIN[self.sync_setting if level == "sync" else "off"])
+        if self.no_buffer:  # writer="shared": one journal, the append lock in every transaction
+            j = next(iter(self.members))
+            ms = max(1, int(j._shared_lock_timeout_s * 1000))
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (j._append_key,))
+
+    def _lookup(self, conn: Conn, parts: list[_Part]) -> dict[str, list[tuple[str, int, bytes]]]:
+        """The stored rows holding the batch's keys, by journal: one query for every journal."""
+        names: list[str] = []
+        keys: list[str] = []
+        for p in parts:
+            for key in sorted({it.key for it in p.items if it.key is not None}):
+                names.append(p.j._name)
+                keys.append(key)
+        found: dict[str, list[tuple[str, int, bytes]]] = {}
+        if not keys:
+            return found
+        for name, key, seq, frame in conn.execute(self.q.keys_of, (names, keys)).fetchall():
+            found.setdefault(str(name), []).append((str(key), int(seq), bytes(frame)))
+        return found
+
+    def _commit(
+        self, conn: Conn, parts: list[_Part], level: Durability, begun: bool, force_xid: bool
+    ) -> tuple[str, str, BaseException | None]:
+        """Write the parts' rows in the transaction (begun here unless ``begun``) and COMMIT it:
+        ("ok", ""), ("not", why): nothing written, or ("lost", why): the answer to COMMIT never came."""
+        committing = False
+        try:
+            names: list[str] = []
+            seqs: list[int] = []
+            keys: list[str | None] = []
+            frames: list[bytes] = []
+            channels: list[str] = []
+            lasts: list[str] = []
+            for p in parts:
+                for seq, enc in p.rows:
+                    names.append(p.j._name)
+                    seqs.append(seq)
+                    keys.append(enc.key)
+                    frames.append(records.frame_of(enc, seq, p.j._salt))
+                if p.rows:
+                    channels.append(p.j._channel)
+                    lasts.append(str(p.rows[-1][0]))
+            if not begun and not self.no_buffer and seqs:
+                begun = True
+                with conn.pipeline():  # BEGIN, the durability and the INSERT: one round trip
+                    conn.execute("BEGIN")
+                    conn.execute(_SET_COMMIT[self.sync_setting if level == "sync" else "off"])
+                    conn.execute(self.q.insert, (names, seqs, keys, frames, channels, lasts))
+                seqs = []
+            if not begun:
+                self._begin(conn, level)
+                begun = True
+            if seqs:
+                conn.execute(self.q.insert, (names, seqs, keys, frames, channels, lasts))
+            elif force_xid:
+                conn.execute("SELECT txid_current()")  # a commit record: the COMMIT waits for the WAL flush
+            committing = True
+            self.commits += 1
+            conn.execute("COMMIT")
+            return "ok", "", None
+        except BaseException as exc:
+            if committing:
+                why = f"the connection failed while COMMIT was on its way ({_words(exc)})"
+                if conn.broken or conn.closed:
+                    self.lose(f"the connection to the server was lost, and this writer's lock with it "
+                              f"({_words(exc)})")
+                return "lost", why, exc
+            return "not", "", exc
+
+    def _failed_before_commit(self, conn: Conn, exc: BaseException, begun: bool, parts: list[_Part]) -> str:
+        """Roll back after a failure before COMMIT; fail-stop where a journal cannot go on."""
+        why = f"the transaction failed before COMMIT and was rolled back ({_words(exc)})"
+        if conn.broken or conn.closed:
+            self.lose(f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})")
+            return f"the connection to the server was lost before COMMIT ({_words(exc)}); nothing was written"
+        rolled_back = True
+        if begun:
+            try:
+                conn.execute("ROLLBACK")
+            except BaseException:
+                rolled_back = False
+        if not rolled_back or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.lose(f"a transaction could not be rolled back cleanly ({_words(exc)})")
+        elif not isinstance(exc, Exception):
+            for p in parts:
+                p.j._fail_stop(f"interrupted while writing ({type(exc).__name__})")
+        elif len(parts) == 1 and isinstance(exc, psycopg.errors.IntegrityError):
+            parts[0].j._fail_stop(
+                f"the table holds a record this writer did not know of ({_words(exc)}): another writer "
+                "bypassed the lock, or the journal was changed by hand"
+            )
+        elif len(parts) == 1 and parts[0].carried:
+            parts[0].j._fail_stop(f"buffered records were lost with a failed transaction ({_words(exc)})")
+        return why
+
+    def _run_after(self, ops: list[_Op]) -> None:
+        for op in ops:
+            conn = self.conn
+            if self.failed is not None or conn.closed or conn.broken:
+                op.error = JournalFailStoppedError(self.failed or "the writer's connection is closed")
+                continue
+            try:
+                op.result = op.fn(conn)
+            except BaseException as exc:
+                op.error = exc
+                if conn.broken or conn.closed:
+                    self.lose(f"the connection to the server was lost, and this writer's lock with it "
+                              f"({_words(exc)})")
+
+
+class StoreWriter:
+    """The writer a PostgresStore's journals share (journal/remote/postgres_store.py): made by the
+    first journal opened for writing, ended when the last one closes; one that failed is
+    replaced for the journals opened after."""
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._writer: _Writer | None = None
+
+    def attach(self, j: PostgresJournal) -> _Writer:
+        with self._mu:
+            w = self._writer
+            if w is None or w.failed is not None or w.retired:
+                conn = j._connect()
+                try:
+                    row = conn.execute("SHOW synchronous_commit").fetchone()
+                except psycopg.Error as exc:
+                    conn.close()
+                    raise ServerIOError(j.path, "opening", exc, CONNECT_ADVICE) from exc
+                setting = "remote_apply" if row is not None and row[0] == "remote_apply" else "on"
+                w = self._writer = _Writer(conn, j._schema, setting, shared=True)
+            with w.mu:
+                w.members.add(j)
+            return w
+
+    def detach(self, j: PostgresJournal, w: _Writer) -> None:
+        with self._mu:
+            with w.mu:
+                w.members.discard(j)
+                last = not w.members
+                if last:
+                    w.retired = True
+            if last and self._writer is w:
+                self._writer = None
+        if last:
+            w.close()
+
+    @property
+    def writer(self) -> _Writer | None:
+        """The live writer (None before the first journal or after the last closed)."""
+        return self._writer
 
 
 class PostgresJournal:
@@ -354,6 +788,7 @@ class PostgresJournal:
         options: Options,
         connect_timeout_s: float,
         shared_lock_timeout_s: float,
+        store_writer: StoreWriter | None = None,
     ) -> None:
         if parsed.journal is None:
             raise InvalidArgumentError("a journal URL names its journal (?journal=NAME)")
@@ -374,10 +809,13 @@ class PostgresJournal:
         query = dict(parse_qsl(urlsplit(parsed.server).query))
         self._app_name_given = "application_name" in query
         self._mu = threading.Lock()
-        self._conn: Conn | None = None  # the writer's connection: every write, and the writer lock
+        # The writer's connection and group commit (every write, and the writer lock): this
+        # handle's own, or the one its store's journals share (``store_writer``).
+        self._writer: _Writer | None = None
+        self._store_writer = store_writer
+        self._detached = False  # a store journal that let go of its lock: nothing more is written
         self._reader: Conn | None = None  # reads, point reads, resolve
         self._reader_mu = threading.Lock()
-        self._gc = GroupCommit(self._write, BATCH_RECORDS_MAX, BATCH_BYTES_MAX)
         self._calls = itertools.count(1)
         self._journal_id = b""
         self._salt = 0
@@ -387,6 +825,7 @@ class PostgresJournal:
         self._buffer_bytes = 0
         self._unsynced = True  # commits at "flush" (here, or by the writer before) may await the WAL flush
         self._failed: str | None = None
+        self._holds_lock = False  # a store journal: its lock on the shared writer connection
         self._closed = False
         self._fsync_on = True
         self._sync_setting = "on"
@@ -418,8 +857,8 @@ class PostgresJournal:
     def backend_pid(self) -> int | None:
         """The server backend pid of the writer's connection (None for a read-only handle): the
         session an operator would end with pg_terminate_backend to take the journal away."""
-        conn = self._conn
-        return None if conn is None or conn.closed else int(conn.info.backend_pid)
+        w = self._writer
+        return None if w is None or w.conn.closed else int(w.conn.info.backend_pid)
 
     @property
     def writer_mode(self) -> str:
@@ -452,7 +891,10 @@ class PostgresJournal:
             elif not self._schema_exists(conn):
                 raise JournalNotFoundError(self.path)
             if not self._readonly:
-                self._take_lock(conn, lock_timeout_s)
+                if self._store_writer is None:
+                    self._take_lock(conn, lock_timeout_s)
+                else:
+                    self._take_lock_on_store_writer(conn, lock_timeout_s)
             row = conn.execute(self._q.journal, (self._name,)).fetchone()
             if row is None:
                 if not create:
@@ -471,18 +913,25 @@ class PostgresJournal:
             self._fsync_on = fsync is not None and str(fsync[0]).lower() == "on"
             commit = conn.execute("SHOW synchronous_commit").fetchone()
             self._sync_setting = "remote_apply" if commit is not None and commit[0] == "remote_apply" else "on"
+            if self._failed is not None:  # the store's writer connection was lost meanwhile
+                raise ServerIOError(self.path, "opening", RuntimeError(self._failed), CONNECT_ADVICE)
         except psycopg.Error as exc:
             conn.close()
+            self._let_go()
             raise ServerIOError(self.path, "opening", exc, CONNECT_ADVICE) from exc
         except BaseException:
             conn.close()
+            self._let_go()
             raise
         if not self._fsync_on:
             actions.append("the server runs with fsync = off: durability 'sync' is refused")
         if self._readonly:
             self._reader = conn
+        elif self._store_writer is None:
+            self._writer = _Writer(conn, self._schema, self._sync_setting, shared=False, no_buffer=self._shared)
+            self._writer.members.add(self)
         else:
-            self._conn = conn
+            conn.close()  # the records go through the store's writer; reads open their own
         self._recovery = RecoveryReport(segments=0, last_seq=self._committed, tail="clean", actions=actions)
 
     def _schema_exists(self, conn: Conn) -> bool:
@@ -530,6 +979,63 @@ class PostgresJournal:
                 conn.execute("RESET lock_timeout")
         if not got:
             raise ServerJournalLockedError(self.path, self._holders(conn), lock_timeout_s)
+
+    def _take_lock_on_store_writer(self, conn: Conn, lock_timeout_s: float) -> None:
+        """The writer lock, held on the store's shared writer connection (taken in the leader's
+        turn, so no batch is in flight on it meanwhile). Waiting (``lock_timeout_s``) happens on
+        ``conn``, this open's own connection, so the shared one never blocks: wait there until
+        the holder lets go, let go at once, and try again on the shared one."""
+        assert self._store_writer is not None
+        w = self._store_writer.attach(self)
+        self._writer = w
+        key = self._lock_key
+        deadline = time.monotonic() + lock_timeout_s
+
+        def try_lock(c: Conn) -> bool:
+            row = c.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            return bool(row and row[0])
+
+        while True:
+            op = _Op(next(self._calls), self, try_lock, before=True)
+            w.gc.submit([op], "buffered")
+            if op.error is not None:
+                if isinstance(op.error, psycopg.Error):
+                    raise op.error
+                raise ServerIOError(self.path, "opening", op.error, CONNECT_ADVICE)
+            if op.result:
+                self._holds_lock = True
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerJournalLockedError(self.path, self._holders(conn), lock_timeout_s)
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{max(1, int(left * 1000))}ms",))
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            except psycopg.errors.LockNotAvailable:
+                raise ServerJournalLockedError(self.path, self._holders(conn), lock_timeout_s) from None
+            finally:
+                conn.execute("RESET lock_timeout")
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def _let_go(self) -> None:
+        """A store journal whose open failed: release its lock and its place on the writer."""
+        w, sw = self._writer, self._store_writer
+        if w is None or sw is None:
+            return
+        self._writer = None
+        try:
+            if self._holds_lock:
+                w.gc.submit([_Op(next(self._calls), self, self._unlock)], "buffered")
+        finally:
+            sw.detach(self, w)
+
+    def _unlock(self, conn: Conn) -> None:
+        """Let go of the writer lock on the shared connection (the leader runs it after the
+        batch, so none of this journal's records is written after it)."""
+        self._detached = True
+        if self._holds_lock:
+            self._holds_lock = False
+            conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
 
     def _holders(self, conn: Conn) -> list[LockHolder]:
         u = self._lock_key & 0xFFFF_FFFF_FFFF_FFFF
@@ -591,10 +1097,12 @@ class PostgresJournal:
         repeats = repeated_keys(encoded) if keyed else {}
         unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
         call = next(self._calls)
-        items = [_Item(enc, call) for enc in unique]
+        items = [_Item(enc, call, self) for enc in unique]
         outcomes: list[Outcome] = []
+        gc = self._gc()
         if keyed:
-            outcomes = self._gc.submit(list(items), level)
+            outcomes = gc.submit(list(items), level)
+            _raise_planned(outcomes)
             for out in outcomes:
                 if isinstance(out, _Conflict):
                     raise IdempotencyConflictError(out.key, out.holder)
@@ -604,7 +1112,9 @@ class PostgresJournal:
                     reason = f"journal fail-stopped before this record was written: {self._failed}"
                     outcomes.extend([NotCommitted(reason)] * len(chunk))
                     continue
-                outcomes.extend(self._gc.submit(list(chunk), level))
+                got = gc.submit(list(chunk), level)
+                _raise_planned(got)
+                outcomes.extend(got)
         if repeats:
             outcomes = _with_repeats(outcomes, repeats, len(encoded))
         return outcomes
@@ -627,90 +1137,53 @@ class PostgresJournal:
             return
         if self._failed is not None:
             raise JournalFailStoppedError(self._failed)
-        self._gc.submit([_Barrier(next(self._calls))], level)
+        _raise_planned(self._gc().submit([_Barrier(next(self._calls), self)], level))
         if self._failed is not None:
             raise JournalFailStoppedError(self._failed)
+
+    def _lose_writer(self, exc: BaseException) -> None:
+        why = f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})"
+        if self._writer is not None:
+            self._writer.lose(why)
+        else:
+            self._fail_stop(why)
+
+    def _gc(self) -> GroupCommit:
+        w = self._writer
+        if w is None:
+            raise JournalClosedError()
+        return w.gc
 
     def _fail_stop(self, why: str) -> None:
         with self._mu:
             if self._failed is None:
                 self._failed = why
 
-    # The leader's side: one batch, one transaction (journal/remote/group.py calls this).
+    # The leader's side (_Writer._write): this journal's part of a batch.
 
-    def _write(self, items: list[Encoded], level: Durability) -> list[Outcome]:
-        n = len(items)
-        if self._failed is not None:
-            return [NotCommitted(f"journal fail-stopped before this record was written: {self._failed}")] * n
-        conn = self._conn
-        if conn is None or conn.closed:
-            return [NotCommitted("the journal was closed before this record was written")] * n
-        eff: Durability = "flush" if self._shared and level == "buffered" else level
-        barriers_only = all(isinstance(it, _Barrier) for it in items)
-        if barriers_only and not self._buffer and (eff != "sync" or not self._unsynced):
-            return [Committed(0, eff)] * n  # nothing to write, nothing to wait for
-        keys = sorted({it.key for it in items if it.key is not None})
-        begun = False
-        try:
-            if eff != "buffered":
-                self._begin(conn, eff)
-                begun = True
-            base = self._table_last(conn) if self._shared else self._committed
-            found = self._lookup(conn, keys) if keys else {}
-        except BaseException as exc:
-            reason = self._before_commit_failed(conn, exc, begun, carried_buffer=False)
-            if not isinstance(exc, Exception) or isinstance(exc, JournalError):
-                raise
-            return [NotCommitted(reason)] * n
-        steps, new_rows = self._plan(items, found, base)
-        if eff == "buffered":
-            added = sum(len(enc.spec.stored) for _, enc in new_rows)
-            with self._mu:
-                full = (
-                    len(self._buffer) + len(new_rows) > BUFFER_RECORDS_MAX
-                    or self._buffer_bytes + added > BUFFER_BYTES_MAX
-                )
-                if not full:
-                    self._buffer.extend(new_rows)
-                    self._buffer_bytes += added
-            if not full:
-                return self._outcomes(items, steps, "ok", "buffered", "")
-            eff = "flush"  # the buffer is full: written now, and the outcomes say so
-        rows = list(self._buffer) + new_rows
-        force_xid = eff == "sync" and not rows and (self._unsynced or any(s.kind == _DUP for s in steps))
-        if not rows and not force_xid and not begun:
-            return self._outcomes(items, steps, "ok", eff, "")
-        status, reason = self._commit(conn, rows, eff, begun, force_xid, carried_buffer=bool(self._buffer))
-        if status == "ok":
-            with self._mu:
-                if rows:
-                    self._committed = max(self._committed, rows[-1][0])
-                elif self._shared:
-                    self._committed = max(self._committed, base)
-                self._buffer.clear()
-                self._buffer_bytes = 0
-                self._unsynced = eff != "sync" and (self._unsynced or bool(rows))
-        return self._outcomes(items, steps, status, eff, reason)
-
-    def _begin(self, conn: Conn, level: Durability) -> None:
-        conn.execute(_BEGIN[self._sync_setting if level == "sync" else "off"])
-        if self._shared:
-            ms = max(1, int(self._shared_lock_timeout_s * 1000))
-            conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
+    def _buffer_new(self, new_rows: list[tuple[int, Encoded]]) -> bool:
+        """Keep a buffered part's records in the client; False if the buffer is full."""
+        added = sum(len(enc.spec.stored) for _, enc in new_rows)
+        with self._mu:
+            if (len(self._buffer) + len(new_rows) > BUFFER_RECORDS_MAX
+                    or self._buffer_bytes + added > BUFFER_BYTES_MAX):
+                return False
+            self._buffer.extend(new_rows)
+            self._buffer_bytes += added
+        return True
 
     def _table_last(self, conn: Conn) -> int:
         row = conn.execute(self._q.last, (self._name,)).fetchone()
         return int(row[0]) if row is not None and row[0] is not None else self._first_seq - 1
 
-    def _lookup(self, conn: Conn, keys: list[str]) -> dict[str, Record]:
-        """The records holding ``keys`` in the table, verified."""
+    def _verify_found(self, rows: list[tuple[str, int, bytes]]) -> dict[str, Record]:
+        """The stored records holding a batch's keys (_Writer._lookup), verified."""
         found: dict[str, Record] = {}
-        for key, seq, frame in conn.execute(self._q.keys, (self._name, keys)).fetchall():
-            rec = records.record_of(bytes(frame), int(seq), self._salt, self.path, self.options.record_size_bytes_max)
+        for key, seq, frame in rows:
+            rec = records.record_of(frame, seq, self._salt, self.path, self.options.record_size_bytes_max)
             if rec.key != key:
                 why = f"the row's key column says {key!r}, its frame {rec.key!r}"
-                raise CorruptionError(self.path, 0, int(seq), why)
+                raise CorruptionError(self.path, 0, seq, why)
             found[key] = rec
         return found
 
@@ -763,78 +1236,6 @@ class PostgresJournal:
                 next_seq = seq
             i = j
         return steps, rows
-
-    def _commit(
-        self,
-        conn: Conn,
-        rows: list[tuple[int, Encoded]],
-        level: Durability,
-        begun: bool,
-        force_xid: bool,
-        carried_buffer: bool,
-    ) -> tuple[str, str]:
-        """Write ``rows`` in the transaction (begun here unless ``begun``) and COMMIT it:
-        ("ok", ""), ("not", why): nothing written, or ("lost", why): the answer to COMMIT never came.
-        ``carried_buffer``: acknowledged buffered records are among ``rows``."""
-        committing = False
-        try:
-            frames = [records.frame_of(enc, seq, self._salt) for seq, enc in rows]
-            if not begun:
-                self._begin(conn, level)
-                begun = True
-            if rows:
-                conn.execute(
-                    self._q.insert,
-                    (
-                        self._name,
-                        [seq for seq, _ in rows],
-                        [enc.key for _, enc in rows],
-                        frames,
-                        self._channel,
-                        str(rows[-1][0]),
-                    ),
-                )
-            elif force_xid:
-                conn.execute("SELECT txid_current()")  # a commit record: the COMMIT waits for the WAL flush
-            committing = True
-            conn.execute("COMMIT")
-            return "ok", ""
-        except BaseException as exc:
-            if committing:
-                why = f"the connection failed while COMMIT was on its way ({_words(exc)})"
-                self._fail_stop(why + "; whether the batch is in the journal is known only to the server")
-                if not isinstance(exc, Exception):
-                    raise
-                return "lost", why
-            reason = self._before_commit_failed(conn, exc, begun, carried_buffer)
-            if not isinstance(exc, Exception):
-                raise
-            return "not", reason
-
-    def _before_commit_failed(self, conn: Conn, exc: BaseException, begun: bool, carried_buffer: bool) -> str:
-        """Roll back after a failure before COMMIT; fail-stop where the handle cannot go on."""
-        why = f"the transaction failed before COMMIT and was rolled back ({_words(exc)})"
-        if conn.broken or conn.closed:
-            self._fail_stop(f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})")
-            return f"the connection to the server was lost before COMMIT ({_words(exc)}); nothing was written"
-        rolled_back = True
-        if begun:
-            try:
-                conn.execute("ROLLBACK")
-            except BaseException:
-                rolled_back = False
-        if not rolled_back or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            self._fail_stop(f"a transaction could not be rolled back cleanly ({_words(exc)})")
-        elif not isinstance(exc, Exception):
-            self._fail_stop(f"interrupted while writing ({type(exc).__name__})")
-        elif isinstance(exc, psycopg.errors.IntegrityError):
-            self._fail_stop(
-                f"the table holds a record this writer did not know of ({_words(exc)}): another writer "
-                "bypassed the lock, or the journal was changed by hand"
-            )
-        elif carried_buffer:
-            self._fail_stop(f"buffered records were lost with a failed transaction ({_words(exc)})")
-        return why
 
     def _outcomes(self, items: list[Encoded], steps: list[_Step], status: str, level: Durability, why: str) -> list[
         Outcome
@@ -908,11 +1309,83 @@ class PostgresJournal:
         last = max(after_seq, self._first_seq - 1)
         while True:
             rows = self._query(self._q.page, (self._name, last, READ_PAGE_RECORDS))
+            if rows and int(rows[0][0]) != last + 1 and last + 1 < int(rows[0][0]) == self._refresh_first():
+                last = self._first_seq - 1  # a drop_prefix (another handle's) moved the journal's start
             recs = self._records(rows, last + 1)
             yield from recs
             if len(rows) < READ_PAGE_RECORDS:
                 return
             last = recs[-1].seq
+
+    def _refresh_first(self) -> int:
+        """The journal's first seq as the server has it now (a drop_prefix may have moved it)."""
+        rows = self._query(self._q.journal, (self._name,))
+        if rows:
+            with self._mu:
+                self._first_seq = max(self._first_seq, int(rows[0][1]))
+        return self._first_seq
+
+    # --- retention (journal.api.Retention) -------------------------------------------------
+
+    @property
+    def first_seq(self) -> int:
+        """The seq of the journal's first record: 1 until drop_prefix drops a prefix."""
+        return self._first_seq
+
+    def seal(self) -> None:
+        """Nothing to seal on a server: every record can be dropped on its own. Checks only that
+        the handle can write (the file engine's seal() ends a segment)."""
+        self._check_writable("seal")
+
+    def drop_prefix(self, before_seq: int) -> PrefixDrop:
+        """Delete the records before ``before_seq`` (never past the last one), in one transaction
+        committed at "sync" with the journal's new first seq; what remains verifies as before.
+
+        Runs on the writer's connection while no batch is in flight. A failure before the
+        commit changes nothing (ServerIOError); one while the commit's answer is awaited leaves
+        it unknown: the handle fail-stops, and reopening tells (``first_seq``). Exclusive
+        writers only.
+        """
+        if isinstance(before_seq, bool) or not isinstance(before_seq, int) or before_seq < 1:
+            raise InvalidArgumentError(f"before_seq must be an int >= 1, not {before_seq!r}")
+        if self._shared:
+            raise InvalidArgumentError("drop_prefix needs the journal opened with writer='exclusive'")
+        self._check_writable("drop_prefix")
+        self.flush()
+        op = _Op(next(self._calls), self, lambda conn: self._drop(conn, before_seq))
+        self._gc().submit([op], "flush")  # run by the leader after its batch: nothing else on the connection
+        drop: PrefixDrop = op.outcome()
+        return drop
+
+    def _drop(self, conn: Conn, before_seq: int) -> PrefixDrop:
+        if conn.closed or self._failed is not None or self._detached:
+            raise JournalFailStoppedError(self._failed or "the writer's connection is closed")
+        first = min(before_seq, self._committed + 1)
+        if first <= self._first_seq:
+            return PrefixDrop(self._first_seq)
+        committing = False
+        try:
+            conn.execute(_BEGIN[self._sync_setting])
+            row = conn.execute(self._q.drop, (self._name, first)).fetchone()
+            conn.execute(self._q.move_first, (first, self._name))
+            committing = True
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            if committing:
+                self._fail_stop(f"the commit of a drop_prefix was lost: {_words(exc)}")
+                if conn.broken or conn.closed:
+                    self._lose_writer(exc)
+                raise ServerIOError(self.path, "committing a drop_prefix (its outcome is unknown: reopen the journal "
+                                    "and read first_seq) of", exc, CONNECT_ADVICE) from exc
+            if not conn.closed and not conn.broken:
+                conn.execute("ROLLBACK")
+            else:
+                self._lose_writer(exc)
+            raise ServerIOError(self.path, "dropping a prefix (nothing was dropped) of", exc, CONNECT_ADVICE) from exc
+        with self._mu:
+            self._first_seq = first
+        dropped = int(row[0]) if row is not None and row[0] is not None else 0
+        return PrefixDrop(first, [], dropped)
 
     def get(self, seq: int) -> Record | None:
         """The record at ``seq``, or None if the journal does not hold it."""
@@ -1040,17 +1513,28 @@ class PostgresJournal:
                 return
             self._closed = True
         failed_before = self._failed
+        w, sw = self._writer, self._store_writer
         try:
-            if not self._readonly and self._failed is None and self._conn is not None:
-                self._gc.submit([_Barrier(next(self._calls))], "flush")
-            self._gc.wait_idle()
+            if w is not None and sw is None:
+                if self._failed is None:
+                    w.gc.submit([_Barrier(next(self._calls), self)], "flush")
+                w.close()
+            elif w is not None and sw is not None:
+                # Write what this journal buffers, then let go of its lock on the shared
+                # connection, in one turn of the leader (even when this journal fail-stopped and
+                # the connection lives on: the lock must not outlive the handle).
+                ops: list[Encoded] = [] if self._failed is not None else [_Barrier(next(self._calls), self)]
+                try:
+                    w.gc.submit([*ops, _Op(next(self._calls), self, self._unlock)], "flush")
+                finally:
+                    self._detached = True
+                    sw.detach(self, w)
         finally:
-            for conn in (self._conn, self._reader):
-                if conn is not None:
-                    try:
-                        conn.close()
-                    except psycopg.Error:
-                        pass
+            if self._reader is not None:
+                try:
+                    self._reader.close()
+                except psycopg.Error:
+                    pass
         if self._failed is not None and failed_before is None:
             raise JournalFailStoppedError(self._failed)
 
@@ -1062,6 +1546,12 @@ class PostgresJournal:
 
     def __repr__(self) -> str:
         return f"PostgresJournal({self.path!r}, {self.writer_mode}{', readonly' if self._readonly else ''})"
+
+
+def _raise_planned(outcomes: list[Outcome]) -> None:
+    for out in outcomes:
+        if isinstance(out, _Raised) and out.error is not None:
+            raise out.error
 
 
 def _words(exc: BaseException) -> str:
@@ -1086,6 +1576,7 @@ def open_journal(
     readonly: bool,
     lock_timeout_s: float = 0.0,
     writer: str = "exclusive",
+    store_writer: StoreWriter | None = None,
     **options: Any,
 ) -> PostgresJournal:
     """Open (``create``: make) the journal a postgresql:// URL names (docs/REMOTE.md).
@@ -1093,6 +1584,8 @@ def open_journal(
     Options besides the common ones: ``record_size_bytes_max`` and ``compress`` (the encoding's,
     as the file engine takes them), ``shared_lock_timeout_s`` (a shared writer's wait for the
     append lock per transaction), ``first_seq`` (the first seq of a journal this call creates).
+    ``store_writer``: the writer a PostgresStore's journals share (an exclusive writer only; a
+    read-only or ``writer="shared"`` handle keeps its own connection).
     """
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
@@ -1130,8 +1623,10 @@ def open_journal(
         opts.check()
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(str(exc)) from None
+    shared = writer == "shared" and not readonly
     j = PostgresJournal(
-        parsed, schema, readonly, writer == "shared" and not readonly, opts, connect_timeout_s, shared_lock_timeout_s
+        parsed, schema, readonly, shared, opts, connect_timeout_s, shared_lock_timeout_s,
+        None if readonly or shared else store_writer,
     )
     j._open(create, lock_timeout_s, first_seq)
     return j
@@ -1139,8 +1634,8 @@ def open_journal(
 
 if TYPE_CHECKING:  # mypy holds this backend to journal.api's protocol
 
-    def _conforms(j: PostgresJournal) -> Journal:
-        return j
+    def _conforms(j: PostgresJournal) -> tuple[Journal, Retention]:
+        return j, j
 
 
 __all__ = [
@@ -1150,6 +1645,7 @@ __all__ = [
     "PostgresJournal",
     "ServerIOError",
     "ServerJournalLockedError",
+    "StoreWriter",
     "SyncNotDurableError",
     "open_journal",
 ]

@@ -14,6 +14,19 @@ one transaction, so it is whole or absent after a crash, as on files:
   verifies as it is (the file engine's forks share their segments' id the same way). The copy
   is the source's committed records at the statement's snapshot.
 
+Group commit across journals. The journals a store opens for writing (exclusive writers) share
+one writer connection and one group commit (``postgres.StoreWriter``): appends of many
+journals from many threads go into one transaction, one multi-row ``INSERT`` and one
+``COMMIT``, so one WAL flush, while each journal keeps its own seqs, idempotency keys,
+buffer, outcomes and fail-stop. Each journal's writer lock is a session-level advisory lock on
+that connection, let go of (``pg_advisory_unlock``) when the journal closes; the connection
+ends with the last of them. Its loss fail-stops every journal on it (their locks went with it):
+each is opened again and resolve() answers for its AckLost. A statement refused in one
+journal's part (a constraint: a row its writer did not know of) rolls the batch back and the
+parts are written again one transaction each, so the other journals' records commit and only
+that journal gets NotCommitted (and fail-stops). Read-only and ``writer="shared"`` handles keep
+their own connection, as ``journal.open`` gives every journal.
+
 Names are checked as on files (``journal.engine.store.check_store_name``), so an adapter's
 names are valid on every backend.
 """
@@ -38,6 +51,7 @@ class PostgresStore:
         self._schema = parsed.options.get("schema", postgres.SCHEMA_DEFAULT)
         self._journals = sql.Identifier(self._schema, "journals")
         self._records = sql.Identifier(self._schema, "records")
+        self._writer = postgres.StoreWriter()
 
     @property
     def location(self) -> str:
@@ -45,7 +59,22 @@ class PostgresStore:
 
     def open(self, name: str, create: bool = False, readonly: bool = False, **options: Any) -> Journal:
         target = self._url.with_journal(check_store_name(name))
-        return postgres.open_journal(target, create=create, readonly=readonly, **{**self._options, **options})
+        return postgres.open_journal(
+            target, create=create, readonly=readonly, store_writer=self._writer, **{**self._options, **options}
+        )
+
+    @property
+    def commits(self) -> int:
+        """COMMITs the shared writer connection sent so far (0 when no journal is open to write)."""
+        w = self._writer.writer
+        return 0 if w is None else w.commits
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server backend pid of the shared writer connection (None when no journal is open
+        to write): the session pg_terminate_backend would end, fail-stopping every journal on it."""
+        w = self._writer.writer
+        return None if w is None or w.conn.closed else int(w.conn.info.backend_pid)
 
     def exists(self, name: str) -> bool:
         check_store_name(name)
