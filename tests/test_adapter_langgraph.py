@@ -6,7 +6,9 @@ Skipped without LangGraph (``pip install -e '.[langgraph]'``; scripts/test insta
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
+import copy
 import importlib
 import json
 import os
@@ -26,16 +28,28 @@ else:
     pytest.importorskip("langgraph.checkpoint.conformance", reason="pip install -e '.[langgraph-test]' to run these")
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    empty_checkpoint,
+    get_checkpoint_metadata,
+)
 from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
 import journal
 from journal.adapters.langgraph import (
+    CODEC_RAW,
+    CODEC_ZSTD,
+    COMPRESS_MIN_BYTES,
+    RECORD_VERSION,
     THREADS_DIR,
     CheckpointTooLargeError,
     JournalSaver,
     ThreadExistsError,
+    record_event,
     thread_dir_name,
     thread_id_of,
 )
@@ -148,7 +162,8 @@ def test_state_graph_interrupt_resume_and_reopen(tmp_path: Path, durability: str
     # Per-channel blobs: a checkpoint record holds values only for the channels in new_versions
     # ("exit" saves only two checkpoints, each after several steps' changes).
     with journal.open(tmp_path / "cp" / THREADS_DIR / thread_dir_name("t"), readonly=True) as j:
-        sizes = [len(r.event["blobs"]) for r in j.read() if r.event["k"] == "cp"]
+        events = [record_event(r) for r in j.read()]
+        sizes = [len(e["blobs"]) for e in events if e["k"] == "cp"]
     if durability != "exit":
         assert min(sizes[1:]) < max(sizes), sizes
 
@@ -163,7 +178,7 @@ def _on_disk(thread_dir: Path) -> tuple[set[str], set[tuple[str, str]]]:
         return cps, writes
     with journal.open(thread_dir, readonly=True) as j:
         for rec in j.read():
-            e = rec.event
+            e = record_event(rec)
             if e["k"] == "cp":
                 cps.add(e["id"])
             else:
@@ -384,3 +399,221 @@ def test_open_threads_stay_within_their_bound_under_parallel_use(tmp_path: Path)
             tup = saver.get_tuple(_cfg(thread))
             assert tup is not None and tup.checkpoint["channel_values"]["log"] == expected_log(3)
             assert len(saver._threads) <= bound
+
+
+# ---- (d) the record format: v2 (msgpack, raw bytes, the saver's zstd) and v1 journals read back
+
+
+class _RecordingSaver(InMemorySaver):
+    """An InMemorySaver that also keeps deep copies of every put and put_writes it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def put(self, config: RunnableConfig, checkpoint: Any, metadata: Any, new_versions: Any) -> RunnableConfig:
+        self.calls.append(("put", copy.deepcopy((config, checkpoint, metadata, new_versions))))
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: RunnableConfig, writes: Any, task_id: str, task_path: str = "") -> None:
+        self.calls.append(("put_writes", copy.deepcopy((config, writes, task_id, task_path))))
+        super().put_writes(config, writes, task_id, task_path)
+
+
+class _FrozenV1Writer:
+    """The v1 write path (JournalSaver.put and put_writes before format v2), frozen here: JSON
+    records, each value's serde output in base64, appended at "sync" with the engine's default
+    options (zstd on). Only the writing: it keeps just what put_writes' first-one-wins needs."""
+
+    def __init__(self, path: Path) -> None:
+        self.serde = JsonPlusSerializer()
+        self._store = journal.store(path / THREADS_DIR)
+        self._journals: dict[str, Any] = {}
+        self._stored: set[tuple[str, str, str, str, int]] = set()
+
+    @staticmethod
+    def _b64(typed: tuple[str, bytes]) -> list[str]:
+        return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+
+    def _append(self, thread_id: str, event: dict[str, Any]) -> None:
+        j = self._journals.get(thread_id)
+        if j is None:
+            j = self._journals[thread_id] = self._store.open(thread_dir_name(thread_id), create=True)
+        assert isinstance(j.append(event, durability="sync"), journal.Committed)
+
+    def put(self, config: RunnableConfig, checkpoint: Any, metadata: Any, new_versions: Any) -> None:
+        configurable = config["configurable"]
+        c = dict(checkpoint)
+        values = c.pop("channel_values", {})
+        blobs = []
+        for channel, version in new_versions.items():
+            typed = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
+            blobs.append([channel, str(version), *self._b64(typed)])
+        self._append(configurable["thread_id"], {
+            "k": "cp",
+            "ns": configurable.get("checkpoint_ns", ""),
+            "id": checkpoint["id"],
+            "parent": configurable.get("checkpoint_id"),
+            "cp": self._b64(self.serde.dumps_typed(c)),
+            "md": self._b64(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+            "blobs": blobs,
+        })
+
+    def put_writes(self, config: RunnableConfig, writes: Any, task_id: str, task_path: str = "") -> None:
+        configurable = config["configurable"]
+        thread_id, cid = configurable["thread_id"], configurable["checkpoint_id"]
+        ns = configurable.get("checkpoint_ns", "")
+        batch = []
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            if idx >= 0 and (thread_id, ns, cid, task_id, idx) in self._stored:
+                continue
+            self._stored.add((thread_id, ns, cid, task_id, idx))
+            batch.append([idx, channel, *self._b64(self.serde.dumps_typed(value))])
+        if batch:
+            self._append(thread_id, {"k": "w", "ns": ns, "cp": cid, "task": task_id, "path": task_path, "w": batch})
+
+    def close(self) -> None:
+        for j in self._journals.values():
+            j.close()
+
+
+def _graph_calls(tmp_path: Path, thread: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """The saver calls of a real graph run: parallel branches, an interrupt, a resume."""
+    rec = _RecordingSaver()
+    graph = build_graph(rec, str(tmp_path / f"{thread}.exec"), 3, ask_at=2)
+    assert "__interrupt__" in graph.invoke({"n": 0}, _cfg(thread))
+    assert graph.invoke(Command(resume="yes"), _cfg(thread))["log"] == expected_log(3)
+    assert any(name == "put_writes" and any(ch == "__interrupt__" for ch, _ in args[1]) for name, args in rec.calls)
+    return rec.calls
+
+
+def _replay(saver: Any, calls: list[tuple[str, tuple[Any, ...]]]) -> None:
+    for name, args in calls:
+        getattr(saver, name)(*args)
+
+
+def _payloads(thread_dir: Path) -> list[tuple[bool, bytes]]:
+    with journal.open(thread_dir, readonly=True) as j:
+        return [(r.is_bytes, r.payload) for r in j.read()]
+
+
+def test_v1_journals_written_before_read_back_exactly(tmp_path: Path) -> None:
+    """A journal of v1 records (written by the frozen v1 code path) reads back as the same
+    calls stored by this version do; the saver then appends v2 records to it, and a prune
+    rewrites it in v2, all of it still reading back the same."""
+    calls = _graph_calls(tmp_path, "t")
+    old = _FrozenV1Writer(tmp_path / "v1")
+    _replay(old, calls)
+    old.close()
+    v1_dir = tmp_path / "v1" / THREADS_DIR / thread_dir_name("t")
+    assert all(not is_bytes for is_bytes, _ in _payloads(v1_dir))  # JSON: v1, every record
+    with JournalSaver(tmp_path / "v2") as new:
+        _replay(new, calls)
+    assert all(is_bytes and p[0] == RECORD_VERSION for is_bytes, p in _payloads(tmp_path / "v2" / THREADS_DIR
+                                                                               / thread_dir_name("t")))
+
+    with JournalSaver(tmp_path / "v1") as a, JournalSaver(tmp_path / "v2") as b:
+        from_v1, from_v2 = list(a.list(None)), list(b.list(None))
+        assert len(from_v1) == sum(1 for name, _ in calls if name == "put")
+        assert from_v1 == from_v2  # checkpoints, channel values, metadata, parents, pending writes
+        assert list(a.list(_cfg("t"), filter={"source": "loop", "step": 3})) == list(
+            b.list(_cfg("t"), filter={"source": "loop", "step": 3}))
+        assert a.get_tuple(_cfg("t")) == b.get_tuple(_cfg("t"))
+        latest = a.get_tuple(_cfg("t"))
+        assert latest is not None and latest.checkpoint["channel_values"]["log"] == expected_log(3)
+        with journal.open(v1_dir, readonly=True) as j:
+            v1_records = [record_event(r) for r in j.read()]
+        assert all(isinstance(e["cp"][1], bytes) for e in v1_records if e["k"] == "cp")  # v1 shown as v2
+
+        # The old journal goes on in v2: a mixed journal reads whole, then a prune rewrites it.
+        done = build_graph(a, str(tmp_path / "more.exec"), 5).invoke({}, _cfg("t"))
+        assert done["log"] == expected_log(5)
+        kinds = [is_bytes for is_bytes, _ in _payloads(v1_dir)]
+        assert not kinds[0] and kinds[-1], kinds
+        before = a.get_tuple(_cfg("t"))
+        mixed = list(a.list(_cfg("t")))
+        assert len(mixed) > len(from_v1) and [x for x in mixed if x in from_v1] == from_v1
+        a.prune(["t"])
+        assert a.get_tuple(_cfg("t")) == before
+    assert all(is_bytes for is_bytes, _ in _payloads(v1_dir))  # the prune's copies are v2
+    with JournalSaver(tmp_path / "v1") as a:
+        assert a.get_tuple(_cfg("t")) == before
+        assert len(list(a.list(_cfg("t")))) == 1
+
+
+class _EveryTypeSerde(JsonPlusSerializer):
+    """LangGraph's serializer, plus "json" for dicts marked so (JsonPlusSerializer reads "json",
+    as older LangGraph versions wrote it, but no longer writes it)."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if isinstance(obj, dict) and obj.get("as") == "json":
+            return "json", json.dumps(obj).encode()
+        return super().dumps_typed(obj)
+
+
+def test_binary_records_round_trip_every_serde_type(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    noise = bytes(rng.getrandbits(8) for _ in range(4000))  # over COMPRESS_MIN_BYTES, incompressible
+    values: dict[str, Any] = {
+        "bytes": b"\x00\xff\x02\x00 raw",
+        "noise": noise,
+        "null": None,
+        "bytearray": bytearray(b"\x01\x02"),
+        "json": {"as": "json", "n": 1, "s": "\u2603"},
+        "msgpack": {"x": [1, 2.5, "three", {"four": None}], "t": (1, 2)},
+        "big": {"text": "compressible " * 500},  # well over COMPRESS_MIN_BYTES: a zstd record
+    }
+    serde = _EveryTypeSerde()
+    typed = {k: serde.dumps_typed(v)[0] for k, v in values.items()}
+    assert set(typed.values()) == {"bytes", "null", "bytearray", "json", "msgpack"}, typed
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = {k: "1" for k in [*values, "gone"]}
+    new_versions = dict(checkpoint["channel_versions"])  # "gone": a version with no value, stored "empty"
+    writes = [(k, v) for k, v in values.items()]
+    cfg: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def check(saver: JournalSaver) -> None:
+        tup = saver.get_tuple(_cfg("t"))
+        assert tup is not None
+        got = tup.checkpoint["channel_values"]
+        assert got == {k: v if k != "msgpack" else {**v, "t": [1, 2]} for k, v in values.items()}
+        assert {k: type(v) for k, v in got.items()} == {
+            k: type(v) if k != "msgpack" else dict for k, v in values.items()}
+        assert "gone" not in got and tup.checkpoint["channel_versions"]["gone"] == "1"
+        assert tup.metadata == {"source": "loop", "step": 1, "parents": {}, "note": b"md bytes"}
+        assert [(task, ch) for task, ch, _ in tup.pending_writes] == [("task", k) for k in values]
+        assert [v for _, _, v in tup.pending_writes] == [got[k] for k in values]
+        assert type(tup.pending_writes[3][2]) is bytearray
+
+    with JournalSaver(tmp_path, serde=serde) as saver:
+        stored = saver.put(cfg, checkpoint, {"source": "loop", "step": 1, "parents": {}, "note": b"md bytes"},
+                           new_versions)
+        saver.put_writes(stored, writes, "task")
+        check(saver)  # from the index and the records this handle wrote
+    heads = {p[:2] for _, p in _payloads(tmp_path / THREADS_DIR / thread_dir_name("t"))}
+    assert heads == {bytes([RECORD_VERSION, CODEC_ZSTD])}, heads
+    with JournalSaver(tmp_path, serde=serde) as saver:
+        check(saver)  # from disk
+
+    # A record over COMPRESS_MIN_BYTES that zstd cannot shrink is stored raw; a small one too.
+    with JournalSaver(tmp_path, serde=serde) as saver:
+        saver.put_writes(stored, [("noise", noise)], "task2")
+        saver.put_writes(stored, [("small", 1)], "task3")
+        last = _payloads(tmp_path / THREADS_DIR / thread_dir_name("t"))[-2:]
+        assert [p[:2] for _, p in last] == [bytes([RECORD_VERSION, CODEC_RAW])] * 2
+        assert len(last[0][1]) > COMPRESS_MIN_BYTES
+        tup = saver.get_tuple(_cfg("t"))
+        assert tup is not None and ("task2", "noise", noise) in tup.pending_writes
+        assert ("task3", "small", 1) in tup.pending_writes
+
+
+def test_a_record_of_an_unknown_format_is_refused(tmp_path: Path) -> None:
+    with JournalSaver(tmp_path) as saver:
+        saver.put_writes({"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "1"}},
+                         [("c", 1)], "task")
+    with journal.open(tmp_path / THREADS_DIR / thread_dir_name("t")) as j:
+        j.append(bytes([RECORD_VERSION + 1, 0]) + b"from a later version", durability="sync")
+    with JournalSaver(tmp_path) as saver, pytest.raises(journal.JournalError, match="unknown format"):
+        saver.get_tuple(_cfg("t"))

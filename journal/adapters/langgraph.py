@@ -9,30 +9,35 @@ A ``langgraph.checkpoint.base.BaseCheckpointSaver`` with every sync method and i
 Storage. One journal per LangGraph thread, in ``<path>/threads/<name>``, where ``<name>`` is
 ``t`` followed by the thread id's UTF-8 bytes in lowercase base32 without padding: a thread id is
 never used as a path component itself (``../x``, ``a/b``, ``.`` and ids differing only in case
-all get distinct, harmless names, and decoding a name gives the id back). Each record is a JSON
-dict, one of two kinds:
+all get distinct, harmless names, and decoding a name gives the id back). Each record is one of
+two kinds (shown as the dict ``record_event`` gives back):
 
-* ``{"k": "cp", "ns", "id", "parent", "cp": [type, b64], "md": [type, b64], "blobs": [[channel,
-  version, type, b64], ...]}``: one ``put``. ``cp`` is the checkpoint without its channel values;
+* ``{"k": "cp", "ns", "id", "parent", "cp": [type, data], "md": [type, data], "blobs": [[channel,
+  version, type, data], ...]}``: one ``put``. ``cp`` is the checkpoint without its channel values;
   ``blobs`` holds a value only for the channels in ``new_versions`` (a reader rebuilds
   ``channel_values`` from the blob stored at each channel's version in ``channel_versions``), so
   a step stores what changed, never the whole state again. The checkpoint and its blobs are one
   record: they land together or not at all.
-* ``{"k": "w", "ns", "cp", "task", "path", "w": [[idx, channel, type, b64], ...]}``: one
+* ``{"k": "w", "ns", "cp", "task", "path", "w": [[idx, channel, type, data], ...]}``: one
   ``put_writes``, only the writes it actually adds (an ordinary write whose (task, idx) is
   already stored is dropped: the first one wins; the special channels of ``WRITES_IDX_MAP``
   overwrite, and the last record wins on read).
 
-Values are the saver's serde (``dumps_typed``), base64 in the JSON. A record is bounded by the
-journal's ``record_size_bytes_max`` (16 MiB by default): a larger checkpoint step or write batch
-is refused with ``CheckpointTooLargeError`` and nothing of it is written.
+Values are the saver's serde (``dumps_typed``: type and data). Record format v2 (written now):
+a bytes event, one version byte (2) and one codec byte (0 raw, 1 zstd), then the dict above in
+msgpack with each value's data as raw bytes; the saver compresses a record of 1 KiB or more
+(zstd level 1) and the engine's own compression is off for its journals. Format v1 (written by
+earlier versions, still read): a JSON event, each data in base64. A record is bounded by
+``record_size_bytes_max`` (16 MiB by default) before compression: a larger checkpoint step or
+write batch is refused with ``CheckpointTooLargeError`` and nothing of it is written.
 
 A thread's journal is made in a dot-named directory beside its place and renamed in once whole
 (the rename fsync'd), so a crash never leaves a half-made journal under a thread's name.
 
 Index. The first use of a thread opens its journal and reads it once into an in-memory index
-(checkpoint id -> seq, parent and metadata; (ns, channel, version) -> seq of its blob; pending
-writes -> seq), so reads fetch records by seq (``Journal.get``) and never rescan.
+(checkpoint id -> seq, parent and metadata as stored, decoded on each use; (ns, channel,
+version) -> seq of its blob; pending writes -> seq), so reads fetch records by seq
+(``Journal.get``) and never rescan. Opening decodes no value, only the records' envelopes.
 
 Durability. Every record is appended at "sync" (fdatasync'd before the call returns), so the
 pending writes of a finished task are durable before ``put_writes`` returns, hence before any
@@ -62,6 +67,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import ormsgpack
+import zstandard
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -80,9 +87,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 import journal
 from journal.api import (
     Committed,
+    EventNotSerializableError,
     InvariantError,
     Journal,
     JournalError,
+    Record,
     RecordTooLargeError,
     Retention,
     Store,
@@ -100,6 +109,21 @@ DURABILITY = "sync"
 # descriptor limit.
 THREADS_OPEN_MAX_DEFAULT = 256
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+RECORD_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024  # the engine's default: a record's bytes before compression
+# The record format (module doc): v1 records (earlier versions) are JSON events, values in base64;
+# v2 records are bytes events, a version byte and a codec byte, then the same event in msgpack,
+# values as raw bytes, zstd-compressed when it is at least COMPRESS_MIN_BYTES. Both are read.
+RECORD_VERSION = 2
+CODEC_RAW, CODEC_ZSTD = 0, 1
+# The saver compresses, not the engine (its journals are opened with compress=False): zstd's
+# fixed cost per frame (its entropy tables) made the engine's compression of every record of
+# 256 bytes or more ~140k instructions of a LangGraph step's ~500k, and a small record gains
+# little (bench/bench_langgraph_cpu.py; bench/README.md).
+COMPRESS_MIN_BYTES = 1024
+ZSTD_LEVEL = 1
+_RAW_HEAD = bytes([RECORD_VERSION, CODEC_RAW])
+_ZSTD_HEAD = bytes([RECORD_VERSION, CODEC_ZSTD])
+_local = threading.local()  # a zstd context per thread: they are not thread-safe
 
 
 class CheckpointNotSavedError(JournalError):
@@ -145,22 +169,78 @@ def thread_id_of(name: str) -> str | None:
     return thread_id if thread_dir_name(thread_id) == name else None
 
 
-def _b64(typed: tuple[str, bytes]) -> list[str]:
-    return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+def _compressor() -> zstandard.ZstdCompressor:
+    c: zstandard.ZstdCompressor | None = getattr(_local, "cctx", None)
+    if c is None:  # the content size is written: a reader decompresses in one call
+        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=False, write_dict_id=False)
+    return c
 
 
-def _unb64(kind: str, text: str) -> tuple[str, bytes]:
-    return kind, base64.b64decode(text)
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d: zstandard.ZstdDecompressor | None = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
 
 
-@dataclass
+def _pack(event: dict[str, Any], size_max: int) -> bytes:
+    """A record (v2) as stored: version and codec bytes, then the event in msgpack, compressed if
+    it pays. Raises RecordTooLargeError (nothing written) over ``size_max`` bytes before compression."""
+    try:
+        body = ormsgpack.packb(event)
+    except ormsgpack.MsgpackEncodeError as e:  # a str msgpack cannot hold (a lone surrogate)
+        raise EventNotSerializableError(str(e)) from None
+    if len(body) > size_max:
+        raise RecordTooLargeError(len(body), size_max)
+    if len(body) >= COMPRESS_MIN_BYTES:
+        packed = _compressor().compress(body)
+        if len(packed) < len(body):
+            return _ZSTD_HEAD + packed
+    return _RAW_HEAD + body
+
+
+def record_event(rec: Record) -> dict[str, Any]:
+    """A record's event, in the v2 shape whichever version it was written in."""
+    if not rec.is_bytes:
+        return _from_v1(rec.event)
+    payload = rec.payload
+    head = payload[:2]
+    if head == _RAW_HEAD:
+        event: dict[str, Any] = ormsgpack.unpackb(memoryview(payload)[2:])
+    elif head == _ZSTD_HEAD:
+        event = ormsgpack.unpackb(_decompressor().decompress(memoryview(payload)[2:]))
+    else:
+        raise JournalError(f"record {rec.seq} is of an unknown format (it starts {head!r}); "
+                           "a newer version of this adapter may have written it")
+    return event
+
+
+def _typed(value: Sequence[Any]) -> tuple[str, bytes]:
+    """A stored [type, data] as the serde's loads_typed takes it."""
+    return value[0], value[1]
+
+
+def _from_v1(event: dict[str, Any]) -> dict[str, Any]:
+    """A v1 record (JSON, values in base64) in the v2 shape (values as bytes)."""
+    b64 = base64.b64decode
+    out = dict(event)
+    if event["k"] == "cp":
+        out["cp"] = [event["cp"][0], b64(event["cp"][1])]
+        out["md"] = [event["md"][0], b64(event["md"][1])]
+        out["blobs"] = [[channel, version, kind, b64(text)] for channel, version, kind, text in event["blobs"]]
+    elif event["k"] == "w":
+        out["w"] = [[idx, channel, kind, b64(text)] for idx, channel, kind, text in event["w"]]
+    return out
+
+
+@dataclass(slots=True)
 class _CheckpointEntry:
     seq: int
     parent: str | None
-    metadata: CheckpointMetadata
+    md: Sequence[Any]  # the metadata as stored, [type, data]: decoded on each use (a fresh copy)
 
 
-@dataclass
+@dataclass(slots=True)
 class _WriteEntry:
     seq: int
     pos: int  # index in the record's "w" list
@@ -182,24 +262,30 @@ class _Thread:
     # (ns, checkpoint id) -> (task id, idx) -> entry
     writes: dict[tuple[str, str], dict[tuple[str, int], _WriteEntry]] = field(default_factory=dict)
 
-    def reindex(self, serde: SerializerProtocol) -> None:
-        """Rebuild the index from one read of the journal (open, and after a compaction)."""
+    def reindex(self, serde: SerializerProtocol | None = None) -> None:
+        """Rebuild the index from one read of the journal (open, and after a compaction). The
+        index decodes no value: ``serde`` is not used (kept for callers that pass it)."""
         self.checkpoints, self.blobs, self.writes = {}, {}, {}
         for rec in self.journal.read():
-            self.index(rec.seq, rec.event, serde)
+            self.index(rec.seq, record_event(rec))
 
-    def index(self, seq: int, event: dict[str, Any], serde: SerializerProtocol) -> None:
-        ns = event["ns"]
-        if event["k"] == "cp":
-            md_kind, md_text = event["md"]
-            metadata: CheckpointMetadata = serde.loads_typed(_unb64(md_kind, md_text))
-            self.checkpoints.setdefault(ns, {})[event["id"]] = _CheckpointEntry(seq, event["parent"], metadata)
-            for pos, (channel, version, _kind, _text) in enumerate(event["blobs"]):
-                self.blobs[(ns, channel, str(version))] = (seq, pos)
-        elif event["k"] == "w":
+    def index(self, seq: int, event: dict[str, Any]) -> None:
+        ns, kind = event["ns"], event["k"]
+        if kind == "cp":
+            self.checkpoints.setdefault(ns, {})[event["id"]] = _CheckpointEntry(seq, event["parent"], event["md"])
+            blobs = self.blobs
+            for pos, (channel, version, _kind, _data) in enumerate(event["blobs"]):
+                blobs[(ns, channel, version)] = (seq, pos)  # stored as str(version)
+        elif kind == "w":
             stored = self.writes.setdefault((ns, event["cp"]), {})
-            for pos, (idx, channel, _kind, _text) in enumerate(event["w"]):
-                stored[(event["task"], idx)] = _WriteEntry(seq, pos, event["path"], channel)
+            task_id, task_path = event["task"], event["path"]
+            for pos, (idx, channel, _kind, _data) in enumerate(event["w"]):
+                stored[(task_id, idx)] = _WriteEntry(seq, pos, task_path, channel)
+
+
+def _what(what: str, checkpoint_id: str) -> str:
+    """A record's description for a message ("checkpoint <id>", "writes of task <t> on checkpoint <id>")."""
+    return f"{what} {checkpoint_id}" if what == "checkpoint" else f"{what} on checkpoint {checkpoint_id}"
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -222,9 +308,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if isinstance(threads_open_max, bool) or not isinstance(threads_open_max, int) or threads_open_max < 1:
             raise ValueError(f"threads_open_max must be an int >= 1, not {threads_open_max!r}")
         self.threads_open_max = threads_open_max
-        self._options: dict[str, Any] = {}
+        # The saver compresses what pays itself (see COMPRESS_MIN_BYTES), so the engine does not.
+        self._options: dict[str, Any] = {"compress": False}
+        self._record_size_max = RECORD_SIZE_BYTES_MAX_DEFAULT
         if record_size_bytes_max is not None:
             self._options["record_size_bytes_max"] = record_size_bytes_max
+            self._record_size_max = record_size_bytes_max
         if segment_size_bytes is not None:  # what prune frees is whole segments: smaller ones free sooner
             self._options["segment_size_bytes"] = segment_size_bytes
         self._lock = threading.Lock()  # guards self._threads and changes to the set of threads
@@ -310,29 +399,42 @@ class JournalSaver(BaseCheckpointSaver[str]):
             finally:
                 t.lock.release()
 
-    @contextmanager
-    def _using(self, thread_id: str, create: bool) -> Iterator[_Thread | None]:
-        """The thread with its lock held (None if it does not exist and ``create`` is false)."""
+    def _acquire(self, thread_id: str, create: bool) -> _Thread | None:
+        """The thread with its lock acquired (None if it does not exist and ``create`` is false);
+        the caller hands it back with ``_release``."""
         while True:
             t = self._thread(thread_id, create)
             if t is None:
-                yield None
-                return
-            with t.lock:
-                if t.closed:
-                    continue  # evicted or forgotten between the lookup and the lock: open again
-                yield t
-            if len(self._threads) > self.threads_open_max:
-                with self._lock:  # threads in use were skipped by the eviction: close them now
-                    self._evict(room=0)
-            return
+                return None
+            t.lock.acquire()
+            if not t.closed:
+                return t
+            t.lock.release()  # evicted or forgotten between the lookup and the lock: open again
+
+    def _release(self, t: _Thread) -> None:
+        t.lock.release()
+        if len(self._threads) > self.threads_open_max:
+            with self._lock:  # threads in use were skipped by the eviction: close them now
+                self._evict(room=0)
+
+    def _writable(self, thread_id: str) -> _Thread:
+        """The thread, created if need be, with its lock acquired (``_release`` it)."""
+        t = self._acquire(thread_id, create=True)
+        if t is None:  # create=True opens or raises; a None here is this module's bug
+            raise InvariantError(f"thread {thread_id!r} was not opened for writing")
+        return t
 
     @contextmanager
-    def _writable(self, thread_id: str) -> Iterator[_Thread]:
-        with self._using(thread_id, create=True) as t:
-            if t is None:  # create=True opens or raises; a None here is this module's bug
-                raise InvariantError(f"thread {thread_id!r} was not opened for writing")
+    def _using(self, thread_id: str, create: bool) -> Iterator[_Thread | None]:
+        """The thread with its lock held (None if it does not exist and ``create`` is false)."""
+        t = self._acquire(thread_id, create)
+        if t is None:
+            yield None
+            return
+        try:
             yield t
+        finally:
+            self._release(t)
 
     @staticmethod
     def _forget(t: _Thread) -> None:
@@ -342,16 +444,26 @@ class JournalSaver(BaseCheckpointSaver[str]):
         t.closed = True
         t.journal.close()
 
-    def _append(self, thread_id: str, t: _Thread, event: dict[str, Any], what: str) -> int:
+    def _pack(self, thread_id: str, event: dict[str, Any], what: str, checkpoint_id: str) -> bytes:
         try:
-            out = t.journal.append(event, durability=DURABILITY)
+            return _pack(event, self._record_size_max)
         except RecordTooLargeError as e:
-            raise CheckpointTooLargeError(f"{what} of thread {thread_id!r} is too large to store: {e}") from e
-        if isinstance(out, Committed):
+            raise CheckpointTooLargeError(f"{_what(what, checkpoint_id)} of thread {thread_id!r} is too large "
+                                          f"to store: {e}") from e
+
+    def _append(self, thread_id: str, t: _Thread, payload: bytes, what: str, checkpoint_id: str) -> int:
+        """Append one record at DURABILITY (its thread's lock held); its seq once durable."""
+        try:
+            out = t.journal.append(payload, durability=DURABILITY)
+        except RecordTooLargeError as e:
+            raise CheckpointTooLargeError(f"{_what(what, checkpoint_id)} of thread {thread_id!r} is too large "
+                                          f"to store: {e}") from e
+        if type(out) is Committed or isinstance(out, Committed):
             return out.seq
         if not isinstance(out, journal.NotCommitted):
             self._forget(t)
-        raise CheckpointNotSavedError(f"{what} of thread {thread_id!r} was not saved ({out!r}); retry it")
+        raise CheckpointNotSavedError(f"{_what(what, checkpoint_id)} of thread {thread_id!r} was not saved "
+                                      f"({out!r}); retry it")
 
     def _thread_ids(self) -> builtins.list[str]:
         return [tid for tid in (thread_id_of(name) for name in self._store.names()) if tid is not None]
@@ -363,8 +475,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         rec = t.journal.get(entry.seq)
         if rec is None:  # the index names only records this handle committed or read
             raise MissingRecordError(f"thread {thread_id!r}: checkpoint record {entry.seq} is missing")
-        event = rec.event
-        checkpoint: Checkpoint = self.serde.loads_typed(_unb64(*event["cp"]))
+        event = record_event(rec)
+        checkpoint: Checkpoint = self.serde.loads_typed(_typed(event["cp"]))
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
             where = t.blobs.get((ns, channel, str(version)))
@@ -372,31 +484,34 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 continue
             blob_seq, pos = where
             blob_event = event if blob_seq == entry.seq else self._event(t, blob_seq)
-            _, _, kind, text = blob_event["blobs"][pos]
+            _, _, kind, data = blob_event["blobs"][pos]
             if kind == "empty":
                 continue
-            values[channel] = self.serde.loads_typed(_unb64(kind, text))
+            values[channel] = self.serde.loads_typed((kind, data))
         stored = t.writes.get((ns, checkpoint_id), {})
         ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         pending: builtins.list[PendingWrite] = []
         for (task_id, _idx), w in ordered:
-            _, channel, kind, text = self._event(t, w.seq)["w"][w.pos]
-            pending.append((task_id, channel, self.serde.loads_typed(_unb64(kind, text))))
+            _, channel, kind, data = self._event(t, w.seq)["w"][w.pos]
+            pending.append((task_id, channel, self.serde.loads_typed((kind, data))))
         return CheckpointTuple(
             config=_config(thread_id, ns, checkpoint_id),
             checkpoint={**checkpoint, "channel_values": values},
-            metadata=entry.metadata,
+            metadata=self._metadata(entry),
             parent_config=_config(thread_id, ns, entry.parent) if entry.parent else None,
             pending_writes=pending,
         )
+
+    def _metadata(self, entry: _CheckpointEntry) -> CheckpointMetadata:
+        metadata: CheckpointMetadata = self.serde.loads_typed(_typed(entry.md))
+        return metadata
 
     @staticmethod
     def _event(t: _Thread, seq: int) -> dict[str, Any]:
         rec = t.journal.get(seq)
         if rec is None:
             raise MissingRecordError(f"record {seq} of {t.journal.path} is missing")
-        event: dict[str, Any] = rec.event
-        return event
+        return record_event(rec)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
@@ -453,9 +568,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
                             continue
                         if before_id and checkpoint_id >= before_id:
                             continue
-                        md = t.checkpoints[ns][checkpoint_id].metadata
-                        if filter and not all(md.get(k) == v for k, v in filter.items()):
-                            continue
+                        if filter:
+                            md = self._metadata(t.checkpoints[ns][checkpoint_id])
+                            if not all(md.get(k) == v for k, v in filter.items()):
+                                continue
                         out.append(self._load_tuple(thread_id, t, ns, checkpoint_id))
         return out
 
@@ -475,21 +591,26 @@ class JournalSaver(BaseCheckpointSaver[str]):
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", {})
         blobs = []
+        dumps = self.serde.dumps_typed
         for channel, version in new_versions.items():
-            typed = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
-            blobs.append([channel, str(version), *_b64(typed)])
+            typed = dumps(values[channel]) if channel in values else ("empty", b"")
+            blobs.append([channel, str(version), *typed])
         event = {
             "k": "cp",
             "ns": ns,
             "id": checkpoint["id"],
             "parent": parent,
-            "cp": _b64(self.serde.dumps_typed(c)),
-            "md": _b64(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+            "cp": self.serde.dumps_typed(c),  # a (type, data) tuple: msgpack stores it as an array
+            "md": self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             "blobs": blobs,
         }
-        with self._writable(thread_id) as t:
-            seq = self._append(thread_id, t, event, f"checkpoint {checkpoint['id']}")
-            t.index(seq, event, self.serde)
+        what = "checkpoint"
+        payload = self._pack(thread_id, event, what, checkpoint["id"])  # outside the lock
+        t = self._writable(thread_id)
+        try:
+            t.index(self._append(thread_id, t, payload, what, checkpoint["id"]), event)
+        finally:
+            self._release(t)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -503,19 +624,24 @@ class JournalSaver(BaseCheckpointSaver[str]):
         thread_id: str = configurable["thread_id"]
         ns: str = configurable.get("checkpoint_ns", "")
         checkpoint_id: str = configurable["checkpoint_id"]
-        with self._writable(thread_id) as t:
+        t = self._writable(thread_id)
+        try:
             stored = t.writes.get((ns, checkpoint_id), {})
             batch = []
+            dumps = self.serde.dumps_typed
             for i, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, i)
                 if idx >= 0 and (task_id, idx) in stored:
                     continue  # an ordinary write is stored once: a retried task's first writes stand
-                batch.append([idx, channel, *_b64(self.serde.dumps_typed(value))])
+                batch.append([idx, channel, *dumps(value)])
             if not batch:
                 return
             event = {"k": "w", "ns": ns, "cp": checkpoint_id, "task": task_id, "path": task_path, "w": batch}
-            seq = self._append(thread_id, t, event, f"writes of task {task_id} on checkpoint {checkpoint_id}")
-            t.index(seq, event, self.serde)
+            what = f"writes of task {task_id}"
+            payload = self._pack(thread_id, event, what, checkpoint_id)
+            t.index(self._append(thread_id, t, payload, what, checkpoint_id), event)
+        finally:
+            self._release(t)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's journal, durably: after a crash the thread is whole or gone (the
@@ -568,7 +694,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     (ns, cid)
                     for ns, by_id in t.checkpoints.items()
                     for cid, entry in by_id.items()
-                    if entry.metadata.get("run_id") not in wanted
+                    if self._metadata(entry).get("run_id") not in wanted
                 }
                 if sum(len(by_id) for by_id in t.checkpoints.values()) == len(keep):
                     continue
@@ -611,7 +737,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         ordered = sorted(keep, key=lambda k: t.checkpoints[k[0]][k[1]].seq)
         for ns, cid in ordered:
             cp_event = dict(self._event(t, t.checkpoints[ns][cid].seq))
-            checkpoint: Checkpoint = self.serde.loads_typed(_unb64(*cp_event["cp"]))
+            checkpoint: Checkpoint = self.serde.loads_typed(_typed(cp_event["cp"]))
             blobs = []
             for channel, version in checkpoint["channel_versions"].items():
                 where = (ns, channel, str(version))
@@ -628,9 +754,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 by_task.setdefault(task_id, (w.task_path, []))[1].append(entry)
             for task_id, (task_path, entries) in by_task.items():
                 events.append({"k": "w", "ns": ns, "cp": cid, "task": task_id, "path": task_path, "w": entries})
+        # Packed before the seal: a copy too large (a kept checkpoint gathers blobs stored by
+        # several records) is refused before anything changed.
+        payloads = [_pack(e, self._record_size_max) for e in events]
         try:
             j.seal()
-            outs = j.append_many(events, durability=DURABILITY) if events else []
+            outs = j.append_many(payloads, durability=DURABILITY) if payloads else []
             if any(not isinstance(o, Committed) for o in outs):
                 raise CheckpointNotSavedError(f"pruning thread {thread_id!r}: its checkpoints were not copied "
                                               f"({next(o for o in outs if not isinstance(o, Committed))!r}); "
@@ -712,6 +841,7 @@ __all__ = [
     "MissingRecordError",
     "ThreadExistsError",
     "ThreadIdError",
+    "record_event",
     "thread_dir_name",
     "thread_id_of",
 ]
