@@ -119,6 +119,7 @@ class Journal(Writer):
         self._journal_id = b""
         self._segment_number = 0
         self._start: fmt.StartMarker | None = None  # the start marker, once a prefix was dropped
+        self._drop_mu = threading.Lock()
         self._first_seq = 1  # the journal's first seq (docs/FORMAT.md, "Start marker")
         self._active: File | None = None
         self._active_header: fmt.SegmentHeader | None = None
@@ -333,9 +334,16 @@ class Journal(Writer):
         caller asked otherwise); a later first seq is named by a start marker, durable first."""
         self._journal_id = secrets.token_bytes(16)
         first = self._first_seq
+        start_path = os.path.join(self.path, fmt.START_FILE)
         if first != 1:
             self._start = fmt.StartMarker(self._journal_id, 0, first)
-            write_atomic(self._fs, os.path.join(self.path, fmt.START_FILE), fmt.encode_start(self._start))
+            write_atomic(self._fs, start_path, fmt.encode_start(self._start))
+        elif self._fs.exists(start_path):
+            # Left by a creation at a later first seq that a crash cut short before its first
+            # segment: it names no segment of this journal, and must not outlive its creation.
+            self._fs.unlink(start_path)
+            self._fs.fsync_dir(self.path)
+            report.actions.append(f"removed the {fmt.START_FILE} marker of an unfinished creation")
         self._segment_number = -1  # the first segment is number 0
         self._start_segment(first)
         self._last_seq = first - 1
@@ -351,14 +359,21 @@ class Journal(Writer):
         marker, and refuses a journal whose first segment is missing (docs/FORMAT.md)."""
         start = read_start(self._fs, self.path)
         kept, dropped = split_front(segments, start)
-        # With a marker, the first segment must be the one it names. Without one, its name (seq
-        # 1) is enough: an open reads no segment but the last two, however long the history.
-        if start is not None and len(kept) > 1:  # a lone segment is checked as the live one, below
-            f = self._fs.open_read(os.path.join(self.path, kept[0].name))
-            try:
-                check_start_header(start, read_header(f, kept[0].name), kept[0].name)
-            finally:
-                f.close()
+        # With a marker, the first segment must be the one it names, and a segment before it (a
+        # drop's leftover, which the writer removes) must be this journal's: both are checked
+        # here, before anything is removed. Without one, its name (seq 1) is enough: an open
+        # reads no segment but the last two, however long the history.
+        if start is not None:
+            for seg in [kept[0], *dropped]:
+                f = self._fs.open_read(os.path.join(self.path, seg.name))
+                try:
+                    header = read_header(f, seg.name)
+                finally:
+                    f.close()
+                if seg is kept[0]:
+                    check_start_header(start, header, seg.name)
+                elif header.journal_id != start.journal_id:
+                    raise ForeignSegmentError(seg.name, os.path.join(self.path, seg.name))
         self._start = start
         self._first_seq = kept[0].base_seq
         return kept, dropped
@@ -464,7 +479,8 @@ class Journal(Writer):
 
     @property
     def last_seq(self) -> int:
-        """The highest seq handed out (0 for an empty journal); includes buffered records."""
+        """The highest seq handed out (first_seq - 1 for an empty journal: 0 for a new one);
+        includes buffered records."""
         return self._next_seq - 1
 
     @property
@@ -515,7 +531,8 @@ class Journal(Writer):
         if self._failed is not None:
             raise JournalFailStoppedError(self._failed)
         try:
-            return self._drop_segments(before_seq)
+            with self._drop_mu:  # one drop at a time: each lists, writes START.tmp and unlinks
+                return self._drop_segments(before_seq)
         except OSError as exc:
             if isinstance(exc, JournalError):
                 raise
@@ -738,7 +755,9 @@ class Journal(Writer):
         """The record at ``seq``, or None if the journal does not hold it.
 
         Sealed segments are entered through their footer's sparse index, the live segment
-        through the one kept in memory, and only a small chunk around the record is read.
+        through the one kept in memory, and only a small chunk around the record is read; a
+        segment read often enough that this has cost one scan of it is indexed record by
+        record, and a read is then one read of the record's frame (docs/GUARANTEES.md).
         """
         if seq < self._first_seq:
             return None
@@ -754,18 +773,29 @@ class Journal(Writer):
         with self._get_mu:  # one point read at a time: they share the open-segment cache
             if check_open:
                 self._check_open()
-            rec = self._dense_get(seq)
-            if rec is not None:
-                return rec
-            hint = self._index_hint(seq)
-            cursor = Cursor(
-                self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
-            )
-            try:
-                for rec in cursor.read(limit=1):
-                    return rec if rec.seq == seq else None
-            finally:
-                cursor.close()
+            for attempt in (1, 2):
+                try:
+                    return self._point_read(seq)
+                except FileNotFoundError as exc:
+                    # A segment the cached listing names is gone: another handle dropped a prefix.
+                    self._segments.close()
+                    if attempt == 2:
+                        raise JournalIOError(self.path, exc) from exc
+        return None
+
+    def _point_read(self, seq: int) -> Record | None:
+        rec = self._dense_get(seq)
+        if rec is not None:
+            return rec
+        hint = self._index_hint(seq)
+        cursor = Cursor(
+            self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
+        )
+        try:
+            for rec in cursor.read(limit=1):
+                return rec if rec.seq == seq else None
+        finally:
+            cursor.close()
         return None
 
     def _dense_get(self, seq: int) -> Record | None:
@@ -812,7 +842,8 @@ class Journal(Writer):
         """Turn an AckLost into Committed or NotCommitted by reading the journal.
 
         Only meaningful on a journal opened after the failure (recovery has run, so a record
-        that is not there now never will be).
+        that is not there now never will be). An outcome whose seq a drop_prefix has dropped
+        since stays an AckLost: what it was can no longer be read.
         """
         if not isinstance(outcome, AckLost):
             return outcome
@@ -824,12 +855,15 @@ class Journal(Writer):
         rec = self.get(outcome.seq)
         if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
             return Committed(outcome.seq, "sync", reason="resolved: the record is in the journal")
+        if rec is None and outcome.seq < self._first_seq:
+            # Dropped since (drop_prefix): whether it was written cannot be told from here.
+            return outcome
         if rec is None:
             return NotCommitted("resolved: the journal ends before this record's seq")
         return NotCommitted("resolved: another record holds this record's seq")
 
     def copy_prefix(self, dst: str | os.PathLike[str], at_seq: int, link: bool = True) -> PrefixCopy:
-        """Fill the existing empty directory ``dst`` with records 1..``at_seq`` (journal.api.PrefixCopier).
+        """Fill the existing empty directory ``dst`` with records first_seq..``at_seq`` (journal.api.PrefixCopier).
 
         Sealed segments are hard-linked (``link``, where the file system allows) or copied whole;
         the segment holding ``at_seq`` is cut. See journal/engine/copy.py.

@@ -38,6 +38,9 @@ _SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed,
 FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
 FEW_RECORDS_CHUNK_BYTES = 128 * 1024  # two sparse-index intervals: the record is usually inside
 DENSE_CHUNK_BYTES = 256 * 1024  # what one step of a point-read index scan reads
+# What one point read costs without the index (about one sparse-index interval of the footer,
+# 64 KiB by default): once the misses of a segment add up to its size, it is indexed.
+DENSE_BUILD_BYTES_PER_MISS = 64 * 1024
 _local = threading.local()
 
 
@@ -95,13 +98,24 @@ class _OpenSegment:
         # past it (the live segment grows). Every use verifies the frame at its offset again.
         self.offsets = array("Q")
         self.scanned_to = 0
+        self.misses = 0  # point reads answered without the index, before it was worth building
 
     def locate(self, seq: int, stored_bytes_max: int) -> tuple[int, int] | None:
         """(offset, bytes to read) of record ``seq``'s frame, from the dense index, or None if
-        the scan did not reach it (damage, or not yet written): the caller reads another way."""
+        the scan did not reach it (damage, or not yet written) or the index is not built yet:
+        the caller reads another way.
+
+        The index of a segment is built only once the point reads into it have cost, the
+        cursor's way (a sparse-index interval each), as much as one scan of the segment would:
+        a short-lived handle or a lone get (resolve) never scans a whole segment for one record.
+        """
         i = seq - self.header.base_seq
         if i < 0:
             return None
+        if not self.offsets:
+            self.misses += 1
+            if self.misses * DENSE_BUILD_BYTES_PER_MISS < self.file.size():
+                return None
         if i + 1 >= len(self.offsets):  # the frame's end is the next one's start, or the scan's end
             self._extend(i + 2, stored_bytes_max)
             if i >= len(self.offsets):
@@ -114,7 +128,9 @@ class _OpenSegment:
         """Scan on from where the last scan stopped, a chunk at a time, until ``frames_wanted``
         data frames are indexed or the genuine frames in sequence end (the live segment's tail,
         damage, the seal). A chunk that ends inside a frame is read again from that frame."""
-        size = self.file.size()
+        # A sealed segment's footer is checked as the cursor checks it before it serves a record:
+        # a footer that disagrees with its segment raises CorruptionError here too.
+        size = self.refresh_seal()
         chunk_bytes = DENSE_CHUNK_BYTES
         while len(self.offsets) < frames_wanted:
             start = self.scanned_to or fmt.SEGMENT_HEADER_SIZE_BYTES

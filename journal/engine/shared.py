@@ -45,7 +45,7 @@ from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.reader import decode_payload
 from journal.engine.recovery import quarantine
-from journal.engine.segment import SegmentName, list_segments, read_header, read_seal
+from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
 from journal.errors import CorruptionError, JournalError, present
 from journal.fs import FileSystem, Lock
 
@@ -126,6 +126,19 @@ def catch_up(w: Journal, dirty: bool) -> None:
     segments = list_segments(w._fs, w.path)
     if not segments:
         raise JournalError(f"journal {w.path!r} lost its segments while shared writers had it open")
+    if segments[0].base_seq > w._first_seq:
+        # An exclusive writer dropped a prefix between this handle's batches: begin where its
+        # start marker says, and forget the keys of the records it dropped (a retry of one is
+        # a new record, as on the handle that dropped them).
+        marker = read_start(w._fs, w.path)
+        if marker is not None and marker.first_seq > w._first_seq:
+            with w._mu:
+                w._start, w._first_seq = marker, marker.first_seq
+                for key in [k for k, seq in w._keys.items() if seq < marker.first_seq]:
+                    del w._keys[key]
+                    w._key_digests.pop(key, None)
+            with w._get_mu:
+                w._segments.close()
     last = segments[-1]
     header = w._active_header
     if header is None or last.base_seq != header.base_seq:

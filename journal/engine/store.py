@@ -27,8 +27,8 @@ from typing import Any, Final
 from journal.api import LOCK_FILE, Journal
 from journal.engine.core import Journal as FileJournal
 from journal.engine.segment import list_segments
-from journal.errors import InvalidArgumentError, JournalNotFoundError
-from journal.fs import FileSystem, OsFileSystem, make_dirs, publish_dir, remove_tree, temp_dir_beside
+from journal.errors import InvalidArgumentError, JournalLockedError, JournalNotFoundError
+from journal.fs import FileSystem, OsFileSystem, make_dirs, publish_dir, remove_tree, take_lock, temp_dir_beside
 
 TRASH_DIR: Final = ".trash"
 NAME_BYTES_MAX: Final = 200
@@ -65,14 +65,17 @@ class DirectoryStore:
         if create and not readonly and not self._fs.exists(where):
             make_dirs(self._fs, self.root)
             tmp = temp_dir_beside(self._fs, where, "new", LOCK_FILE)
+            # The build's journal stays open, its lock held, until it is renamed in: another
+            # maker of the same name (temp_dir_beside) removes only builds nobody holds.
+            build = FileJournal.open(tmp, create=True, fs=self._fs, **options)
             try:
-                FileJournal.open(tmp, create=True, fs=self._fs, **options).close()
                 publish_dir(self._fs, tmp, where)
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
                 # made at the same moment by another opener: it is whole; open it below
             finally:
+                build.close()
                 if self._fs.exists(tmp):
                     remove_tree(self._fs, tmp)
         return FileJournal.open(where, readonly=readonly, fs=self._fs, **options)
@@ -96,13 +99,23 @@ class DirectoryStore:
         where = self.path_of(name)
         if not self._fs.exists(where):
             return
-        trash = os.path.join(self.root, TRASH_DIR)
-        make_dirs(self._fs, trash)
-        dead = os.path.join(trash, f"{name}.{os.urandom(4).hex()}")
-        self._fs.rename(where, dead)
-        self._fs.fsync_dir(self.root)
-        self._fs.fsync_dir(trash)
-        remove_tree(self._fs, dead)
+        # The journal's writer lock is held from before the rename until its files are gone: a
+        # journal open for writing (here or in another process) is refused, never deleted
+        # under its writer, and nobody opens it for writing meanwhile.
+        lock_path = os.path.join(where, LOCK_FILE)
+        lock = self._fs.try_lock(lock_path)
+        if lock is None:
+            raise JournalLockedError(where, self._fs.read_lock_owner(lock_path))
+        try:
+            trash = os.path.join(self.root, TRASH_DIR)
+            make_dirs(self._fs, trash)
+            dead = os.path.join(trash, f"{name}.{os.urandom(4).hex()}")
+            self._fs.rename(where, dead)
+            self._fs.fsync_dir(self.root)
+            self._fs.fsync_dir(trash)
+            remove_tree(self._fs, dead)
+        finally:
+            lock.release()
 
     def copy(self, source: str, target: str) -> None:
         src, dst = self.path_of(source), self.path_of(target)
@@ -111,6 +124,8 @@ class DirectoryStore:
         if not self.exists(source):
             raise JournalNotFoundError(src)
         tmp = temp_dir_beside(self._fs, dst, "copy", LOCK_FILE)
+        # Held until the rename: another copy or maker of the same name leaves this build alone.
+        lock = take_lock(self._fs, os.path.join(tmp, LOCK_FILE), 0.0)
         try:
             with FileJournal.open(src, readonly=True, fs=self._fs) as j:
                 if j.last_seq >= j.first_seq:
@@ -119,6 +134,8 @@ class DirectoryStore:
                     FileJournal.open(tmp, create=True, fs=self._fs, first_seq=j.first_seq).close()
             publish_dir(self._fs, tmp, dst)
         finally:
+            if lock is not None:
+                lock.release()
             if self._fs.exists(tmp):
                 remove_tree(self._fs, tmp)
 

@@ -789,6 +789,10 @@ class Writer:
         if not (self._active is not None and self._active_header is not None and self._active_count > 0):
             raise InvariantError("only a live segment with records is sealed")
         base = self._active_header.base_seq
+        # The keys are copied under the mutex: callers add keys and drop_prefix removes them
+        # while the leader, which does not hold it, writes the footer.
+        with self._mu:
+            keys = list(self._keys.items())
         payload = fmt.encode_seal_payload(
             self._active_count,
             base,
@@ -798,7 +802,7 @@ class Writer:
             self._active_size,
             sorted(
                 (seq, key.encode("utf-8", "surrogateescape"))
-                for key, seq in self._keys.items()
+                for key, seq in keys
                 if base <= seq <= self._last_seq
             ),
         )
