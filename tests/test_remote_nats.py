@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -387,6 +388,97 @@ def test_a_second_writer_is_fenced_by_the_sequence_check(nats: Cluster) -> None:
             pass
     counts = check(url, ledger, **options)
     assert counts["records"] == 5
+
+
+# --- many journals in one burst ----------------------------------------------------------------
+
+BURST_JOURNALS = 12
+BURST_ROUNDS = 3
+
+
+class _CountingOutbox(deque):  # type: ignore[type-arg]
+    """A connection's outbox that says when ``want`` publishes wait in it (then the loop, held
+    until then, sends them all in one burst)."""
+
+    def __init__(self, want: int) -> None:
+        super().__init__()
+        self.want = want
+        self.full = threading.Event()
+
+    def append(self, x: Any) -> None:
+        super().append(x)
+        if len(self) >= self.want:
+            self.full.set()
+
+
+def test_many_journals_in_one_burst_are_each_fenced(nats: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journals of a process share one connection, and their publishes leave in one burst:
+    each journal still gets contiguous records, each fenced on its own previous message, and a
+    refusal of one journal's publish (a second writer took it) touches no other journal's outcome."""
+    from journal.remote import jetstream
+
+    stream = f"BURST{uuid.uuid4().hex[:6].upper()}"
+    options = {"claim_ttl_s": 600.0}  # no refresh during the test: only the sequence check fences
+    urls = [nats.url(f"journal=b{k}&stream={stream}&replicas=3") for k in range(BURST_JOURNALS)]
+    handles = [journal.open(u, create=True, **options) for u in urls]
+    conns = {id(h._conn) for h in handles}  # type: ignore[attr-defined]
+    assert len(conns) == 1, "the journals of one process share one connection"
+    conn = handles[0]._conn  # type: ignore[attr-defined]
+    bursts: list[int] = []
+    send_outbox = jetstream._Conn._send_outbox
+
+    def held_send(self: Any) -> None:  # on the loop: wait until every journal's publish is queued
+        outbox = self._outbox
+        if isinstance(outbox, _CountingOutbox) and not outbox.full.wait(30):
+            raise AssertionError("the publishes never all reached the outbox")
+        bursts.append(len(outbox))
+        send_outbox(self)
+
+    monkeypatch.setattr(jetstream._Conn, "_send_outbox", held_send)
+    ledgers: list[list[Entry]] = [[] for _ in handles]
+    victim = BURST_JOURNALS // 2
+    intruder = None
+    try:
+        for rnd in range(BURST_ROUNDS):
+            writing = list(range(BURST_JOURNALS))
+            if rnd == BURST_ROUNDS - 1:  # the victim's claim bypassed: a second writer appends first
+                asyncio.run(_bypass_claim(nats, stream, f"b{victim}"))
+                intruder = journal.open(urls[victim], **options)
+                ev = {"w": "intruder"}
+                ledgers[victim].append(Entry("intruder", ev, intruder.append(ev, durability="sync",
+                                                                             idempotency_key="intruder")))
+            conn._outbox = _CountingOutbox(len(writing))
+            barrier = threading.Barrier(len(writing))
+
+            def one(k: int, rnd: int = rnd, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait(30)
+                ev = {"j": k, "r": rnd}
+                key = f"b{k}-{rnd}"
+                ledgers[k].append(Entry(key, ev, handles[k].append(ev, durability="sync", idempotency_key=key)))
+
+            threads = [threading.Thread(target=one, args=(k,)) for k in writing]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert bursts[-1] == len(writing), f"round {rnd}: the burst held {bursts[-1]} of {len(writing)}"
+        for k, ledger in enumerate(ledgers):
+            mine = [e.outcome for e in ledger if e.key != "intruder"]
+            if k == victim:
+                assert all(isinstance(o, Committed) and o.durability == "sync" for o in mine[:-1]), mine
+                assert isinstance(mine[-1], NotCommitted) and "another writer" in mine[-1].reason, mine[-1]
+            else:
+                assert mine == [Committed(i + 1, "sync") for i in range(len(mine))], (k, mine)
+    finally:
+        monkeypatch.undo()
+        for h in handles + ([intruder] if intruder is not None else []):
+            try:
+                h.close()
+            except journal.JournalFailStoppedError:
+                pass
+    for k, ledger in enumerate(ledgers):
+        counts = check(urls[k], ledger, **options)
+        assert counts["records"] == BURST_ROUNDS, (k, counts)  # the victim: 2 of its own, the intruder's
 
 
 # --- corruption ----------------------------------------------------------------------------------

@@ -32,8 +32,11 @@ subject once, in full, with an ordered consumer, and keeps every key with its se
 and, per message, its first seq and stream sequence (16 bytes a message). Opening thus costs a
 read of the whole journal (O(journal bytes) over the wire; about the cost of one read()).
 
-All NATS I/O runs on one asyncio loop in a daemon thread for the process; the sync API calls
-into it with timeouts. ``journal.aio`` wraps the sync API in threads.
+All NATS I/O runs on one asyncio loop in a daemon thread for the process, on one connection
+per set of servers shared by every handle of the process (``_Conn.shared``); the sync API calls
+into it with timeouts. A batch's publish is queued for the loop (``_Conn.publish_sync``), which
+sends what many journals queued meanwhile in one burst; each journal keeps one message on the
+wire at a time, chained on its own last one. ``journal.aio`` wraps the sync API in threads.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ import asyncio
 import base64
 import bisect
 import concurrent.futures
+import contextlib
 import errno
+import itertools
 import json
 import os
 import secrets
@@ -50,6 +55,7 @@ import socket
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -288,14 +294,93 @@ class _StoredMsg:
     data: bytes
 
 
+class _Slot:
+    """One publish handed from a caller's thread to the loop (``_Conn.publish_sync``): settled
+    once, by whoever takes it out of ``_Conn._waiting`` (the reply, a send that failed, the
+    caller's timeout), which then releases ``done``."""
+
+    __slots__ = ("body", "done", "error", "headers", "msg", "subject", "token")
+
+    def __init__(self, subject: str, body: bytes, headers: dict[str, str], token: str) -> None:
+        self.subject = subject
+        self.body = body
+        self.headers = headers
+        self.token = token
+        self.msg: Msg | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Lock()
+        self.done.acquire()
+
+
 class _Conn:
-    """A NATS connection with the few JetStream calls the journal makes, all with timeouts."""
+    """A NATS connection with the few JetStream calls the journal makes, all with timeouts.
+
+    Shared: every handle of the process on the same servers uses one (``_Conn.shared``, counted
+    references), so the publishes of many journals leave in one burst (one socket write, one
+    read on the server) and their acks come back in one. Each journal still has one message on
+    the wire at a time, fenced on its own previous one: what the burst shares is the socket."""
+
+    _pool_mu = threading.Lock()
+    _pool: dict[tuple[str, ...], tuple[_Conn, int]] = {}
 
     def __init__(self, nc: NATS) -> None:
         self.nc = nc
         self._prefix = nc.new_inbox() + "."
-        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._waiting: dict[str, asyncio.Future[Msg] | _Slot] = {}
         self._sub: Subscription | None = None
+        self._tokens = itertools.count(1)  # reply tokens: unique on this connection's inbox prefix
+        self._loop = asyncio.get_running_loop()
+        self._outbox: deque[_Slot] = deque()  # publishes from callers' threads, for the loop to send
+        self._kicked = False  # a _send_outbox is scheduled on the loop
+        self._senders: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def shared(cls, servers: list[str], timeout_s: float) -> _Conn:
+        """The process's connection to ``servers`` (made if there is none, or it was closed), with
+        one more reference: give it back with ``release``. Never called on the loop's thread."""
+        key = (str(os.getpid()), *servers)  # a forked child makes its own (its loop is another)
+        loop = _Loop.get()
+        with cls._pool_mu:
+            got = cls._pool.get(key)
+            if got is not None and not got[0].nc.is_closed and got[0]._loop is loop:
+                cls._pool[key] = (got[0], got[1] + 1)
+                return got[0]
+        # Connected without the pool's lock held (a release on the loop's thread takes it).
+        conn = _Loop.call(cls.connect(servers, timeout_s), timeout_s + 5.0)
+        with cls._pool_mu:
+            got = cls._pool.get(key)
+            if got is not None and not got[0].nc.is_closed and got[0]._loop is loop:
+                cls._pool[key] = (got[0], got[1] + 1)  # another open made one meanwhile: that one
+            else:
+                cls._pool[key] = (conn, 1)
+                return conn
+        with contextlib.suppress(_Lost, nats.errors.Error, OSError):
+            _Loop.call(conn.close(), 10.0)
+        return got[0]
+
+    def release(self, wait: bool = True) -> None:
+        """Give back a reference from ``shared``; the last one closes the connection (waited for
+        unless ``wait`` is false or this runs on the loop's thread)."""
+        with self._pool_mu:
+            last = True
+            for key, (conn, refs) in list(self._pool.items()):
+                if conn is self:
+                    last = refs <= 1
+                    if last:
+                        del self._pool[key]
+                    else:
+                        self._pool[key] = (conn, refs - 1)
+                    break
+        if not last:
+            return
+        if wait and _Loop._thread is not threading.current_thread():
+            try:
+                _Loop.call(self.close(), 10.0)
+            except (_Lost, nats.errors.Error, OSError):
+                pass
+        else:
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(self.close(), self._loop)
 
     @classmethod
     async def connect(cls, servers: list[str], timeout_s: float) -> _Conn:
@@ -319,14 +404,77 @@ class _Conn:
         return conn
 
     async def _on_reply(self, msg: Msg) -> None:
-        fut = self._waiting.pop(msg.subject[len(self._prefix) :], None)
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
+        got = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if isinstance(got, _Slot):
+            got.msg = msg
+            got.done.release()
+        elif got is not None and not got.done():
+            got.set_result(msg)
+
+    def publish_sync(self, subject: str, body: bytes, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
+        """``publish`` from a caller's thread without a coroutine per call: the message joins the
+        outbox, which the loop sends in one burst with whatever other threads queued meanwhile;
+        the caller waits on a lock of its own for the ack (or ``timeout_s``: _Lost)."""
+        if _Loop._thread is threading.current_thread():
+            raise InvariantError("a journal on NATS was called from its own event loop thread")
+        slot = _Slot(subject, body, headers, f"{next(self._tokens):x}")
+        self._waiting[slot.token] = slot
+        self._outbox.append(slot)
+        if not self._kicked:
+            self._kicked = True
+            try:
+                self._loop.call_soon_threadsafe(self._send_outbox)
+            except RuntimeError as exc:  # the loop is closed (the interpreter is exiting)
+                self._kicked = False
+                if self._waiting.pop(slot.token, None) is slot:
+                    raise _Refused(f"not sent: the event loop is closed ({exc})") from exc
+        if not slot.done.acquire(timeout=timeout_s):
+            if self._waiting.pop(slot.token, None) is slot:  # still ours: no answer will be taken
+                raise _Lost(f"no answer from the server within {timeout_s:g} s")
+            slot.done.acquire()  # settled meanwhile: its result is a moment away
+        if slot.error is not None:
+            raise slot.error
+        if slot.msg is None:
+            raise InvariantError("a settled publish has an answer or an error")
+        return _ack_of(slot.msg)
+
+    def _send_outbox(self) -> None:
+        """On the loop: send every publish queued (one task for the burst, not one per publish)."""
+        self._kicked = False
+        burst: list[_Slot] = []
+        while self._outbox:
+            burst.append(self._outbox.popleft())
+        if burst:
+            task = self._loop.create_task(self._send_burst(burst))
+            self._senders.add(task)
+            task.add_done_callback(self._senders.discard)
+
+    async def _send_burst(self, burst: list[_Slot]) -> None:
+        for i, slot in enumerate(burst):
+            if self._waiting.get(slot.token) is not slot:
+                continue  # its caller gave up waiting: never sent
+            try:
+                await self.nc.publish(slot.subject, slot.body, reply=self._prefix + slot.token, headers=slot.headers)
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
+                err: BaseException = _Refused(f"not sent: the connection is closed ({type(exc).__name__})")
+                err.__cause__ = exc
+                self._settle(slot, err)
+            except asyncio.CancelledError:
+                for rest in burst[i:]:
+                    self._settle(rest, _Lost("the publish was cancelled (the event loop is stopping)"))
+                raise
+            except Exception as exc:  # handed to the caller's thread, raised there
+                self._settle(slot, exc)
+
+    def _settle(self, slot: _Slot, error: BaseException) -> None:
+        if self._waiting.pop(slot.token, None) is slot:
+            slot.error = error
+            slot.done.release()
 
     async def request(self, subject: str, body: bytes, timeout_s: float, headers: dict[str, str] | None = None) -> Msg:
         """Send and await the answer. _Refused if it surely was not delivered (the connection
         was closed before sending, no responders); _Lost if no answer came."""
-        token = secrets.token_hex(8)
+        token = f"{next(self._tokens):x}"
         fut: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
         self._waiting[token] = fut
         try:
@@ -357,17 +505,7 @@ class _Conn:
 
     async def publish(self, subject: str, body: bytes, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
         """A JetStream publish; its ack (stream, seq, duplicate) or _Refused or _Lost."""
-        msg = await self.request(subject, body, timeout_s, headers)
-        try:
-            ack: dict[str, Any] = json.loads(msg.data)
-        except ValueError:
-            raise _Lost(f"unreadable publish ack: {msg.data[:100]!r}") from None
-        err = ack.get("error")
-        if err:
-            raise _Refused(str(err.get("description", err)), int(err.get("code", 0)), int(err.get("err_code", 0)))
-        if "seq" not in ack:
-            raise _Lost(f"publish ack without a sequence: {ack!r}")
-        return ack
+        return _ack_of(await self.request(subject, body, timeout_s, headers))
 
     async def get_msg(self, stream: str, req: dict[str, Any], timeout_s: float) -> _StoredMsg | None:
         """STREAM.MSG.GET (answered by the stream's leader, never a lagging replica); None if no message."""
@@ -392,6 +530,25 @@ class _Conn:
             await asyncio.wait_for(self.nc.close(), 5)
         except (asyncio.TimeoutError, nats.errors.Error, OSError):
             pass
+        for got in list(self._waiting.values()):  # no answer comes any more
+            if isinstance(got, _Slot):
+                self._settle(got, _Lost("the connection was closed before the answer came"))
+
+
+def _ack_of(msg: Msg) -> dict[str, Any]:
+    """A publish's ack (stream, seq, duplicate) from its answer, or _Refused or _Lost."""
+    if msg.headers and msg.headers.get("Status") == "503":
+        raise _Refused("no responders: no JetStream stream or server took the message", 503)
+    try:
+        ack: dict[str, Any] = json.loads(msg.data)
+    except ValueError:
+        raise _Lost(f"unreadable publish ack: {msg.data[:100]!r}") from None
+    err = ack.get("error")
+    if err:
+        raise _Refused(str(err.get("description", err)), int(err.get("code", 0)), int(err.get("err_code", 0)))
+    if "seq" not in ack:
+        raise _Lost(f"publish ack without a sequence: {ack!r}")
+    return ack
 
 
 def _span_of(m: _StoredMsg) -> tuple[int, int] | None:
@@ -480,6 +637,7 @@ class JetStreamJournal:
         self._options = settings.options
         self._recovery = RecoveryReport()
         self._conn: _Conn | None = None
+        self._shares_conn = False  # a reference to a shared connection (_Conn.shared), given back at close
         self._replicas = 0
         self._payload_max = 0
         self._journal_id = b""
@@ -515,7 +673,8 @@ class JetStreamJournal:
     def _connect(self) -> None:
         servers = _servers_of(self._parsed)
         try:
-            self._conn = self._call(_Conn.connect(servers, self._connect_timeout_s), self._connect_timeout_s)
+            self._conn = _Conn.shared(servers, self._connect_timeout_s)
+            self._shares_conn = True
         except (OSError, asyncio.TimeoutError, nats.errors.Error, _Lost) as exc:
             raise _io_error(
                 self._where,
@@ -582,12 +741,13 @@ class JetStreamJournal:
         self._closed = True
         if self._claim_rev:
             self._release_claim(clean=clean)
+        self._let_go_conn()
+
+    def _let_go_conn(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                _Loop.call(conn.close(), 10.0)
-            except (_Lost, nats.errors.Error, OSError):
-                pass
+        if conn is not None and self._shares_conn:
+            self._shares_conn = False
+            conn.release()
 
     @classmethod
     def _control(cls, parsed: RemoteURL, settings: Settings, conn: _Conn) -> JetStreamJournal:
@@ -1366,7 +1526,7 @@ class JetStreamJournal:
             H_EXPECT_STREAM: self._stream,
         }
         try:
-            ack = self._call(self._c().publish(self._subject, body, headers, self._ack_timeout_s), self._ack_timeout_s)
+            ack = self._c().publish_sync(self._subject, body, headers, self._ack_timeout_s)
         except _Refused as exc:
             why = f"the server refused the publish ({exc.reason})"
             if exc.err_code in ERR_WRONG_LAST_SEQ:
@@ -1633,12 +1793,7 @@ class JetStreamJournal:
                 self._closed = True
             if not self._readonly:
                 self._release_claim(clean=self._failed is None)
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                try:
-                    _Loop.call(conn.close(), 10.0)
-                except (_Lost, nats.errors.Error, OSError):
-                    pass
+            self._let_go_conn()
         if self._failed is not None and failed_before is None:
             raise JournalFailStoppedError(self._failed)
 

@@ -76,14 +76,6 @@ RETRY_PAUSE_S: Final = 0.1  # between two tries of an operation JetStream did no
 OPEN_KEYWORDS: Final = ("lock_timeout_s", "writer")  # open_journal's own, passed through by open()
 
 
-def _close_soon(conn: _Conn) -> None:
-    """A finalizer: close the store's connection without waiting (any thread, the loop's too)."""
-    try:
-        asyncio.run_coroutine_threadsafe(conn.close(), _Loop.get())
-    except RuntimeError:
-        pass
-
-
 def reframe(m: _StoredMsg, recs: list[Record], salt_from: int, salt_to: int) -> bytes:
     """The frames of ``recs`` (verified records of message ``m``) sealed again with ``salt_to``:
     the same seq, flags, lengths and stored payload, so the same bytes a reader gets back."""
@@ -235,13 +227,13 @@ class JetStreamStore:
                 timeout_s = self._settings.connect_timeout_s
                 servers = _servers_of(self._url)
                 try:
-                    conn = _Loop.call(_Conn.connect(servers, timeout_s), timeout_s + 5.0)
+                    conn = _Conn.shared(servers, timeout_s)  # the one its journals' handles use too
                 except (OSError, asyncio.TimeoutError, nats.errors.Error, _Lost) as exc:
                     raise _io_error(self.location, f"cannot reach a NATS server at {', '.join(servers)} within "
                                     f"{timeout_s:g} s; check that nats-server is running (with JetStream, -js)",
                                     exc) from exc
                 self._conn = conn
-                weakref.finalize(self, _close_soon, conn)
+                weakref.finalize(self, conn.release, False)  # without waiting: any thread, the loop's too
             return conn
 
     @contextmanager
