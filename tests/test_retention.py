@@ -70,7 +70,7 @@ def test_drop_goes_by_whole_sealed_segments_and_never_takes_the_live_one(jpath: 
     # Mid-segment: only the segments wholly before the seq go.
     drop = j.drop_prefix(second_base + 2)
     assert drop.segments_dropped == names[:1] and j.first_seq == second_base
-    assert [r.seq for r in j.read()][0] == second_base
+    assert next(r.seq for r in j.read()) == second_base
     # Past the end: everything but the live segment.
     drop = j.drop_prefix(10_000)
     assert _names(jpath) == names[-1:] and drop.first_seq == fmt.parse_segment_name(names[-1])
