@@ -37,6 +37,9 @@ from journal.adapters.openai_agents import JournalSession
 # (pytest imports tests/memory/*.py, a folder without __init__.py, under their basename; the
 # limit module imports the other as tests.memory.test_session, a second copy).
 MODULES = ("test_session", "test_session_limit")
+# Server stores emptied after the test that used them, for the next test to reuse: making a
+# store on a server (a stream of 3 replicas) costs far more than deleting its few journals.
+_FREE_STORES: list[str] = []
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +47,7 @@ def _journal_session_for_sqlite_session(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     made: list[JournalSession] = []
+    stores: dict[str, str] = {}  # db_path (or a fresh key per ":memory:" instance) -> store URL
 
     def sqlite_session(
         session_id: str,
@@ -58,9 +62,12 @@ def _journal_session_for_sqlite_session(
         server = os.environ.get("JOURNAL_SDK_STORE")
         path: str | Path
         if server:
-            token = uuid.uuid4().hex[:12] if str(db_path) == ":memory:" else hashlib.blake2b(
-                os.fspath(db_path).encode(), digest_size=6).hexdigest()
-            path = server.replace("{store}", os.environ.get("JOURNAL_SDK_STORE_PREFIX", "sdk") + token)
+            key = uuid.uuid4().hex if str(db_path) == ":memory:" else os.fspath(db_path)
+            if key not in stores:
+                token = hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+                fresh = server.replace("{store}", os.environ.get("JOURNAL_SDK_STORE_PREFIX", "sdk") + token)
+                stores[key] = _FREE_STORES.pop() if _FREE_STORES else fresh
+            path = stores[key]
         elif str(db_path) == ":memory:":
             path = tmp_path_factory.mktemp("memory")
         else:
@@ -77,6 +84,14 @@ def _journal_session_for_sqlite_session(
     yield
     for session in made:  # a test that forgot close() must not keep its journal locked
         session.close()
+    if stores:
+        import journal
+
+        for url in stores.values():
+            store = journal.store(url)
+            for name in store.names():
+                store.delete(name)
+            _FREE_STORES.append(url)  # empty again: the next test starts from nothing
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
