@@ -285,7 +285,8 @@ def test_cancel_many_adds_at_random_points(tmp_path: Path) -> None:
         pending = dict.fromkeys(tasks, 0)
         when = {tag: rng.choice((None, 0, 1, 2, 5, 20, 80)) for tag in tasks}
         turn = 0
-        while pending:
+        last_turn = max(w for w in when.values() if w is not None)
+        while pending and turn <= last_turn:
             for tag in list(pending):
                 if tasks[tag].done():
                     del pending[tag]
@@ -293,6 +294,10 @@ def test_cancel_many_adds_at_random_points(tmp_path: Path) -> None:
                     tasks[tag].cancel()
             turn += 1
             await asyncio.sleep(0)
+        # Every cancellation is made: wait for the rest instead of spinning the loop (which
+        # would take the GIL from the writes' threads).
+        if pending:
+            await asyncio.wait([tasks[tag] for tag in pending])
         returned = {tag for tag, task in tasks.items() if not task.cancelled()}
         for task in tasks.values():
             if not task.cancelled():

@@ -284,14 +284,21 @@ def test_drop_prefix_while_the_leader_seals_fail_stops_the_journal(tmp_path: Pat
     keys = _KeysHookDict(j._keys)
     j._keys = keys
 
+    dropper: list[threading.Thread] = []
+
     def other_thread_drops() -> None:
-        t = threading.Thread(target=j.drop_prefix, args=(bases[2],))
-        t.start()
-        t.join(30)
+        # The drop starts while the leader walks the keys (it takes the mutex the walk holds
+        # now, so it runs once the walk's copy is made).
+        dropper.append(threading.Thread(target=j.drop_prefix, args=(bases[2],)))
+        dropper[0].start()
+        if not j._mu.locked():  # a walk without the mutex: the drop runs now, in the middle of it
+            dropper[0].join(30)
 
     keys.hook = other_thread_drops
     try:
-        j.seal()  # the leader builds the footer's key table from self._keys, outside the mutex
+        j.seal()  # the leader builds the footer's key table from self._keys
+        dropper[0].join(30)
+        assert not dropper[0].is_alive()
     finally:
         failed = j._failed
         j.close()
