@@ -37,7 +37,7 @@ from journal.api import PrefixCopy, PrefixDrop
 from journal.engine import copy as prefix_copy
 from journal.engine import format as fmt
 from journal.engine import shared, tail
-from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
+from journal.engine.encoding import Encoded, check_durability, encode_event, repeated_keys, same_event, with_repeats
 from journal.engine.options import Options
 from journal.engine.reader import Cursor, Record, SegmentCache, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
@@ -55,7 +55,6 @@ from journal.engine.segment import (
 from journal.engine.writer import BATCH_BYTES_MAX, KeyDigestUnknown, Request, Writer, chunks
 from journal.errors import (
     CorruptionError,
-    DurabilityError,
     ForeignSegmentError,
     IdempotencyConflictError,
     InvalidArgumentError,
@@ -70,7 +69,7 @@ from journal.errors import (
     present,
 )
 from journal.fs import File, FileSystem, Lock, OsFileSystem, take_lock, write_atomic
-from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
 
 FOLLOW_POLL_INTERVAL_S = 0.02
 LIVE_READS_MAX = 3  # reads of a live segment by a read-only open before damage in it is believed
@@ -91,11 +90,6 @@ def _data_start(sector_bytes: int) -> int:
     padding that ends its first sector)."""
     return fmt.SEGMENT_HEADER_SIZE_BYTES + len(fmt.padding_frame(fmt.SEGMENT_HEADER_SIZE_BYTES, sector_bytes, 0, 0))
 
-
-def _check_durability(durability: str) -> Durability:
-    if durability not in DURABILITY_LEVELS:
-        raise DurabilityError(durability, DURABILITY_LEVELS)
-    return durability
 
 
 class Journal(Writer):
@@ -584,7 +578,7 @@ class Journal(Writer):
         self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
     ) -> Outcome:
         """Append one event (a JSON-serializable dict, or bytes); returns its outcome."""
-        level = _check_durability(durability)
+        level = check_durability(durability)
         enc = encode_event(event, idempotency_key, synthetic, self.options)
         if idempotency_key is None:
             out = self._append_buffered(enc) if level == "buffered" else self._append_alone(enc, level)
@@ -601,7 +595,7 @@ class Journal(Writer):
         synthetic: bool = False,
     ) -> list[Outcome]:
         """Append events in order with one write and (at "sync") one fdatasync per batch."""
-        level = _check_durability(durability)
+        level = check_durability(durability)
         events = list(events)
         keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
         if len(keys) != len(events):
@@ -627,7 +621,7 @@ class Journal(Writer):
                 continue
             outcomes.extend(self._submit_keyed(chunk, level, vouched) if keyed else self._submit(chunk, level))
         if repeats:
-            outcomes = _with_repeats(outcomes, repeats, len(encoded))
+            outcomes = with_repeats(outcomes, repeats, len(encoded))
         if not (len(outcomes) == len(encoded)):
             raise InvariantError('len(outcomes) == len(encoded)')
         return outcomes
@@ -923,21 +917,6 @@ class Journal(Writer):
             self._lock.release()
             self._lock = None
 
-
-def _with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
-    """The outcomes of an append_many whose repeated keys were written once: each repeat gets
-    the first one's outcome, as a duplicate when it was committed."""
-    fresh = iter(outcomes)
-    out: list[Outcome] = []
-    for i in range(total):
-        if i not in repeats:
-            out.append(next(fresh))
-            continue
-        first = out[repeats[i]]
-        if isinstance(first, Committed):
-            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
-        out.append(first)
-    return out
 
 
 def open(  # noqa: A001 - the public contract is journal.open

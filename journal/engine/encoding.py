@@ -17,12 +17,14 @@ import zstandard
 from journal.engine import format as fmt
 from journal.engine.options import Options
 from journal.errors import (
+    DurabilityError,
     EventNotSerializableError,
     IdempotencyConflictError,
     InvalidArgumentError,
     NonStringKeyError,
     RecordTooLargeError,
 )
+from journal.outcomes import DURABILITY_LEVELS, Committed, Durability, Outcome
 
 COMPRESS_MIN_BYTES = 256  # smaller events gain little (2% of bytes on real logs) and zstd costs ~10 µs each
 ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
@@ -166,3 +168,27 @@ def _non_string_key(value: Any, where: str) -> tuple[str, object] | None:
                 if found is not None:
                     return found
     return None
+
+
+def check_durability(durability: str) -> Durability:
+    """The durability level asked for, or DurabilityError: every backend's one check."""
+    if durability not in DURABILITY_LEVELS:
+        raise DurabilityError(durability, DURABILITY_LEVELS)
+    return durability
+
+
+def with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
+    """The outcomes of an append_many whose repeated keys (``repeated_keys``) were written once:
+    each repeat gets the first one's outcome, as a duplicate when it was committed. Every
+    backend answers repeats this way."""
+    fresh = iter(outcomes)
+    out: list[Outcome] = []
+    for i in range(total):
+        if i not in repeats:
+            out.append(next(fresh))
+            continue
+        first = out[repeats[i]]
+        if isinstance(first, Committed):
+            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
+        out.append(first)
+    return out

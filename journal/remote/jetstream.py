@@ -71,7 +71,7 @@ from nats.js import api as js_api
 
 from journal.api import Journal, PrefixDrop, RecoveryReport, Retention
 from journal.engine import format as fmt
-from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
+from journal.engine.encoding import Encoded, check_durability, encode_event, repeated_keys, same_event, with_repeats
 from journal.engine.options import Options
 from journal.errors import (
     CorruptionError,
@@ -90,7 +90,7 @@ from journal.errors import (
     RecordTooLargeError,
     SequenceError,
 )
-from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
 from journal.record import Record
 from journal.remote import records
 from journal.remote.group import GroupCommit
@@ -581,25 +581,6 @@ def _servers_of(parsed: RemoteURL) -> list[str]:
     return out
 
 
-def _check_durability(durability: str) -> Durability:
-    if durability not in DURABILITY_LEVELS:
-        raise DurabilityError(durability, DURABILITY_LEVELS)
-    return durability
-
-
-def _with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
-    """As the file engine: each repeat of a key in one call gets the first's outcome, as a duplicate."""
-    fresh = iter(outcomes)
-    out: list[Outcome] = []
-    for i in range(total):
-        if i not in repeats:
-            out.append(next(fresh))
-            continue
-        first = out[repeats[i]]
-        if isinstance(first, Committed):
-            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
-        out.append(first)
-    return out
 
 
 # --- the journal ------------------------------------------------------------------------------
@@ -1308,7 +1289,7 @@ class JetStreamJournal:
     def append(
         self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
     ) -> Outcome:
-        level = _check_durability(durability)
+        level = check_durability(durability)
         self._check_append(level)
         enc = self._encode(event, idempotency_key, synthetic)
         if idempotency_key is None:
@@ -1322,7 +1303,7 @@ class JetStreamJournal:
         idempotency_keys: Iterable[str | None] | None = None,
         synthetic: bool = False,
     ) -> list[Outcome]:
-        level = _check_durability(durability)
+        level = check_durability(durability)
         self._check_append(level)
         events = list(events)
         keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
@@ -1337,7 +1318,7 @@ class JetStreamJournal:
         repeats = repeated_keys(encoded)
         unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
         outcomes = self._write_keyed(unique, level)
-        return _with_repeats(outcomes, repeats, len(encoded)) if repeats else outcomes
+        return with_repeats(outcomes, repeats, len(encoded)) if repeats else outcomes
 
     def _chunks(self, items: list[Encoded]) -> Iterator[list[Encoded]]:
         """``items`` in runs whose frames fit one message."""

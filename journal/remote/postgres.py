@@ -79,7 +79,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 
 from journal.api import PrefixDrop, RecoveryReport, Retention
 from journal.engine import format as fmt
-from journal.engine.encoding import Encoded, encode_event, repeated_keys, same_event
+from journal.engine.encoding import Encoded, check_durability, encode_event, repeated_keys, same_event, with_repeats
 from journal.engine.options import Options
 from journal.errors import (
     CorruptionError,
@@ -96,7 +96,7 @@ from journal.errors import (
     ReadOnlyError,
     SequenceError,
 )
-from journal.outcomes import DURABILITY_LEVELS, AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
 from journal.record import Record
 from journal.remote import records
 from journal.remote.group import BATCH_BYTES_MAX_DEFAULT, BATCH_RECORDS_MAX_DEFAULT, GroupCommit
@@ -320,11 +320,6 @@ def _check_key(key: str | None) -> None:
         ) from None
 
 
-def _check_durability(durability: str) -> Durability:
-    if durability not in DURABILITY_LEVELS:
-        raise DurabilityError(durability, DURABILITY_LEVELS)
-    return durability
-
 
 def _chunks(items: list[_Item]) -> Iterator[list[_Item]]:
     chunk: list[_Item] = []
@@ -339,20 +334,6 @@ def _chunks(items: list[_Item]) -> Iterator[list[_Item]]:
     if chunk:
         yield chunk
 
-
-def _with_repeats(outcomes: list[Outcome], repeats: dict[int, int], total: int) -> list[Outcome]:
-    """Each repeat of a key within one call gets the first one's outcome, as a duplicate."""
-    fresh = iter(outcomes)
-    out: list[Outcome] = []
-    for i in range(total):
-        if i not in repeats:
-            out.append(next(fresh))
-            continue
-        first = out[repeats[i]]
-        if isinstance(first, Committed):
-            first = Committed(first.seq, first.durability, True, "idempotency key repeated in this call")
-        out.append(first)
-    return out
 
 
 class _Queries:
@@ -1077,7 +1058,7 @@ class PostgresJournal:
         """Append events in order; one outcome per event. A call with idempotency keys is one
         transaction (a conflict anywhere in it writes nothing); one without is cut into
         transactions of at most BATCH_RECORDS_MAX records and BATCH_BYTES_MAX bytes."""
-        level = _check_durability(durability)
+        level = check_durability(durability)
         self._check_writable()
         events = list(events)
         keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
@@ -1116,7 +1097,7 @@ class PostgresJournal:
                 _raise_planned(got)
                 outcomes.extend(got)
         if repeats:
-            outcomes = _with_repeats(outcomes, repeats, len(encoded))
+            outcomes = with_repeats(outcomes, repeats, len(encoded))
         return outcomes
 
     def flush(self) -> None:
