@@ -499,7 +499,9 @@ def test_a_client_killed_mid_transaction_leaves_a_prefix(pg: PostgresBackend) ->
             ledger.add(f"k{seq}", child_event("s", seq), Committed(seq, "sync"))
         check_journal(pg, target, ledger)
     report_count("postgres: clients SIGKILLed with a batch in flight (of 3)", in_flight)
-    assert in_flight == 3, in_flight
+    # The kill follows the child's progress (the table grown part-way into a batch), but the
+    # batch may commit between that look and the signal: at least one kill must land in flight.
+    assert in_flight >= 1, in_flight
 
 
 def test_rows_edited_by_hand_are_refused_naming_journal_and_seq(pg: PostgresBackend) -> None:
