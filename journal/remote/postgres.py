@@ -54,6 +54,7 @@ from the table, by seq and digest or by idempotency key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -65,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, LiteralString
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import xxhash
 
@@ -433,6 +434,10 @@ class _Writer:
         self.members: set[PostgresJournal] = set()
         self.failed: str | None = None
         self.retired = False  # no journal is attached any more, or it failed: the store makes another
+        # Writer lock keys held on this connection: advisory locks are re-entrant within one
+        # server session, so a second handle of a journal would get its lock again without this.
+        # Read and changed only by the ops the leader runs one at a time (_take_lock..., _unlock).
+        self.held_keys: set[int] = set()
         self.commits = 0  # COMMITs sent (the tests and the benchmark count them)
 
     def lose(self, why: str) -> None:
@@ -776,7 +781,7 @@ class PostgresJournal:
         self._url = parsed
         self._name: str = parsed.journal
         self._schema = schema
-        self._path = parsed.display() + (f"&schema={quote(schema)}" if schema != SCHEMA_DEFAULT else "")
+        self._path = parsed.display()  # its schema among its parameters
         self._readonly = readonly
         self._shared = shared
         self.options = options
@@ -973,8 +978,13 @@ class PostgresJournal:
         deadline = time.monotonic() + lock_timeout_s
 
         def try_lock(c: Conn) -> bool:
+            if key in w.held_keys:
+                return False  # another handle of this store holds it on this connection
             row = c.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            return bool(row and row[0])
+            if row and row[0]:
+                w.held_keys.add(key)
+                return True
+            return False
 
         while True:
             op = _Op(next(self._calls), self, try_lock, before=True)
@@ -1006,16 +1016,17 @@ class PostgresJournal:
         self._writer = None
         try:
             if self._holds_lock:
-                w.gc.submit([_Op(next(self._calls), self, self._unlock)], "buffered")
+                w.gc.submit([_Op(next(self._calls), self, functools.partial(self._unlock, w=w))], "buffered")
         finally:
             sw.detach(self, w)
 
-    def _unlock(self, conn: Conn) -> None:
+    def _unlock(self, conn: Conn, w: _Writer) -> None:
         """Let go of the writer lock on the shared connection (the leader runs it after the
         batch, so none of this journal's records is written after it)."""
         self._detached = True
         if self._holds_lock:
             self._holds_lock = False
+            w.held_keys.discard(self._lock_key)
             conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
 
     def _holders(self, conn: Conn) -> list[LockHolder]:
@@ -1506,7 +1517,7 @@ class PostgresJournal:
                 # the connection lives on: the lock must not outlive the handle).
                 ops: list[Encoded] = [] if self._failed is not None else [_Barrier(next(self._calls), self)]
                 try:
-                    w.gc.submit([*ops, _Op(next(self._calls), self, self._unlock)], "flush")
+                    w.gc.submit([*ops, _Op(next(self._calls), self, functools.partial(self._unlock, w=w))], "flush")
                 finally:
                     self._detached = True
                     sw.detach(self, w)

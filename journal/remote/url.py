@@ -42,7 +42,8 @@ class RemoteURL:
         return RemoteURL(self.backend, self.url, self.server, name, dict(self.options))
 
     def display(self) -> str:
-        """The URL without a password, for messages."""
+        """The URL without a password or the client library's parameters, for messages (and to
+        open it again)."""
         parts = urlsplit(self.server)
         netloc = parts.netloc
         if "@" in netloc:
@@ -50,7 +51,10 @@ class RemoteURL:
             user = cred.split(":", 1)[0]
             netloc = f"{user}@{host}"
         where = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-        return where + (f"?journal={quote(self.journal)}" if self.journal is not None else "")
+        # Our own parameters (schema, stream, ...) stay: they say which journal or store it is,
+        # and the text opens it again. The client library's are left out (they may hold secrets).
+        params = ([("journal", self.journal)] if self.journal is not None else []) + sorted(self.options.items())
+        return where + ("?" + "&".join(f"{k}={quote(v)}" for k, v in params) if params else "")
 
 
 def check_name(name: str) -> str:
