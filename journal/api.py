@@ -15,6 +15,8 @@ What is here, and only this:
   went);
 * ``Store``: a namespace of journals by name (open, list, delete, copy), what the adapters keep
   their journals in;
+* ``Catalog`` and ``CatalogStore``: small JSON objects by key beside a server's journals, the
+  session store's index there;
 * ``PrefixCopier``: what a fork needs of its parent, a copy of its first records into a new
   directory that shares (links) the history that can no longer change;
 * the values they speak in: ``Record`` (from ``journal.record``, see there why it is a module of
@@ -31,9 +33,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from journal.errors import (
     CorruptionError,
@@ -259,13 +261,56 @@ class Store(Protocol):
         The caller must hold no open handle on it."""
         ...
 
-    def copy(self, source: str, target: str) -> None:
-        """Make ``target`` a copy of every record of ``source`` (a fork), whole or not at all.
+    def copy(
+        self, source: str, target: str, *, upto_seq: int | None = None, append: Sequence[Any] = ()
+    ) -> None:
+        """Make ``target`` a copy of the records of ``source`` (a fork), whole or not at all.
 
-        The file engine shares the sealed history (hard links); servers copy server-side.
-        FileExistsError if ``target`` exists; JournalNotFoundError if ``source`` does not.
+        With ``upto_seq``, only records ``first_seq..upto_seq`` are copied; ``append`` then adds
+        events after them (a fork's own header), as part of the same copy: a crash leaves no
+        target, or one with every copied and appended record. The file engine shares the sealed
+        history (hard links); servers copy server-side. FileExistsError if ``target`` exists;
+        JournalNotFoundError if ``source`` does not; ValueError if ``source`` does not hold
+        ``upto_seq`` (it ends before it, or it was dropped).
         """
         ...
+
+
+class Catalog(Protocol):
+    """Small JSON objects by key, kept by a store beside its journals, each change durable when
+    the call returns: the session store's index on a server (list and latest without reading a
+    log). Keys are store names (``Store``'s rule); values are JSON objects of at most
+    ``CATALOG_VALUE_BYTES_MAX`` bytes encoded, read back equal (not necessarily in key order).
+    """
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Create or replace the value of ``key``."""
+        ...
+
+    def update(self, key: str, fields: dict[str, Any]) -> bool:
+        """Set ``fields`` in the value of ``key`` atomically (other writers' fields are kept);
+        False, and nothing written, when ``key`` has no value."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (a missing one is a no-op)."""
+        ...
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every key and value, sorted by key."""
+        ...
+
+
+@runtime_checkable
+class CatalogStore(Protocol):
+    """A store that keeps catalogs (the servers' stores); ``name`` is a store name."""
+
+    def catalog(self, name: str) -> Catalog: ...
+
+
+CATALOG_VALUE_BYTES_MAX: Final = 256 * 1024  # an index entry, not a document store
 
 
 @runtime_checkable
@@ -285,9 +330,12 @@ class PrefixCopier(Protocol):
 
 
 __all__ = [
+    "CATALOG_VALUE_BYTES_MAX",
     "DURABILITY_LEVELS",
     "LOCK_FILE",
     "AckLost",
+    "Catalog",
+    "CatalogStore",
     "Committed",
     "CorruptionError",
     "Durability",

@@ -80,7 +80,7 @@ async def tamper_message(servers: list[str], stream: str, subject: str, seq: int
 
 async def drop_streams(servers: list[str], which: Callable[[str], bool]) -> list[str]:
     """Delete every stream of the stores ``which`` names (by stream name) with its lock bucket
-    (``KV_<stream>_LOCKS``); the stores' names."""
+    (``KV_<stream>_LOCKS``) and its catalog (``KV_<stream>_CATALOG``); the stores' names."""
     import nats
 
     nc = await nats.connect(servers=servers)
@@ -96,7 +96,10 @@ async def drop_streams(servers: list[str], which: Callable[[str], bool]) -> list
                 break
         stores = sorted({n for n in names if which(n)})
         for n in names:
-            owner = n[len("KV_") : -len("_LOCKS")] if n.startswith("KV_") and n.endswith("_LOCKS") else n
+            owner = n
+            for suffix in ("_LOCKS", "_CATALOG"):  # a store's lock bucket and its catalog
+                if n.startswith("KV_") and n.endswith(suffix):
+                    owner = n[len("KV_") : -len(suffix)]
             if owner in stores:
                 await _request(nc, f"$JS.API.STREAM.DELETE.{n}", {})
         return stores
@@ -118,9 +121,10 @@ class NatsBackend:
     def tamper(self, target: str, seq: int) -> None:
         parsed = parse_url(target)
         assert parsed.journal is not None
-        subject = f"{subject_base(STREAM)}.{subject_token(parsed.journal)}"
+        stream = parsed.options.get("stream", STREAM)
+        subject = f"{subject_base(stream)}.{subject_token(parsed.journal)}"
         servers = [f"nats://127.0.0.1:{p}" for p in self.cluster.client_ports]
-        asyncio.run(tamper_message(servers, STREAM, subject, seq))
+        asyncio.run(tamper_message(servers, stream, subject, seq))
 
     def store_location(self) -> str:
         """A store of journals (journal.store) of its own: a fresh R3 stream on the cluster.

@@ -66,3 +66,43 @@ def test_names_no_backend_can_hold_as_they_are_are_refused(backend: Backend, nam
     with pytest.raises(journal.InvalidArgumentError):
         store.open(name, create=True)
     assert store.names() == []
+
+
+def test_one_writer_per_journal_through_one_store(backend: Backend) -> None:
+    """A second writer of a journal through the same store is refused (on PostgreSQL the writer
+    lock of every journal of a store is on one connection, where advisory locks are
+    re-entrant), and once the first closes, the journal opens for writing again."""
+    store = journal.store(backend.store_location())
+    first = store.open("w", create=True)
+    with pytest.raises(journal.JournalLockedError):
+        store.open("w", lock_timeout_s=0.0)
+    first.append({"n": 1}, durability="flush")
+    first.close()
+    with store.open("w", lock_timeout_s=0.0) as again:
+        assert again.last_seq == 1
+
+
+def test_a_copy_up_to_a_seq_with_records_appended(backend: Backend) -> None:
+    """copy(upto_seq=, append=): a fork's prefix and its own first records, in one copy."""
+    store = journal.store(backend.store_location())
+    with store.open("src", create=True) as src:
+        src.append_many([{"n": i} for i in range(1, 11)], durability="flush")
+        src.append({"k": 1}, durability="flush", idempotency_key="key-1")
+    store.copy("src", "fork", upto_seq=4, append=[{"own": 1}, b"\x00raw"])
+    with store.open("fork") as f:
+        got = list(f.read())
+        assert [r.event if not r.is_bytes else r.payload for r in got] == [
+            {"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}, {"own": 1}, b"\x00raw"]
+        assert f.append({"next": 1}, durability="flush") == journal.Committed(7, "flush")
+    store.copy("src", "empty-prefix", upto_seq=0, append=[{"own": 1}])
+    with store.open("empty-prefix", readonly=True) as e:
+        assert [(r.seq, r.event) for r in e.read()] == [(1, {"own": 1})]
+    for bad in (12, -1):
+        with pytest.raises(ValueError):
+            store.copy("src", f"bad{bad}".replace("-", "m"), upto_seq=bad)
+        assert not store.exists(f"bad{bad}".replace("-", "m"))
+    with pytest.raises(journal.EventNotSerializableError):
+        store.copy("src", "refused", upto_seq=2, append=[{"x": object()}])
+    assert not store.exists("refused")
+    with store.open("src", readonly=True) as src:
+        assert src.last_seq == 11  # the source is untouched

@@ -11,7 +11,8 @@ rename, fsync'd, so a crash leaves each journal whole or absent:
 - delete: the directory is renamed into ``<root>/.trash/`` (the commit point), then removed;
   what a crash leaves in ``.trash`` is removed by the next store opened on the root;
 - copy: the target is built beside its place by ``copy_prefix`` (sealed segments hard-linked,
-  shared rather than copied; only the live segment's records copied) and renamed in whole.
+  shared rather than copied; only the live segment's records copied), the records to append
+  are appended there, and it is renamed in whole.
 
 Names are checked by ``check_store_name`` (journal.api.Store says which are allowed): a name is
 one path component that no escaping can turn into ``..``, a dot file or a path.
@@ -22,17 +23,43 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
-from journal.api import LOCK_FILE, Journal
+from journal.api import LOCK_FILE, Committed, Journal
 from journal.engine.core import Journal as FileJournal
 from journal.engine.segment import list_segments
-from journal.errors import InvalidArgumentError, JournalLockedError, JournalNotFoundError
+from journal.errors import InvalidArgumentError, JournalError, JournalLockedError, JournalNotFoundError
 from journal.fs import FileSystem, OsFileSystem, make_dirs, publish_dir, remove_tree, take_lock, temp_dir_beside
 
 TRASH_DIR: Final = ".trash"
 NAME_BYTES_MAX: Final = 200
 _NAME: Final = re.compile(r"[A-Za-z0-9_%-][A-Za-z0-9._%-]*")
+
+
+def check_upto(where: str, first_seq: int, last_seq: int, upto_seq: int | None) -> int:
+    """The last seq a copy of a journal holding ``first_seq..last_seq`` takes (``Store.copy``)."""
+    if upto_seq is None:
+        return last_seq
+    if not isinstance(upto_seq, int) or isinstance(upto_seq, bool):
+        raise InvalidArgumentError(f"upto_seq must be an int, not {upto_seq!r}")
+    if upto_seq > last_seq:
+        raise ValueError(f"{where} ends at seq {last_seq}, before seq {upto_seq}: nothing was copied")
+    if upto_seq < first_seq - 1:
+        raise ValueError(f"{where} begins at seq {first_seq} (a prefix was dropped) and no longer holds seq "
+                         f"{upto_seq}: nothing was copied")
+    return upto_seq
+
+
+def append_whole(j: Journal, events: list[Any], where: str) -> None:
+    """Append ``events`` to a copy being built, at "sync", and close it; any other outcome than
+    Committed for each raises, and the caller drops the build."""
+    with j:
+        outs = j.append_many(events, durability="sync") if events else []
+    failed = [o for o in outs if not isinstance(o, Committed)]
+    if failed:
+        raise JournalError(f"{where}: the records appended to its copy were not written ({failed[0]}); nothing "
+                           "was copied, try again")
 
 
 def check_store_name(name: str) -> str:
@@ -117,7 +144,9 @@ class DirectoryStore:
         finally:
             lock.release()
 
-    def copy(self, source: str, target: str) -> None:
+    def copy(
+        self, source: str, target: str, *, upto_seq: int | None = None, append: Sequence[Any] = ()
+    ) -> None:
         src, dst = self.path_of(source), self.path_of(target)
         if self._fs.exists(dst):
             raise FileExistsError(f"journal {target!r} exists in {self.root}; delete it before copying onto it")
@@ -127,11 +156,22 @@ class DirectoryStore:
         # Held until the rename: another copy or maker of the same name leaves this build alone.
         lock = take_lock(self._fs, os.path.join(tmp, LOCK_FILE), 0.0)
         try:
+            empty_from: int | None = None
             with FileJournal.open(src, readonly=True, fs=self._fs) as j:
-                if j.last_seq >= j.first_seq:
-                    j.copy_prefix(tmp, j.last_seq)
+                upto = check_upto(src, j.first_seq, j.last_seq, upto_seq)
+                if upto >= j.first_seq:
+                    j.copy_prefix(tmp, upto)
                 else:  # no record: an empty journal of its own, beginning where the source does
-                    FileJournal.open(tmp, create=True, fs=self._fs, first_seq=j.first_seq).close()
+                    empty_from = j.first_seq
+            if append or empty_from is not None:
+                # The build's lock passes to the writer that makes the journal or adds the records:
+                # it takes the same lock file, so a concurrent build of this name still sees it held.
+                if lock is not None:
+                    lock.release()
+                    lock = None
+                w = FileJournal.open(tmp, create=empty_from is not None, fs=self._fs, first_seq=empty_from or 1,
+                                     reserve_bytes=0)
+                append_whole(w, list(append), src)
             publish_dir(self._fs, tmp, dst)
         finally:
             if lock is not None:

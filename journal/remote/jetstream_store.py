@@ -15,13 +15,17 @@ operation is whole or absent after a crash:
   metadata subject is purged first (from then on the journal is gone), then the records
   subject. A crash between the two leaves records no journal names, which the next maker of
   that name purges before its metadata exists;
-- ``copy``: under the target's claim, every record of the source is published on the target's
+- ``copy``: under the target's claim, every record of the source (up to ``upto_seq``) is published on the target's
   subject, a message per message of the source, each frame sealed again under the target's
   own new journal id (``Nats-Msg-Id`` holds the journal id, so copies under the source's id
   would be dropped by the server's duplicate window as repeats), chained by expected subject
   sequence; the target's metadata message is published last, the commit point. Idempotency
-  keys live in the frames, so they come along. The copy is the source's records as they were
-  when it began to read them.
+  keys live in the frames, so they come along. The records to ``append`` (a fork's header) go
+  in one message after them, before the metadata. The copy is the source's records as they
+  were when it began to read them.
+
+``catalog(name)`` (``JetStreamCatalog``): small JSON values by key, a subject each in the stream
+``KV_<stream>_CATALOG``: the session store's index on this server.
 
 ``names()`` lists the metadata subjects (STREAM.INFO with a ``subjects_filter``, paged). Names
 are checked as on files (``journal.engine.store.check_store_name``), so an adapter's names are
@@ -32,22 +36,25 @@ elected, up to ``connect_timeout_s``.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import nats.errors
 
-from journal.api import Journal, JournalNotFoundError, Record
+from journal.api import CATALOG_VALUE_BYTES_MAX, Journal, JournalNotFoundError, Record
 from journal.engine import format as fmt
-from journal.engine.store import check_store_name
+from journal.engine.encoding import Encoded, encode_event
+from journal.engine.store import check_store_name, check_upto
 from journal.errors import InvalidArgumentError
 from journal.remote import jetstream, records
 from journal.remote.jetstream import (
     ERR_STREAM_NOT_FOUND,
+    ERR_WRONG_LAST_SEQ,
     H_COUNT,
     H_EXPECT_STREAM,
     H_EXPECT_SUBJECT_SEQ,
@@ -64,6 +71,7 @@ from journal.remote.jetstream import (
     msg_id,
     name_of_token,
     subject_base,
+    subject_token,
 )
 from journal.remote.url import RemoteURL
 
@@ -72,6 +80,8 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+CATALOG_UPDATE_TRIES: Final = 64  # updates of one key that lost the race to another updater, then an error
+CATALOG_GETS_IN_FLIGHT: Final = 256  # a listing's reads of values, sent at once
 RETRY_PAUSE_S: Final = 0.1  # between two tries of an operation JetStream did not serve (a leader election)
 OPEN_KEYWORDS: Final = ("lock_timeout_s", "writer")  # open_journal's own, passed through by open()
 
@@ -165,10 +175,13 @@ class JetStreamStore:
 
         self._run(name, deleting, "deleting")
 
-    def copy(self, source: str, target: str) -> None:
+    def copy(
+        self, source: str, target: str, *, upto_seq: int | None = None, append: Sequence[Any] = ()
+    ) -> None:
         check_store_name(source)
         check_store_name(target)
         where_source = self._url.with_journal(source).display()
+        encoded = [encode_event(e, None, False, self._settings.options) for e in append]  # refused before any publish
 
         def copying(dst: JetStreamJournal) -> None:
             if not self._stream_there(dst):
@@ -178,40 +191,55 @@ class JetStreamStore:
             src = jetstream.open_journal(self._url.with_journal(source), create=False, readonly=True,
                                          **self._journal_options())
             with src:
+                upto = check_upto(where_source, src.first_seq, src.last_seq, upto_seq)
                 dst._take_claim(0.0, time.monotonic())  # JournalLockedError if the target is being made
                 dst._keep_claim()  # a long copy keeps it
                 if self._has_meta(dst):
                     raise FileExistsError(f"journal {target!r} was made in {self.location} while it was copied onto")
                 dst._purge(dst._subject)  # what a copy or a delete cut short left there
-                self._copy_records(src, dst)
+                self._copy_records(src, dst, upto, encoded)
 
         self._run(target, copying, "copying onto")
 
+    def catalog(self, name: str) -> JetStreamCatalog:
+        return JetStreamCatalog(self, check_store_name(name))
+
     # --- helpers ---------------------------------------------------------------------------
 
-    def _copy_records(self, src: JetStreamJournal, dst: JetStreamJournal) -> None:
-        """Every record of ``src`` onto ``dst``'s subject under a new journal id, then ``dst``'s
-        metadata message (the commit point)."""
+    def _copy_records(self, src: JetStreamJournal, dst: JetStreamJournal, upto: int, appended: list[Encoded]) -> None:
+        """The records of ``src`` up to seq ``upto`` onto ``dst``'s subject under a new journal
+        id, then ``appended`` in one message after them, then ``dst``'s metadata message (the
+        commit point)."""
         new_id = records.new_journal_id()
         salt = records.salt_of(new_id)
         start, expect = src._start_of(0)
         last_sseq = first_sseq = 0
         conn = dst._c()
         timeout_s = self._settings.ack_timeout_s
-        for m, recs in src._verified(src._messages(start), expect):
-            if not recs:
-                continue  # a fence, or a message below the source's first seq
-            body = reframe(m, recs, src._salt, salt)
+
+        def publish(first: int, count: int, body: bytes) -> None:
+            nonlocal last_sseq, first_sseq
             headers = {
-                H_SEQ: str(recs[0].seq),
-                H_COUNT: str(len(recs)),
-                H_MSG_ID: msg_id(new_id, recs[0].seq, body),
+                H_SEQ: str(first),
+                H_COUNT: str(count),
+                H_MSG_ID: msg_id(new_id, first, body),
                 H_EXPECT_SUBJECT_SEQ: str(last_sseq),
                 H_EXPECT_STREAM: self._settings.stream,
             }
             ack = self._call(conn.publish(dst._subject, body, headers, timeout_s))
             last_sseq = int(ack["seq"])
             first_sseq = first_sseq or last_sseq
+
+        if upto >= src.first_seq:
+            for m, recs in src._verified(src._messages(start), expect):
+                recs = [r for r in recs if r.seq <= upto]
+                if recs:  # not a fence, nor a message below the source's first seq
+                    publish(recs[0].seq, len(recs), reframe(m, recs, src._salt, salt))
+                if recs and recs[-1].seq >= upto:
+                    break
+        if appended:
+            body = b"".join(records.frame_of(enc, upto + i, salt) for i, enc in enumerate(appended, 1))
+            publish(upto + 1, len(appended), body)
         dst._publish_meta(dst._new_meta(new_id, src.first_seq, first_sseq), 0)
 
     def _journal_options(self) -> dict[str, Any]:
@@ -284,6 +312,175 @@ class JetStreamStore:
         return got
 
 
+class JetStreamCatalog:
+    """A ``journal.api.Catalog`` on JetStream: a subject per key in the stream
+    ``KV_<stream>_CATALOG`` (one message per subject kept, the latest), a value per message.
+
+    ``put`` publishes; ``update`` reads the key's last message and publishes the merged value
+    with the expected last subject sequence of what it read and a message id made of it (see
+    ``_publish`` for why both), reading again when another updater moved first; ``delete``
+    purges the subject; ``items`` lists the subjects (STREAM.INFO with a
+    filter, paged) and reads their values, up to CATALOG_GETS_IN_FLIGHT at once. Each change is
+    acknowledged once the stream's replicas stored it.
+    """
+
+    def __init__(self, store: JetStreamStore, name: str) -> None:
+        self._store = store
+        settings = store._settings
+        bucket = f"{settings.stream}_CATALOG"
+        self._stream = f"KV_{bucket}"
+        self._prefix = f"$KV.{bucket}.{subject_token(name)}."
+        self._name = name
+        self._made = False
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        subject = self._subject(key)
+        return self._retrying(lambda: self._read(subject)[0], key, "reading")
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        subject, body = self._subject(key), _dumps(value)
+        self._retrying(lambda: self._publish(subject, body, None), key, "writing")
+
+    def update(self, key: str, fields: dict[str, Any]) -> bool:
+        subject = self._subject(key)
+        _dumps(fields)  # refused before anything is sent
+
+        def updating() -> bool:
+            for _ in range(CATALOG_UPDATE_TRIES):
+                value, sseq = self._read(subject)
+                if value is None:
+                    return False
+                try:
+                    ack = self._publish(subject, _dumps({**value, **fields}), sseq)
+                except _Refused as exc:
+                    if exc.err_code in ERR_WRONG_LAST_SEQ:
+                        continue  # another updater moved first: merge into what it wrote
+                    raise
+                if ack.get("duplicate"):
+                    continue  # another updater that read the same value published first
+                return True
+            raise InvalidArgumentError(f"catalog {self._name!r} key {key!r} was updated by others "
+                                       f"{CATALOG_UPDATE_TRIES} times while this update tried; try again")
+
+        return self._retrying(updating, key, "updating")
+
+    def delete(self, key: str) -> None:
+        subject = self._subject(key)
+
+        def deleting() -> None:
+            self._ensure()
+            self._store._call(self._store._connection().api(
+                f"$JS.API.STREAM.PURGE.{self._stream}", {"filter": subject}, self._store._settings.ack_timeout_s))
+
+        self._retrying(deleting, key, "deleting from")
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        def listing() -> list[tuple[str, dict[str, Any]]]:
+            self._ensure()
+            conn = self._store._connection()
+            timeout_s = self._store._settings.ack_timeout_s
+            subjects: dict[str, int] = {}
+            while True:
+                req = {"subjects_filter": self._prefix + ">", "offset": len(subjects)}
+                info = self._store._call(conn.api(f"$JS.API.STREAM.INFO.{self._stream}", req, timeout_s))
+                page = (info.get("state") or {}).get("subjects") or {}
+                before = len(subjects)
+                subjects.update(page)
+                if len(subjects) == before or len(subjects) >= int(info.get("total", 0) or 0):
+                    break
+            names = sorted(subjects)
+            got: list[_StoredMsg | None] = []
+            for i in range(0, len(names), CATALOG_GETS_IN_FLIGHT):
+                chunk = names[i : i + CATALOG_GETS_IN_FLIGHT]
+
+                async def reads(chunk: list[str] = chunk) -> list[_StoredMsg | None]:
+                    return list(await asyncio.gather(*(
+                        conn.get_msg(self._stream, {"last_by_subj": s}, timeout_s) for s in chunk)))
+
+                got.extend(self._store._call(reads()))
+            out = [(name_of_token(m.subject[len(self._prefix) :]), _loads(m.data)) for m in got if m is not None]
+            return sorted(out)
+
+        return self._retrying(listing, None, "listing")
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _subject(self, key: str) -> str:
+        return self._prefix + subject_token(check_store_name(key))
+
+    def _read(self, subject: str) -> tuple[dict[str, Any] | None, int]:
+        self._ensure()
+        store = self._store
+        m: _StoredMsg | None = store._call(store._connection().get_msg(
+            self._stream, {"last_by_subj": subject}, store._settings.ack_timeout_s))
+        return (None, 0) if m is None else (_loads(m.data), m.sseq)
+
+    def _publish(self, subject: str, body: bytes, expect_sseq: int | None) -> dict[str, Any]:
+        """Publish a value; with ``expect_sseq``, only over the message at that stream sequence.
+
+        The expected last subject sequence alone does not settle two updaters racing on a
+        replicated stream: a 2.9 server checks it before the proposal, against what is applied,
+        so two publishes in flight that read the same value can both be stored (seen here on a
+        3-node cluster, every round of 8 racers). The message id made of the subject and the
+        sequence read is checked by the stream leader in order, in flight included: the second
+        racer's publish is answered as a duplicate and stores nothing."""
+        self._ensure()
+        store = self._store
+        headers = {H_EXPECT_STREAM: self._stream}
+        if expect_sseq is not None:
+            headers[H_EXPECT_SUBJECT_SEQ] = str(expect_sseq)
+            headers[H_MSG_ID] = f"{subject}@{expect_sseq}"
+        ack: dict[str, Any] = store._call(store._connection().publish(subject, body, headers,
+                                                                      store._settings.ack_timeout_s))
+        return ack
+
+    def _ensure(self) -> None:
+        if self._made:
+            return
+        store = self._store
+        conn = store._connection()
+        timeout_s = store._settings.ack_timeout_s
+        try:
+            store._call(conn.api(f"$JS.API.STREAM.INFO.{self._stream}", None, timeout_s))
+        except _Refused as exc:
+            if exc.err_code != ERR_STREAM_NOT_FOUND:
+                raise
+            config = {
+                "name": self._stream, "subjects": [f"$KV.{self._stream[3:]}.>"], "retention": "limits",
+                "storage": "file", "num_replicas": max(store._settings.replicas, 1), "discard": "old",
+                "max_msgs": -1, "max_bytes": -1, "max_age": 0, "max_msgs_per_subject": 1,
+                "max_msg_size": CATALOG_VALUE_BYTES_MAX, "allow_rollup_hdrs": True, "deny_delete": True,
+                "allow_direct": True,
+            }
+            try:
+                store._call(conn.api(f"$JS.API.STREAM.CREATE.{self._stream}", config, timeout_s))
+            except _Refused:
+                store._call(conn.api(f"$JS.API.STREAM.INFO.{self._stream}", None, timeout_s))  # made meanwhile
+        self._made = True
+
+    def _retrying(self, fn: Callable[[], _T], key: str | None, doing: str) -> _T:
+        return self._store._retrying(fn, None, f"{doing} catalog {self._name!r}{f' key {key!r}' if key else ''} of")
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"a catalog value is a JSON object, not {type(value).__name__}")
+    try:
+        body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise InvalidArgumentError(f"a catalog value must be JSON: {exc}") from None
+    if len(body) > CATALOG_VALUE_BYTES_MAX:
+        raise InvalidArgumentError(f"a catalog value is at most {CATALOG_VALUE_BYTES_MAX} bytes of JSON")
+    return body
+
+
+def _loads(data: bytes) -> dict[str, Any]:
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError("a catalog value that is not a JSON object")
+    return value
+
+
 def open_store(parsed: RemoteURL, **options: Any) -> JetStreamStore:
     return JetStreamStore(parsed, **options)
 
@@ -294,4 +491,4 @@ if TYPE_CHECKING:  # mypy holds the store to journal.api's protocol
         return s
 
 
-__all__ = ["JetStreamStore", "open_store", "reframe"]
+__all__ = ["JetStreamCatalog", "JetStreamStore", "open_store", "reframe"]

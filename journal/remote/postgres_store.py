@@ -9,10 +9,14 @@ one transaction, so it is whole or absent after a crash, as on files:
 - ``delete``: the journal's records and its row go in one transaction, which first takes the
   journal's writer lock (``pg_try_advisory_xact_lock`` on the key its writers hold): a journal
   open for writing anywhere is not deleted under its writer (``JournalLockedError``);
-- ``copy``: server-side, one ``INSERT ... SELECT`` of the source's rows under the target's name
-  in one transaction, the target given the source's journal id so that every copied frame
-  verifies as it is (the file engine's forks share their segments' id the same way). The copy
-  is the source's committed records at the statement's snapshot.
+- ``copy``: server-side, one ``INSERT ... SELECT`` of the source's rows (up to ``upto_seq``)
+  under the target's name in one transaction, the target given the source's journal id so that
+  every copied frame verifies as it is (the file engine's forks share their segments' id the
+  same way); the records to ``append`` (a fork's header) are framed for that id and inserted in
+  the same transaction. The copy is the source's committed records at the statement's snapshot.
+
+``catalog(name)`` (``PostgresCatalog``): small JSON values by key in ``<schema>.catalog``, the
+session store's index on this server.
 
 Group commit across journals. The journals a store opens for writing (exclusive writers) share
 one writer connection and one group commit (``postgres.StoreWriter``): appends of many
@@ -33,15 +37,23 @@ names are valid on every backend.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
-from journal.api import Journal, JournalLockedError, JournalNotFoundError
-from journal.engine.store import check_store_name
-from journal.remote import postgres
+from journal.api import CATALOG_VALUE_BYTES_MAX, Journal, JournalLockedError, JournalNotFoundError
+from journal.engine.encoding import Encoded, encode_event
+from journal.engine.options import Options
+from journal.engine.store import check_store_name, check_upto
+from journal.errors import InvalidArgumentError
+from journal.remote import postgres, records
 from journal.remote.url import RemoteURL
+
+_T = TypeVar("_T")
 
 
 class PostgresStore:
@@ -103,32 +115,60 @@ class PostgresStore:
                 conn.execute(sql.SQL("DELETE FROM {} WHERE journal = %s").format(self._records), (name,))
                 conn.execute(sql.SQL("DELETE FROM {} WHERE name = %s").format(self._journals), (name,))
 
-    def copy(self, source: str, target: str) -> None:
+    def copy(
+        self, source: str, target: str, *, upto_seq: int | None = None, append: Sequence[Any] = ()
+    ) -> None:
         check_store_name(source)
         check_store_name(target)
+        opts = Options(compress=bool(self._options.get("compress", True)))
+        encoded = [encode_event(e, None, False, opts) for e in append]  # refused before anything is sent
         with self._connect() as conn:
             if not self._tables(conn):
                 raise JournalNotFoundError(self._where(source))
-            with conn.transaction():
-                # The target's writer key: nobody opens the target while it is being made.
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._writer_key(target),))
-                exists = sql.SQL("SELECT id, first_seq FROM {} WHERE name = %s").format(self._journals)
-                if conn.execute(exists, (target,)).fetchone() is not None:
-                    raise FileExistsError(f"journal {target!r} exists in {self.location}; delete it before copying")
-                src = conn.execute(exists, (source,)).fetchone()
-                if src is None:
-                    raise JournalNotFoundError(self._where(source))
-                conn.execute(
-                    sql.SQL("INSERT INTO {} (name, id, first_seq) VALUES (%s, %s, %s)").format(self._journals),
-                    (target, src[0], src[1]),
-                )
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (journal, seq, key, frame) "
-                        "SELECT %s, seq, key, frame FROM {} WHERE journal = %s"
-                    ).format(self._records, self._records),
-                    (target, source),
-                )
+            try:
+                with conn.transaction():
+                    self._copy_in(conn, source, target, upto_seq, encoded)
+            except psycopg.Error as exc:
+                raise postgres.ServerIOError(self._where(target), "copying onto", exc,
+                                             "nothing was copied (one transaction); try again") from exc
+
+    def _copy_in(self, conn: postgres.Conn, source: str, target: str, upto_seq: int | None,
+                 encoded: list[Encoded]) -> None:
+        """The copy's one transaction: the target's row, the source's rows up to ``upto_seq``
+        under the target's name, then the appended records framed for the source's id."""
+        # The target's writer key: nobody opens the target while it is being made.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._writer_key(target),))
+        exists = sql.SQL("SELECT id, first_seq FROM {} WHERE name = %s").format(self._journals)
+        if conn.execute(exists, (target,)).fetchone() is not None:
+            raise FileExistsError(f"journal {target!r} exists in {self.location}; delete it before copying")
+        src = conn.execute(exists, (source,)).fetchone()
+        if src is None:
+            raise JournalNotFoundError(self._where(source))
+        journal_id, first_seq = bytes(src[0]), int(src[1])
+        row = conn.execute(sql.SQL("SELECT max(seq) FROM {} WHERE journal = %s").format(self._records),
+                           (source,)).fetchone()
+        last_seq = int(row[0]) if row and row[0] is not None else first_seq - 1
+        upto = check_upto(self._where(source), first_seq, last_seq, upto_seq)
+        conn.execute(
+            sql.SQL("INSERT INTO {} (name, id, first_seq) VALUES (%s, %s, %s)").format(self._journals),
+            (target, journal_id, first_seq),
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (journal, seq, key, frame) "
+                "SELECT %s, seq, key, frame FROM {} WHERE journal = %s AND seq <= %s"
+            ).format(self._records, self._records),
+            (target, source, upto),
+        )
+        if encoded:
+            salt = records.salt_of(journal_id)
+            conn.cursor().executemany(
+                sql.SQL("INSERT INTO {} (journal, seq, key, frame) VALUES (%s, %s, NULL, %s)").format(self._records),
+                [(target, upto + i, records.frame_of(enc, upto + i, salt)) for i, enc in enumerate(encoded, 1)],
+            )
+
+    def catalog(self, name: str) -> PostgresCatalog:
+        return PostgresCatalog(self, check_store_name(name))
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -148,6 +188,125 @@ class PostgresStore:
 
     def _where(self, name: str) -> str:
         return self._url.with_journal(name).display()
+
+
+class PostgresCatalog:
+    """A ``journal.api.Catalog`` in ``<schema>.catalog``: a row per key, its value JSON text.
+
+    Each call is one statement or one transaction on a connection of its own (kept, made again
+    once lost), committed before it returns, so at the server's ``synchronous_commit``. An
+    update reads the value under a row lock and writes it back in one transaction, so two
+    updaters of one key never lose each other's fields.
+    """
+
+    def __init__(self, store: PostgresStore, name: str) -> None:
+        self._store = store
+        self._name = name
+        self._table = sql.Identifier(store._schema, "catalog")
+        self._mu = threading.Lock()
+        self._conn: postgres.Conn | None = None
+        self._made = False
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        def run(conn: postgres.Conn) -> dict[str, Any] | None:
+            row = conn.execute(sql.SQL("SELECT value FROM {} WHERE catalog = %s AND key = %s").format(self._table),
+                               (self._name, key)).fetchone()
+            return None if row is None else _loads(row[0])
+
+        return self._run(run, check_store_name(key), "reading")
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        text = _dumps(value)
+
+        def run(conn: postgres.Conn) -> None:
+            conn.execute(sql.SQL("INSERT INTO {} (catalog, key, value) VALUES (%s, %s, %s) ON CONFLICT (catalog, key) "
+                                 "DO UPDATE SET value = EXCLUDED.value").format(self._table), (self._name, key, text))
+
+        self._run(run, check_store_name(key), "writing")
+
+    def update(self, key: str, fields: dict[str, Any]) -> bool:
+        _dumps(fields)  # refused before anything is sent
+
+        def run(conn: postgres.Conn) -> bool:
+            with conn.transaction():
+                row = conn.execute(
+                    sql.SQL("SELECT value FROM {} WHERE catalog = %s AND key = %s FOR UPDATE").format(self._table),
+                    (self._name, key),
+                ).fetchone()
+                if row is None:
+                    return False
+                conn.execute(sql.SQL("UPDATE {} SET value = %s WHERE catalog = %s AND key = %s").format(self._table),
+                             (_dumps({**_loads(row[0]), **fields}), self._name, key))
+                return True
+
+        return self._run(run, check_store_name(key), "updating")
+
+    def delete(self, key: str) -> None:
+        def run(conn: postgres.Conn) -> None:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE catalog = %s AND key = %s").format(self._table),
+                         (self._name, key))
+
+        self._run(run, check_store_name(key), "deleting from")
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        def run(conn: postgres.Conn) -> list[tuple[str, dict[str, Any]]]:
+            rows = conn.execute(sql.SQL("SELECT key, value FROM {} WHERE catalog = %s ORDER BY key").format(
+                self._table), (self._name,)).fetchall()
+            return [(str(k), _loads(v)) for k, v in rows]
+
+        return self._run(run, None, "listing")
+
+    def close(self) -> None:
+        with self._mu:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _run(self, fn: Callable[[postgres.Conn], _T], key: str | None, doing: str) -> _T:
+        where = f"{self._store.location} (catalog {self._name!r}{f', key {key!r}' if key else ''})"
+        with self._mu:
+            try:
+                if self._conn is None or self._conn.closed or self._conn.broken:
+                    self._conn = self._store._connect()
+                    self._made = False
+                conn = self._conn
+                if not self._made:
+                    self._ensure_table(conn)
+                    self._made = True
+                return fn(conn)
+            except psycopg.Error as exc:
+                if self._conn is not None and (self._conn.closed or self._conn.broken):
+                    self._conn = None
+                raise postgres.ServerIOError(where, doing, exc, "the catalog is as it was before this call, or holds "
+                                             "its change if the commit reached the server; try again") from exc
+
+    def _ensure_table(self, conn: postgres.Conn) -> None:
+        with conn.transaction():
+            # One maker at a time: CREATE ... IF NOT EXISTS races with itself on a new schema.
+            key = postgres.writer_lock_key(self._store._schema, "\x00catalog")
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._store._schema)))
+            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (catalog text NOT NULL, key text NOT NULL, "
+                                 "value text NOT NULL, PRIMARY KEY (catalog, key))").format(self._table))
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"a catalog value is a JSON object, not {type(value).__name__}")
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"a catalog value must be JSON: {exc}") from None
+    if len(text.encode("utf-8", "surrogatepass")) > CATALOG_VALUE_BYTES_MAX:
+        raise InvalidArgumentError(f"a catalog value is at most {CATALOG_VALUE_BYTES_MAX} bytes of JSON")
+    return text
+
+
+def _loads(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("a catalog value that is not a JSON object")
+    return value
 
 
 def open_store(parsed: RemoteURL, **options: Any) -> PostgresStore:
