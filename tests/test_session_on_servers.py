@@ -1,7 +1,7 @@
 """The session layer, unchanged, on the server backends: a session cut mid-turn is repaired on
 open (its closers appended on the server), replays to a closed state, and moves between backends
-with `journal copy` keeping every event. (The session store, forks and snapshots still address
-directories: docs/REMOTE.md, "Not yet".)"""
+with `journal copy` keeping every event. The session store, forks and snapshots on servers:
+tests/test_session_store_on_servers.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ The child gets the parent's records up to the fork seq, with the same seqs, then
 ``session.started`` header naming its parent (lineage). The parent is not touched. A seq inside
 a tool call, a compaction or an open turn is refused with the nearest clean points; ``--points``
 lists them all. With ``--store ROOT``, PARENT is a session id of that store and the child is
-created in the store (CHILD, if given, is its id).
+created in the store (CHILD, if given, is its id); ROOT may be a server store URL, where the
+prefix is copied on the server.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--at-seq", type=int_at_least(1), metavar="N",
                         help="fork after this seq (default: the last clean point)")
     parser.add_argument("--origin", default="user", help="why the fork is made: user, subagent, eval (default user)")
-    parser.add_argument("--store", metavar="ROOT", help="PARENT and CHILD are ids in this session store")
+    parser.add_argument("--store", metavar="ROOT",
+                        help="PARENT and CHILD are ids in this session store (a directory or a server URL)")
     parser.add_argument("--points", action="store_true", help="list the clean fork points and exit")
     configure_common(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from journal.session.catalog_store import open_store
     from journal.session.fork import fork, fork_points
-    from journal.session.store import SessionStore
 
-    store = SessionStore(args.store) if args.store else None
+    store = open_store(args.store) if args.store else None
     parent_path = store.journal_path(args.parent) if store is not None else args.parent
     if args.points:
         points = fork_points(parent_path)

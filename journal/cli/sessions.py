@@ -1,7 +1,8 @@
-"""`journal sessions ROOT`: list the sessions of a session store (journal.session.store).
+"""`journal sessions ROOT`: list the sessions of a session store (journal.session.store), or of
+one on a server (ROOT a postgresql:// or nats:// store URL: journal.session.catalog_store).
 
-Reads the store's index only (rebuilt from the journals if it is missing or stale), so listing
-costs the same with ten sessions or ten thousand. ``--latest`` prints the active session
+Reads the store's index only (rebuilt from the journals if it is missing or stale; on a server,
+its catalog), so listing costs the same with ten sessions or ten thousand. ``--latest`` prints the active session
 updated last.
 """
 
@@ -15,7 +16,7 @@ from journal.cli.common import NOT_FOUND, OK, configure_common, emit, fail
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("root", help="the session store's root directory")
+    parser.add_argument("root", help="the session store's root directory, or a server store URL")
     parser.add_argument("--status", choices=("active", "archived"), help="only sessions with this status")
     parser.add_argument("--workspace", metavar="PATH", help="only sessions of this workspace path")
     parser.add_argument("--latest", action="store_true", help="only the active session updated last")
@@ -23,13 +24,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from journal.session.store import INDEX_FILE, SESSIONS_DIR, SessionStore
+    from journal.session.catalog_store import open_store
+    from journal.session.store import INDEX_FILE, SESSIONS_DIR
 
     root = args.root
-    if not (os.path.isfile(os.path.join(root, INDEX_FILE)) or os.path.isdir(os.path.join(root, SESSIONS_DIR))):
+    remote = "://" in root
+    if not remote and not (os.path.isfile(os.path.join(root, INDEX_FILE))
+                           or os.path.isdir(os.path.join(root, SESSIONS_DIR))):
         why = f"{root!r} is not a session store (no {INDEX_FILE}, no {SESSIONS_DIR}/)"
         return fail(args, "sessions", NOT_FOUND, why)
-    store = SessionStore(root)
+    store = open_store(root)
     if args.latest:
         latest = store.latest(workspace=args.workspace)
         infos = [latest] if latest is not None else []

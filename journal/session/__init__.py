@@ -3,6 +3,7 @@
 It uses only the core's public API (journal.open, append, read). See docs/SESSIONS.md.
 """
 
+from journal.session.catalog_store import CatalogSessionStore, open_store
 from journal.session.closers import (
     EXPIRED,
     INTERRUPTED,
@@ -45,6 +46,7 @@ __all__ = [
     "TOOL_OUTCOME_UNKNOWN",
     "Appended",
     "ApprovalPolicy",
+    "CatalogSessionStore",
     "DuplicateSeqError",
     "DurabilityClass",
     "EnvelopeError",
@@ -74,6 +76,7 @@ __all__ = [
     "evaluate",
     "make_snapshot",
     "open",
+    "open_store",
     "repair",
     "replay",
     "replay_events",

@@ -36,7 +36,7 @@ from journal.session.envelope import Event, check_for_append, check_session_id, 
 from journal.session.errors import SessionError
 from journal.session.registry import EventType, Registry, Role
 from journal.session.session import new_session_id, utc_now
-from journal.session.snapshot import resume
+from journal.session.snapshot import SnapshotSource, resume
 
 PREVIEW_CHARS = 60
 NEAREST_MAX = 3  # clean points named on each side in a refusal
@@ -239,8 +239,10 @@ def scan_points(j: Journal, registry: Registry) -> list[ForkPoint]:
 def fork_points(
     path: str | os.PathLike[str], registry: Registry | None = None, fs: FileSystem | None = None
 ) -> list[ForkPoint]:
-    """The clean fork points of the session stored in journal directory ``path``."""
-    with journal.open(path, readonly=True, fs=fs) as j:
+    """The clean fork points of the session stored in the journal at ``path`` (a directory or a
+    server URL)."""
+    options: dict[str, Any] = {} if fs is None else {"fs": fs}  # a server journal takes no file system
+    with journal.open(path, readonly=True, **options) as j:
         return scan_points(j, registry or Registry())
 
 
@@ -254,7 +256,7 @@ def check_point(
     j: Journal,
     registry: Registry,
     at_seq: int,
-    snapshot: str | os.PathLike[str] | None = None,
+    snapshot: SnapshotSource | None = None,
     fs: FileSystem | None = None,
 ) -> tuple[ForkState, int, str | None]:
     """The fork state at ``at_seq``; raises UncleanForkPointError unless it is a clean boundary.
@@ -305,7 +307,7 @@ def fork(
     origin: str = "user",
     workspace: dict[str, Any] | None = None,
     registry: Registry | None = None,
-    snapshot: str | os.PathLike[str] | None = None,
+    snapshot: SnapshotSource | None = None,
     link: bool = True,
     fs: FileSystem | None = None,
     time: str | None = None,
@@ -327,24 +329,9 @@ def fork(
     # The parent stays open (read-only, no lock) until its prefix is copied: the copy is its own
     # (PrefixCopier.copy_prefix), so the session layer needs nothing of the engine's storage.
     with journal.open(parent_path, readonly=True, fs=fs) as pj:
-        if at_seq is None:
-            points = scan_points(pj, registry)
-            if not points:
-                raise UncleanForkPointError(pj.last_seq, "no clean boundary in the whole session", [])
-            at_seq = points[-1].last_seq
-        state, checked_from, reason = check_point(pj, registry, at_seq, snapshot, fs)
-        sid = new_session_id() if session_id is None else session_id
-        depth_before = state.lineage.get("depth", 0)
-        depth = (depth_before if isinstance(depth_before, int) else 0) + 1
-        lineage = {"parentSessionId": state.session_id, "forkSeq": at_seq, "depth": depth, "origin": origin}
-        header = Event(
-            type="session.started",
-            session_id=sid,
-            time=time or utc_now(),
-            causation_id=at_seq,
-            data={"workspace": dict(state.workspace if workspace is None else workspace), "lineage": lineage},
-        )
-        check_for_append(header, registry.get("session.started"))
+        plan = plan_fork(pj, at_seq, session_id=session_id, origin=origin, workspace=workspace, registry=registry,
+                         snapshot=snapshot, fs=fs, time=time)
+        at_seq, header = plan.at_seq, plan.header
         parent_dir = os.path.dirname(os.path.abspath(child_path))
         tmp_prefix = f".{os.path.basename(child_path)}.fork-"
         # A fork of this child that crashed before its rename left its temp directory: a copy of
@@ -374,7 +361,58 @@ def fork(
             remove_tree(fs, tmp)
             raise
     fs.fsync_dir(os.path.dirname(os.path.abspath(child_path)))
-    return ForkResult(child_path, sid, state.session_id, at_seq, depth, origin, out.seq, storage, checked_from, reason)
+    return ForkResult(child_path, plan.session_id, plan.parent_session_id, at_seq, plan.depth, origin, out.seq,
+                      storage, plan.checked_from_seq, plan.snapshot_reason)
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """What a fork writes, decided from the parent before anything is made: the checked clean
+    point ``at_seq`` and the child's header (seq ``at_seq + 1``)."""
+
+    at_seq: int
+    header: Event
+    session_id: str
+    parent_session_id: str | None
+    depth: int
+    checked_from_seq: int
+    snapshot_reason: str | None
+
+
+def plan_fork(
+    pj: Journal,
+    at_seq: int | None,
+    *,
+    session_id: str | None = None,
+    origin: str = "user",
+    workspace: dict[str, Any] | None = None,
+    registry: Registry | None = None,
+    snapshot: SnapshotSource | None = None,
+    fs: FileSystem | None = None,
+    time: str | None = None,
+) -> ForkPlan:
+    """Check the fork point in the parent ``pj`` (the last clean point by default) and make the
+    child's header. Raises UncleanForkPointError; reads only."""
+    registry = registry or Registry()
+    if at_seq is None:
+        points = scan_points(pj, registry)
+        if not points:
+            raise UncleanForkPointError(pj.last_seq, "no clean boundary in the whole session", [])
+        at_seq = points[-1].last_seq
+    state, checked_from, reason = check_point(pj, registry, at_seq, snapshot, fs)
+    sid = new_session_id() if session_id is None else session_id
+    depth_before = state.lineage.get("depth", 0)
+    depth = (depth_before if isinstance(depth_before, int) else 0) + 1
+    lineage = {"parentSessionId": state.session_id, "forkSeq": at_seq, "depth": depth, "origin": origin}
+    header = Event(
+        type="session.started",
+        session_id=sid,
+        time=time or utc_now(),
+        causation_id=at_seq,
+        data={"workspace": dict(state.workspace if workspace is None else workspace), "lineage": lineage},
+    )
+    check_for_append(header, registry.get("session.started"))
+    return ForkPlan(at_seq, header, sid, state.session_id, depth, checked_from, reason)
 
 
 def remove_tree(fs: FileSystem, path: str) -> None:

@@ -16,6 +16,10 @@ checksum of every byte before it. It is written to ``<name>.tmp``, fsync'd, rena
 ``<name>`` and the directory fsync'd, all through the file layer, so a crash leaves the old
 snapshot or the new one, never a mix, and the crash harness sees every step.
 
+A snapshot may also live in a ``SnapshotSlot`` instead of a file (the session store on a server
+keeps it as a record of a journal of its store: journal/session/catalog_store.py): the same
+bytes, replaced atomically by the slot.
+
 ``resume`` uses the snapshot only if all of these hold, and otherwise replays from seq 1 and
 says why in ``rebuild_reason``: the file is readable and its checksum matches; the reducer name
 and version are the caller's; the journal still holds lastSeq and the record there has the
@@ -32,7 +36,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import xxhash
 
@@ -143,8 +147,35 @@ def decode_file(data: bytes, path: str = "<bytes>") -> SavedSnapshot:
     return saved
 
 
-def read(path: str | os.PathLike[str], fs: FileSystem | None = None) -> SavedSnapshot:
-    """Read and verify a snapshot file. FileNotFoundError if there is none."""
+@runtime_checkable
+class SnapshotSlot(Protocol):
+    """Where a snapshot lives when it is not a file: a journal of a store on a server (the
+    session store's ``snapshot_slot``). ``store`` replaces the slot's snapshot durably and
+    atomically (the old one or the new one after a crash); ``load`` raises FileNotFoundError
+    when there is none."""
+
+    @property
+    def where(self) -> str: ...
+
+    def load(self) -> bytes: ...
+
+    def store(self, data: bytes) -> None: ...
+
+
+SnapshotSource = str | os.PathLike[str] | SnapshotSlot
+
+
+def where_of(source: SnapshotSource) -> str:
+    return source.where if isinstance(source, SnapshotSlot) else os.fspath(source)
+
+
+def read(path: SnapshotSource, fs: FileSystem | None = None) -> SavedSnapshot:
+    """Read and verify a snapshot (a file, or a slot). FileNotFoundError if there is none."""
+    if isinstance(path, SnapshotSlot):
+        data = path.load()
+        if len(data) > SNAPSHOT_BYTES_MAX:
+            raise SnapshotDamagedError(path.where, f"{len(data)} bytes is over the {SNAPSHOT_BYTES_MAX} byte limit")
+        return decode_file(data, path.where)
     fs = fs or OsFileSystem()
     p = os.fspath(path)
     f = fs.open_read(p)
@@ -173,7 +204,7 @@ def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
 
 
 def save(
-    j: Journal, replayed: Replayed[S], reducer: Reducer[S], path: str | os.PathLike[str], fs: FileSystem | None = None
+    j: Journal, replayed: Replayed[S], reducer: Reducer[S], path: SnapshotSource, fs: FileSystem | None = None
 ) -> SavedSnapshot:
     """Save ``replayed.state`` (folded by ``reducer`` up to ``replayed.last_seq`` of ``j``)."""
     seq = replayed.last_seq
@@ -187,7 +218,10 @@ def save(
         ev = rec.event if not rec.is_bytes else None
         session_id = ev.get("sessionId") if isinstance(ev, dict) else None
     saved = SavedSnapshot(session_id, seq, digest, reducer.name, reducer.version, reducer.dump(replayed.state))
-    write_atomic(fs or OsFileSystem(), os.fspath(path), encode(saved))
+    if isinstance(path, SnapshotSlot):
+        path.store(encode(saved))
+    else:
+        write_atomic(fs or OsFileSystem(), os.fspath(path), encode(saved))
     return saved
 
 
@@ -274,7 +308,7 @@ def resume(
     j: Journal,
     registry: Registry,
     reducer: Reducer[S],
-    path: str | os.PathLike[str] | None,
+    path: SnapshotSource | None,
     fs: FileSystem | None = None,
     upto_seq: int | None = None,
 ) -> Resumed[S]:
@@ -291,7 +325,7 @@ def resume(
             with _no_cyclic_gc():
                 saved = read(path, fs)
         except FileNotFoundError:
-            reason = f"no snapshot at {os.fspath(path)!r}"
+            reason = f"no snapshot at {where_of(path)!r}"
         except SnapshotDamagedError as exc:
             reason = exc.why
         except OSError as exc:
@@ -319,7 +353,7 @@ def resume(
 
 
 def take(
-    j: Journal, registry: Registry, reducer: Reducer[S], path: str | os.PathLike[str], fs: FileSystem | None = None
+    j: Journal, registry: Registry, reducer: Reducer[S], path: SnapshotSource, fs: FileSystem | None = None
 ) -> Resumed[S]:
     """Bring the snapshot at ``path`` up to the end of ``j`` (from itself when it matches)."""
     got = resume(j, registry, reducer, path, fs)

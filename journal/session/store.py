@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import xxhash
 
@@ -124,10 +124,16 @@ class SessionInfo:
                 "parentSessionId": self.parent, "forkSeq": self.fork_seq, "open": self.open}
 
 
+class SessionIndex(Protocol):
+    """What a StoreSession tells when it closes: the store that keeps its index entry."""
+
+    def _closed(self, session_id: str, last_seq: int) -> None: ...
+
+
 class StoreSession(Session):
     """A Session that tells its store its last seq when it is closed."""
 
-    store: SessionStore | None = None
+    store: SessionIndex | None = None
     store_id = ""  # the store's name for it (a fork's first header still names its parent)
 
     def close(self) -> None:
@@ -574,40 +580,41 @@ class SessionStore:
         """An index entry rebuilt from the session's journal (O(live segment) plus a header read)."""
         d = self.session_dir(session_id)
         status = "archived" if os.path.dirname(d) == self._dir(ARCHIVE_DIR) else "active"
-        workspace: dict[str, Any] = {}
-        created = updated = parent = None
-        fork_seq = None
-        last_seq = 0
         try:
             with journal.open(os.path.join(d, JOURNAL_DIR), readonly=True, fs=self.fs) as j:
-                last_seq = j.last_seq
-                header = None
-                for rec in j.read():  # its header is record 1, or a fork's first record of its own
-                    ev = rec.event if not rec.is_bytes else None
-                    if (
-                        isinstance(ev, dict)
-                        and ev.get("type") == "session.started"
-                        and ev.get("sessionId") == session_id
-                    ):
-                        header = ev
-                        break
-                last = j.get(last_seq) if last_seq else None
+                return info_from_journal(j, session_id, status)
         except OSError:
             # An I/O error says nothing about the session: raise it rather than save an empty
             # entry (last seq 0, no workspace) into the index, where it would be trusted later.
             raise
         except JournalError:
             return SessionInfo(session_id, status, {}, None, None, 0)
-        if header is not None:
-            data = header.get("data") or {}
-            workspace = dict(data.get("workspace") or {})
-            lineage = data.get("lineage") or {}
-            parent = lineage.get("parentSessionId")
-            fork_seq = lineage.get("forkSeq")
-            created = header.get("time")
-        if last is not None and not last.is_bytes and isinstance(last.event, dict):
-            updated = last.event.get("time")
-        return SessionInfo(session_id, status, workspace, created, updated, last_seq, parent, fork_seq)
+
+
+def info_from_journal(j: Journal, session_id: str, status: str) -> SessionInfo:
+    """An index entry read from the session's journal: its header (record 1, or a fork's first
+    record of its own) and its last record (O(live segment) plus a header read)."""
+    workspace: dict[str, Any] = {}
+    created = updated = parent = None
+    fork_seq = None
+    last_seq = j.last_seq
+    header = None
+    for rec in j.read():
+        ev = rec.event if not rec.is_bytes else None
+        if isinstance(ev, dict) and ev.get("type") == "session.started" and ev.get("sessionId") == session_id:
+            header = ev
+            break
+    last = j.get(last_seq) if last_seq else None
+    if header is not None:
+        data = header.get("data") or {}
+        workspace = dict(data.get("workspace") or {})
+        lineage = data.get("lineage") or {}
+        parent = lineage.get("parentSessionId")
+        fork_seq = lineage.get("forkSeq")
+        created = header.get("time")
+    if last is not None and not last.is_bytes and isinstance(last.event, dict):
+        updated = last.event.get("time")
+    return SessionInfo(session_id, status, workspace, created, updated, last_seq, parent, fork_seq)
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SessionInfo))
