@@ -27,6 +27,28 @@ journal's subject, chained on the last message it read: once it lands, no publis
 flight from an earlier writer can land (its expected sequence is stale), so what resolve()
 reads afterwards is final.
 
+Shared writers (``writer="shared"``): several handles, in as many processes, append to one
+journal. They hold the claim together (state "shared", a set of holders, each with a presence
+key that expires claim_ttl_s after its last refresh), so they exclude an exclusive writer and
+the reverse. Each batch message takes its seqs from what its handle knows and is chained on the
+last message it knows; when another writer appended first the server refuses it, and the handle
+catches up (reads the messages it has not seen: their seqs, keys and digests), answers records
+whose key another writer now holds as duplicates, gives the rest the next seqs and publishes
+again, for up to ``shared_lock_timeout_s``. No buffered level; resolve() publishes a fence of its
+own before it answers NotCommitted, since the other writers do not fence for it. An exclusive
+writer's fence seen after a shared writer's open means its claim lapsed: it fail-stops.
+
+Races the server lets through. nats-server 2.9 checks Nats-Expected-Last-Subject-Sequence on a
+replicated stream against what its leader has stored, not what is still being replicated: two
+publishes chained on one message, sent at once, can both be stored (seen on a 3-node cluster,
+some rounds in ten). So every message's own expected sequence is read back: a message chained
+on an older message than the one before it on the subject lost such a race and is skipped by
+every reader (``_lost_race``); a shared writer checks after each ack that its message came
+first (``_won``), as every fence does, and otherwise catches up and publishes again. Claims,
+where a lost race would let two writers in, are also chained on the bucket's last stream
+sequence (``Nats-Expected-Last-Sequence``), which the server does check against what it is
+replicating (``_claim_write``).
+
 Idempotency keys persist across reopen: a writer's (and a reader's) open reads the journal's
 subject once, in full, with an ordered consumer, and keeps every key with its seq and digest
 and, per message, its first seq and stream sequence (16 bytes a message). Opening thus costs a
@@ -113,8 +135,14 @@ SCAN_CHUNK_MSGS: Final = 256
 SCAN_CHUNK_BYTES: Final = 8 * 1024 * 1024
 FOLLOW_POLL_INTERVAL_S: Final = 0.02
 FENCE_TRIES_MAX: Final = 16
+WRITER_MODES: Final = ("exclusive", "shared")
+# A shared writer's batch, refused because another writer appended first, catches up and is
+# published again for up to this long; then its records are NotCommitted and the handle goes on.
+SHARED_LOCK_TIMEOUT_S_DEFAULT: Final = 30.0
+CATCH_UP_GETS_MAX: Final = 8  # messages a shared writer reads one by one before it takes a consumer
+CLAIM_CAS_TRIES_MAX: Final = 32  # read-modify-writes of a shared claim before its caller hears _Lost
 OPTIONS: Final = ("stream", "replicas", "connect_timeout_s", "ack_timeout_s", "claim_ttl_s", "record_size_bytes_max",
-                  "compress")
+                  "compress", "shared_lock_timeout_s")
 
 H_SEQ: Final = "Journal-Seq"
 H_COUNT: Final = "Journal-Count"
@@ -122,7 +150,10 @@ H_KIND: Final = "Journal-Kind"
 H_MSG_ID: Final = "Nats-Msg-Id"
 H_EXPECT_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 H_EXPECT_STREAM: Final = "Nats-Expected-Stream"
+H_EXPECT_LAST_SEQ: Final = "Nats-Expected-Last-Sequence"
+H_WRITER: Final = "Journal-Writer"  # on a fence: "shared" if a shared writer published it
 KIND_FENCE: Final = "fence"
+WRITER_SHARED: Final = "shared"
 ERR_WRONG_LAST_SEQ: Final = (10071, 10164)
 ERR_STREAM_NOT_FOUND: Final = 10059
 ERR_NO_MESSAGE: Final = 10037
@@ -183,17 +214,36 @@ class SyncNeedsReplicasError(DurabilityError):
 
 
 class ClaimHeldError(JournalLockedError):
-    """Another writer holds the journal's claim (a key of the KV bucket <stream>_LOCKS)."""
+    """Another writer holds the journal's claim (a key of the KV bucket <stream>_LOCKS): an
+    exclusive writer, or (for an exclusive open) one or more shared writers."""
 
-    def __init__(self, where: str, holder: dict[str, Any], ttl_s: float) -> None:
-        pid = holder.get("pid")
-        self.host = str(holder.get("host", "?"))
-        JournalError.__init__(
-            self,
-            f"journal {where!r} is claimed for writing by process {pid} on host {self.host}; only one writer "
-            f"is allowed. Open it with readonly=True to read, pass lock_timeout_s to wait for the claim, or, "
-            f"if that process is gone, wait for its claim to expire (within {ttl_s:g} s of its last refresh)",
-        )
+    def __init__(self, where: str, holder: dict[str, Any], ttl_s: float, shared: bool = False) -> None:
+        if holder.get("state") == WRITER_SHARED:
+            listed = holder.get("holders")
+            holders: dict[str, Any] = listed if isinstance(listed, dict) else {}
+            procs = sorted({(str(h.get("host", "?")), h.get("pid")) for h in holders.values() if isinstance(h, dict)},
+                           key=str)
+            pid = procs[0][1] if procs else None
+            self.host = procs[0][0] if procs else "?"
+            who = ", ".join(f"process {p} on host {h}" for h, p in procs[:8]) + (", ..." if len(procs) > 8 else "")
+            message = (
+                f"journal {where!r} is open for writing by {len(holders)} shared writer(s) ({who}); an exclusive "
+                "writer needs the journal to itself. Open it with writer='shared' to append alongside them, with "
+                "readonly=True to read, pass lock_timeout_s to wait until they close, or, if they are gone, wait for "
+                f"their claim to expire (within {ttl_s:g} s of the last refresh)"
+            )
+        else:
+            pid = holder.get("pid")
+            self.host = str(holder.get("host", "?"))
+            what = "being created" if holder.get("creating") else "claimed for writing"
+            rule = ("an exclusive writer holds it, so shared writers wait" if shared
+                    else "only one writer is allowed")
+            message = (
+                f"journal {where!r} is {what} by process {pid} on host {self.host}; {rule}. Open it with "
+                "readonly=True to read, pass lock_timeout_s to wait for the claim, or, if that process is gone, "
+                f"wait for its claim to expire (within {ttl_s:g} s of its last refresh)"
+            )
+        JournalError.__init__(self, message)
         self.path = where
         self.pid = pid if isinstance(pid, int) else None
 
@@ -562,9 +612,53 @@ def _span_of(m: _StoredMsg) -> tuple[int, int] | None:
         return None
 
 
-def msg_id(journal_id: bytes, first_seq: int, body: bytes) -> str:
-    """The Nats-Msg-Id of a message of records: the journal's id, its first seq, a digest of its body."""
-    return f"{journal_id.hex()}.{first_seq}.{xxhash.xxh64_hexdigest(body)}"
+def _chained_on(m: _StoredMsg) -> int | None:
+    """The stream sequence a message was published chained on (its expected last subject
+    sequence), or None if it carries none (then it is taken as chained on the one before it)."""
+    try:
+        return int(m.headers[H_EXPECT_SUBJECT_SEQ])
+    except (KeyError, ValueError):
+        return None
+
+
+def _lost_race(m: _StoredMsg, prev_sseq: int) -> bool:
+    """Whether message ``m``, which follows the message at ``prev_sseq`` on its subject, was
+    chained on an older one: it lost a race, and is not part of the journal.
+
+    nats-server 2.9 checks Nats-Expected-Last-Subject-Sequence on a replicated stream against
+    the messages its leader has stored, not those still being replicated: two publishes chained
+    on the same message, sent at once, can both be stored (seen on a 3-node cluster). Of such
+    messages the first one stored is the journal's; each later one names a message older than
+    the one before it. Every reader skips those, and a writer learns that its message lost
+    (``_won``). A message chained on a newer message than the one before it (that message was
+    deleted) is not a lost race: its seqs then tell the gap."""
+    chained = _chained_on(m)
+    return chained is not None and chained < prev_sseq
+
+
+def _claim_of(last: _StoredMsg | None) -> dict[str, Any]:
+    """The value of a claim key as a dict; {} when there is none (never taken, deleted, purged,
+    expired) or it is not readable (taken as free, as a missing one)."""
+    if last is None or last.headers.get("KV-Operation") in ("DEL", "PURGE") or not last.data:
+        return {}
+    try:
+        value = json.loads(last.data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def chain_id(journal_id: bytes, after_sseq: int) -> str:
+    """The Nats-Msg-Id of every message of a journal's subject that a writer chains on the
+    message at stream sequence ``after_sseq`` (its Nats-Expected-Last-Subject-Sequence): a batch
+    of records or a fence. Two messages chained on one message are two writers racing, and the
+    journal must hold at most one of them. On a replicated stream, nats-server 2.9 checks the
+    expected last subject sequence before the proposal, against what is applied, so two such
+    publishes in flight can both be stored (tests/test_remote_nats_race.py shows it on the
+    3-node cluster); the message id is checked in order, messages in flight included, and the
+    second is answered as a duplicate, storing nothing. Past the server's duplicate window a
+    stale publish is no longer in flight, and the expected sequence refuses it."""
+    return f"{journal_id.hex()}@{after_sseq}"
 
 
 def _servers_of(parsed: RemoteURL) -> list[str]:
@@ -594,6 +688,7 @@ class JetStreamJournal:
         parsed: RemoteURL,
         readonly: bool,
         settings: Settings,
+        shared: bool = False,
     ) -> None:
         name = parsed.journal
         if name is None:
@@ -644,6 +739,16 @@ class JetStreamJournal:
         self._claim_token = secrets.token_hex(8)
         self._claim_lost = False
         self._claim_task: concurrent.futures.Future[None] | None = None
+        # writer="shared": several handles append, each batch chained on what this one last saw
+        # and, when another appended first, caught up and published again (_shared_write).
+        self._shared = shared and not readonly
+        self._shared_lock_timeout_s = settings.shared_lock_timeout_s
+        self._claim_kind = ""  # the claim this handle holds now: "exclusive", "shared" or none
+        self._live_subject = f"{self._claim_subject}.{self._claim_token}"  # a shared writer's presence
+        self._opened = False  # the open is over: an exclusive writer's fence seen after it is a takeover
+        self._fenced_out = 0  # stream sequence of such a fence (a shared writer then fail-stops)
+        self._refusals = 0  # shared publishes refused: another writer had appended first
+        self._lost_races = 0  # shared publishes stored after another chained on the same message
         self._group = GroupCommit(self._group_write)
 
     # --- opening -------------------------------------------------------------------------
@@ -673,20 +778,23 @@ class JetStreamJournal:
         while True:
             try:
                 self._open_stream(create)
-                if not self._readonly:
-                    # The claim first: a journal is made, copied onto, deleted and written only
-                    # under its claim, so what the metadata says cannot change under this open.
-                    clean = self._take_claim(lock_timeout_s, deadline)
-                try:
-                    created = self._open_meta(create)
-                except JournalNotFoundError:
-                    if self._claim_rev:
-                        self._release_claim(clean=clean)  # nothing was touched: leave the claim as it was
-                    raise
+                if self._shared:
+                    created = self._open_shared(create, lock_timeout_s, deadline)
+                else:
+                    if not self._readonly:
+                        # The claim first: a journal is made, copied onto, deleted and written only
+                        # under its claim, so what the metadata says cannot change under this open.
+                        clean = self._take_claim(lock_timeout_s, deadline)
+                    try:
+                        created = self._open_meta(create)
+                    except JournalNotFoundError:
+                        if self._claim_rev:
+                            self._release_claim(clean=clean)  # nothing was touched: leave the claim as it was
+                        raise
                 self._scan_all()
                 if not self._readonly:
                     self._purge_dropped()
-                if not self._readonly and not created and not clean:
+                if not self._readonly and not self._shared and not created and not clean:
                     self._fence()
                 break
             except (_Refused, _Lost) as exc:
@@ -712,10 +820,12 @@ class JetStreamJournal:
         )
         if not self._readonly:
             self._keep_claim()
+        self._opened = True
 
     def _keep_claim(self) -> None:
         """Start refreshing the claim this handle holds (until _release_claim)."""
-        self._claim_task = asyncio.run_coroutine_threadsafe(self._refresh_claim(), _Loop.get())
+        refresh = self._refresh_shared() if self._claim_kind == "shared" else self._refresh_claim()
+        self._claim_task = asyncio.run_coroutine_threadsafe(refresh, _Loop.get())
 
     def _abandon(self, clean: bool = False) -> None:
         """After a failed open: release what the open took (the claim, the connection)."""
@@ -919,15 +1029,16 @@ class JetStreamJournal:
         except _Refused:
             self._api(f"$JS.API.STREAM.INFO.{name}", None)
 
-    def _claim_value(self, state: str, clean: bool = True) -> bytes:
+    def _claim_value(self, state: str, clean: bool = True, **more: Any) -> bytes:
         return json.dumps({
             "state": state, "clean": clean, "host": socket.gethostname(), "pid": os.getpid(),
-            "token": self._claim_token, "at": time.time(),
+            "token": self._claim_token, "at": time.time(), **more,
         }).encode()
 
-    def _take_claim(self, lock_timeout_s: float, open_deadline: float) -> bool:
+    def _take_claim(self, lock_timeout_s: float, open_deadline: float, creating: bool = False) -> bool:
         """Take the writer claim (waiting up to ``lock_timeout_s``); whether its last holder
-        released it cleanly (then no fence is needed)."""
+        released it cleanly (then no fence is needed). ``creating``: taken by a shared writer's
+        open to make the journal, which other shared writers wait out (``_open_shared``)."""
         self._ensure_bucket()
         bucket_info = self._api(f"$JS.API.STREAM.INFO.KV_{self._bucket}", None)
         ttl_ns = int(bucket_info["config"].get("max_age") or 0)
@@ -950,17 +1061,16 @@ class JetStreamJournal:
             free = last is None or op in ("DEL", "PURGE") or holder.get("state") == "released"
             ours = holder.get("token") == self._claim_token and holder.get("state") == "held"
             if free or ours:
-                headers = {H_EXPECT_SUBJECT_SEQ: str(last.sseq if last is not None else 0)}
+                value = self._claim_value("held", creating=True) if creating else self._claim_value("held")
                 try:
-                    ack = self._call(
-                        conn.publish(self._claim_subject, self._claim_value("held"), headers, self._ack_timeout_s),
-                        self._ack_timeout_s,
-                    )
+                    rev = self._call(self._claim_write(conn, value, last.sseq if last is not None else 0),
+                                     self._ack_timeout_s * 2)
                 except _Refused as exc:
                     if exc.err_code in ERR_WRONG_LAST_SEQ:
                         continue  # someone else moved first: look again
                     raise
-                self._claim_rev = int(ack["seq"])
+                self._claim_rev = rev
+                self._claim_kind = "exclusive"
                 if ours:
                     return False  # our own claim from an open attempt that did not finish
                 return bool(holder.get("state") == "released" and holder.get("clean"))
@@ -997,9 +1107,7 @@ class JetStreamJournal:
                     # Expired while the bucket could not be reached (nobody took it meanwhile):
                     # take it again. The expected sequence of every publish fences us anyway.
                     try:
-                        ack = await conn.publish(self._claim_subject, self._claim_value("held"),
-                                                 {H_EXPECT_SUBJECT_SEQ: "0"}, self._ack_timeout_s)
-                        self._claim_rev = int(ack["seq"])
+                        self._claim_rev = await self._claim_write(conn, self._claim_value("held"), 0)
                         continue
                     except _Lost:
                         continue
@@ -1014,6 +1122,10 @@ class JetStreamJournal:
         if self._claim_task is not None:
             self._claim_task.cancel()
             self._claim_task = None
+        if self._claim_kind == "shared":
+            self._leave_shared(clean)
+            return
+        self._claim_kind = ""
         if self._claim_rev == 0 or self._claim_lost or self._conn is None:
             return
         headers = {H_EXPECT_SUBJECT_SEQ: str(self._claim_rev)}
@@ -1026,6 +1138,172 @@ class JetStreamJournal:
         except (_Refused, _Lost):
             pass  # the claim expires on its own (claim_ttl_s after the last refresh)
         self._claim_rev = 0
+
+    # --- the claim of shared writers ----------------------------------------------------------
+    #
+    # Shared writers hold the same KV key as an exclusive writer, in another state:
+    # {"state": "shared", "holders": {token: {"pid", "host"}}, "clean": ...}, changed only by
+    # compare-and-set on the key and on the bucket (``_claim_write``), so a shared open and an
+    # exclusive one can never both succeed. Each holder refreshes the key (which keeps it from
+    # expiring) and a presence key of its own, <claim key>.<token>, every claim_ttl_s / 4: a
+    # holder that died leaves a presence key that expires with the bucket's max_age, after which
+    # the others drop it from the holders (and mark the claim not clean). The last holder to
+    # leave marks the claim released, clean only if every holder left cleanly; if all of them
+    # died, the key expires on its own. Either way the next exclusive writer fences the journal
+    # when it is not clean.
+
+    def _open_shared(self, create: bool, lock_timeout_s: float, open_deadline: float) -> bool:
+        """A shared writer's open: join the claim, then read the metadata; whether this call made
+        the journal. A journal that does not exist yet is made under the exclusive claim (taken
+        as "creating", which other shared writers wait out): its purge of leftovers and its
+        metadata message must not race another maker."""
+        wait_until = time.monotonic() + lock_timeout_s
+        created = False
+        while True:
+            self._join_shared(wait_until, open_deadline)
+            found = self._read_meta()
+            if found is not None:
+                self._set_meta(*found)
+                return created
+            self._leave_shared(clean=True)
+            if not create:
+                raise JournalNotFoundError(self._where)
+            try:
+                clean = self._take_claim(0.0, open_deadline, creating=True)
+            except ClaimHeldError:
+                if time.monotonic() >= open_deadline:
+                    raise
+                time.sleep(CLAIM_POLL_S)  # another writer is making it, or writes: look again
+                continue
+            try:
+                created = self._open_meta(True)
+            finally:
+                self._release_claim(clean=clean or created)  # a journal just made has nothing in flight
+
+    def _join_shared(self, wait_until: float, open_deadline: float) -> None:
+        """Become one of the journal's shared writers; waits for an exclusive writer up to
+        ``wait_until`` (one making the journal up to ``open_deadline``), then ClaimHeldError."""
+        self._ensure_bucket()
+        bucket_info = self._api(f"$JS.API.STREAM.INFO.KV_{self._bucket}", None)
+        ttl_ns = int(bucket_info["config"].get("max_age") or 0)
+        if ttl_ns:
+            self._claim_ttl_s = ttl_ns / 1e9
+        while True:
+            got, holder = self._call(self._shared_claim(self._c(), "join"), self._claim_call_s())
+            if got == "joined":
+                self._claim_kind = "shared"
+                return
+            until = open_deadline if holder.get("creating") else wait_until
+            if time.monotonic() >= until:
+                raise ClaimHeldError(self._where, holder, self._claim_ttl_s, shared=True)
+            time.sleep(CLAIM_POLL_S)
+
+    def _leave_shared(self, clean: bool) -> None:
+        """No longer one of the shared writers; the last one marks the claim released."""
+        self._claim_kind = ""
+        conn = self._conn
+        if self._claim_rev == 0 or conn is None:
+            return
+        self._claim_rev = 0
+        if self._claim_lost:
+            return
+        with contextlib.suppress(_Refused, _Lost, nats.errors.Error, OSError):
+            self._call(self._shared_claim(conn, "leave", clean), self._claim_call_s())
+        with contextlib.suppress(_Refused, _Lost, nats.errors.Error, OSError):
+            self._call(conn.publish(self._live_subject, b"", {"KV-Operation": "DEL"}, self._ack_timeout_s),
+                       self._ack_timeout_s)
+
+    def _claim_call_s(self) -> float:
+        return self._ack_timeout_s * 8
+
+    async def _refresh_shared(self) -> None:
+        """A shared writer's claim_ttl_s / 4 heartbeat (``_shared_claim``, "refresh"); notes the
+        claim lost if this handle is no longer among the holders (it was unreachable for longer
+        than claim_ttl_s, and the others dropped it, or an exclusive writer has the journal)."""
+        interval = self._claim_ttl_s / CLAIM_REFRESHES_PER_TTL
+        while True:
+            await asyncio.sleep(interval)
+            conn = self._conn
+            if conn is None or self._closed or self._claim_kind != "shared":
+                return
+            try:
+                got, _holder = await self._shared_claim(conn, "refresh")
+            except (_Refused, _Lost, nats.errors.Error, OSError):
+                continue
+            if got != "joined":
+                self._claim_lost = True
+                return
+
+    async def _shared_claim(self, conn: _Conn, mode: str, clean: bool = True) -> tuple[str, dict[str, Any]]:
+        """One change to the shared claim, by compare-and-set, read again when another writer
+        changed it first. ``mode``: "join", "refresh" (both keep this handle's presence key and
+        put it among the holders) or "leave". Holders whose presence key expired are dropped,
+        which marks the claim not clean. Answers ("joined" | "left" | "held" (an exclusive writer
+        has it) | "lost" (this handle is not among the holders any more), the claim's value)."""
+        if mode != "leave":
+            beat = {"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}
+            await conn.publish(self._live_subject, json.dumps(beat).encode(), {}, self._ack_timeout_s)
+        me = self._claim_token
+        for _ in range(CLAIM_CAS_TRIES_MAX):
+            last = await conn.get_msg(f"KV_{self._bucket}", {"last_by_subj": self._claim_subject},
+                                      self._ack_timeout_s)
+            value = _claim_of(last)
+            state = value.get("state")
+            free = last is None or last.headers.get("KV-Operation") in ("DEL", "PURGE") or state == "released"
+            holders: dict[str, Any] = {}
+            if state == WRITER_SHARED and isinstance(value.get("holders"), dict):
+                holders = dict(value["holders"])
+            dirty = False
+            if state == WRITER_SHARED:
+                dirty = not value.get("clean", False)
+                if mode != "join" and me not in holders:
+                    return ("left" if mode == "leave" else "lost"), value
+                for token in [t for t in holders if t != me]:
+                    if not await self._present(conn, token):
+                        del holders[token]  # died (or was cut off) without leaving
+                        dirty = True
+            elif free:
+                if mode != "join":
+                    return ("left" if mode == "leave" else "lost"), value
+                dirty = not (state == "released" and value.get("clean"))
+            else:
+                return "held", value  # an exclusive writer (or one making the journal)
+            if mode == "leave":
+                holders.pop(me, None)
+                dirty = dirty or not clean
+            else:
+                holders[me] = {"pid": os.getpid(), "host": socket.gethostname()}
+            if holders:
+                new = self._claim_value(WRITER_SHARED, not dirty, holders=holders)
+            else:
+                new = self._claim_value("released", not dirty)
+            try:
+                rev = await self._claim_write(conn, new, last.sseq if last is not None else 0)
+            except _Refused as exc:
+                if exc.err_code in ERR_WRONG_LAST_SEQ:
+                    continue  # another writer changed it first: read it again
+                raise
+            self._claim_rev = rev if mode != "leave" else 0
+            return ("left" if mode == "leave" else "joined"), value
+        raise _Lost(f"the journal's claim changed under {CLAIM_CAS_TRIES_MAX} tries in a row")
+
+    async def _claim_write(self, conn: _Conn, value: bytes, chained: int) -> int:
+        """Publish ``value`` as the claim (its new stream sequence), chained on the claim key's
+        message at ``chained`` (0: none) and on the bucket's last stream sequence: nats-server 2.9
+        may store two publishes chained on one subject sequence of a replicated stream (see
+        ``_lost_race``), never two chained on one stream sequence. So a claim is taken, and the
+        set of shared holders changed, by one writer at a time. _Refused (ERR_WRONG_LAST_SEQ) if
+        anything was written to the bucket since (this journal's claim or another's): read again."""
+        info = await conn.api(f"$JS.API.STREAM.INFO.KV_{self._bucket}", None, self._ack_timeout_s)
+        headers = {H_EXPECT_SUBJECT_SEQ: str(chained), H_EXPECT_LAST_SEQ: str(int(info["state"]["last_seq"]))}
+        ack = await conn.publish(self._claim_subject, value, headers, self._ack_timeout_s)
+        return int(ack["seq"])
+
+    async def _present(self, conn: _Conn, token: str) -> bool:
+        """Whether the shared writer ``token`` refreshed its presence key within claim_ttl_s."""
+        got = await conn.get_msg(f"KV_{self._bucket}", {"last_by_subj": f"{self._claim_subject}.{token}"},
+                                 self._ack_timeout_s)
+        return got is not None and got.headers.get("KV-Operation") not in ("DEL", "PURGE")
 
     # --- reading the stream ----------------------------------------------------------------
 
@@ -1110,9 +1388,34 @@ class JetStreamJournal:
 
     def _catch_up(self, start_sseq: int = 0) -> int:
         """Read what was appended after what this handle knows; how many records came."""
+        return self._take_in(self._messages(max(self._last_sseq + 1, start_sseq)))
+
+    def _catch_up_shared(self) -> int:
+        """A shared writer's catch-up (with _wmu held): a refused publish is most often a message
+        or two behind, read here one STREAM.MSG.GET each (a consumer costs more round trips);
+        further behind, the rest comes through a consumer. How many records came."""
         came = 0
-        msgs = self._messages(max(self._last_sseq + 1, start_sseq))
-        for m, recs in self._verified(msgs, self._stored_seq + 1):
+        for _ in range(CATCH_UP_GETS_MAX):
+            m = self._call(
+                self._c().get_msg(self._stream, {"seq": self._last_sseq + 1, "next_by_subj": self._subject},
+                                  self._ack_timeout_s),
+                self._ack_timeout_s,
+            )
+            if m is None:
+                return came
+            came += self._take_in([m])
+        return came + self._catch_up()
+
+    def _take_in(self, msgs: Iterable[_StoredMsg]) -> int:
+        """Add ``msgs`` (this journal's messages after the last one known) to what this handle
+        knows: the index, the keys and their digests, the last seq; how many records came."""
+        came = 0
+        for m, recs in self._verified(msgs, self._stored_seq + 1, self._last_sseq or None):
+            if (self._shared and self._opened and m.headers.get(H_KIND) == KIND_FENCE
+                    and m.headers.get(H_WRITER) != WRITER_SHARED and not self._fenced_out):
+                # An exclusive writer fenced the journal after this handle's open: it took the
+                # claim, which it can only have done once this handle's presence had expired.
+                self._fenced_out = m.sseq
             with self._mu:
                 if recs:
                     self._idx_first.append(recs[0].seq)
@@ -1126,22 +1429,35 @@ class JetStreamJournal:
                 self._next_seq = max(self._next_seq, self._stored_seq + 1)
         return came
 
-    def _verified(self, msgs: Iterable[_StoredMsg], expect: int) -> Iterator[tuple[_StoredMsg, list[Record]]]:
+    def _verified(
+        self, msgs: Iterable[_StoredMsg], expect: int, prev_sseq: int | None = None
+    ) -> Iterator[tuple[_StoredMsg, list[Record]]]:
         """Each of ``msgs`` with its records, verified to continue the journal at seq ``expect``,
         none below the journal's first seq: a message whose records all lie below it (dropped by
         drop_prefix, or left by one cut short) yields none. A gap sends a read-only handle to
-        the metadata once more (a drop of the writer may have moved the first seq since)."""
+        the metadata once more (a drop of the writer may have moved the first seq since).
+
+        ``prev_sseq``: the stream sequence of the message just before the first of ``msgs`` on
+        the subject (None: the first of ``msgs`` is a message this handle knows to be part of the
+        journal, or the first of the subject). A message chained on an older message than the one
+        before it lost a race (``_lost_race``) and yields none."""
         try:
-            yield from self._verify_each(msgs, expect)
+            yield from self._verify_each(msgs, expect, prev_sseq)
         finally:
             close = getattr(msgs, "close", None)
             if close is not None:
                 close()  # now, on this thread: the reader of a generator of messages is stopped
 
-    def _verify_each(self, msgs: Iterable[_StoredMsg], expect: int) -> Iterator[tuple[_StoredMsg, list[Record]]]:
+    def _verify_each(
+        self, msgs: Iterable[_StoredMsg], expect: int, prev_sseq: int | None
+    ) -> Iterator[tuple[_StoredMsg, list[Record]]]:
         first_seq = self._first_seq
         expect = max(expect, first_seq)
         for m in msgs:
+            prev, prev_sseq = prev_sseq, m.sseq
+            if prev is not None and _lost_race(m, prev):
+                yield m, []
+                continue
             span = _span_of(m)
             if span is None:
                 self._decode(m, expect)  # raises: the headers are not valid
@@ -1207,26 +1523,49 @@ class JetStreamJournal:
 
     def _fence(self) -> None:
         """Publish a fence chained on the last message read, so nothing an earlier writer still
-        has in flight can land after this open; catch up and try again if something did."""
-        for _ in range(FENCE_TRIES_MAX):
+        has in flight can land after this open; catch up and try again if something did. A
+        shared writer's fence (resolve(), with _wmu held) says so in its headers, and is tried
+        for up to shared_lock_timeout_s while the other writers append."""
+        deadline = time.monotonic() + self._shared_lock_timeout_s
+        tries = 0
+        while self._shared or tries < FENCE_TRIES_MAX:
+            tries += 1
+            if self._shared and tries > 1 and time.monotonic() >= deadline:
+                break
             headers = {
                 H_KIND: KIND_FENCE, H_SEQ: str(self._stored_seq), H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
-                H_EXPECT_STREAM: self._stream,
+                H_EXPECT_STREAM: self._stream, H_MSG_ID: chain_id(self._journal_id, self._last_sseq),
             }
+            if self._shared:
+                headers[H_WRITER] = WRITER_SHARED
             try:
                 ack = self._call(self._c().publish(self._subject, b"", headers, self._ack_timeout_s),
                                  self._ack_timeout_s)
+                # A duplicate: an earlier writer's message in flight is chained there (chain_id).
+                won = not ack.get("duplicate") and self._won(int(ack["seq"]), self._last_sseq)
             except _Refused as exc:
                 if exc.err_code not in ERR_WRONG_LAST_SEQ:
                     raise
+                won = False
+            if not won:  # refused, or stored after another message chained on the same one
+                if self._shared:
+                    self._catch_up_shared()
+                    continue
                 came = self._catch_up()
                 self._recovery.actions.append(f"took in {came} records an earlier writer's publish landed late")
                 continue
+            if self._shared:
+                self._last_sseq = int(ack["seq"])
+                return
             self._last_sseq = int(ack["seq"])
             self._recovery.actions.append(
                 f"fenced the journal at stream message {self._last_sseq} (the last writer did not release it cleanly)"
             )
             return
+        if self._shared:
+            raise _io_error(self._where, f"could not fence the journal within {self._shared_lock_timeout_s:g} s "
+                            "(shared_lock_timeout_s): the other writers kept appending first; try again, or raise "
+                            "shared_lock_timeout_s", doing="resolving an outcome of")
         raise _io_error(self._where, f"could not fence the journal in {FENCE_TRIES_MAX} tries: another writer keeps "
                                      "appending; is a second writer running with its claim expired?")
 
@@ -1251,6 +1590,10 @@ class JetStreamJournal:
     @property
     def first_seq(self) -> int:
         return self._first_seq
+
+    @property
+    def writer_mode(self) -> str:
+        return "shared" if self._shared else "exclusive"
 
     @property
     def replicas(self) -> int:
@@ -1286,10 +1629,16 @@ class JetStreamJournal:
     def _reported(self, level: Durability) -> Durability:
         return "flush" if level == "buffered" else level
 
+    def _level(self, durability: str) -> Durability:
+        """The level an append is written at: a shared writer has no buffered level (a record
+        other writers cannot see has no seq yet), so it writes those at once, as "flush"."""
+        level = check_durability(durability)
+        return "flush" if self._shared and level == "buffered" else level
+
     def append(
         self, event: Any, durability: str = "sync", idempotency_key: str | None = None, synthetic: bool = False
     ) -> Outcome:
-        level = check_durability(durability)
+        level = self._level(durability)
         self._check_append(level)
         enc = self._encode(event, idempotency_key, synthetic)
         if idempotency_key is None:
@@ -1303,7 +1652,7 @@ class JetStreamJournal:
         idempotency_keys: Iterable[str | None] | None = None,
         synthetic: bool = False,
     ) -> list[Outcome]:
-        level = check_durability(durability)
+        level = self._level(durability)
         self._check_append(level)
         events = list(events)
         keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
@@ -1448,6 +1797,8 @@ class JetStreamJournal:
 
     def _group_write(self, items: list[Encoded], level: Durability) -> list[Outcome]:
         """GroupCommit's writer: this batch (behind whatever buffered records wait) as messages."""
+        if self._shared:
+            return self._shared_write(items, level)
         with self._wmu:
             with self._mu:
                 if self._failed is not None or self._closed:
@@ -1493,22 +1844,31 @@ class JetStreamJournal:
                 self._fail("the writer claim was taken by another writer (this handle's claim expired)")
                 outcomes.extend(NotCommitted(f"not written: {self._failed}") for _ in run)
                 continue
-            outcomes.extend(self._publish_run(run, reported))
+            got = self._publish_run(run, reported)
+            if got is None:
+                raise InvariantError("only a shared writer's publish is tried again")
+            outcomes.extend(got)
         return outcomes
 
-    def _publish_run(self, run: list[tuple[int, Encoded]], reported: Durability) -> list[Outcome]:
+    def _publish_run(self, run: list[tuple[int, Encoded]], reported: Durability) -> list[Outcome] | None:
+        """Publish one message of records chained on the last message known; their outcomes, or
+        (shared writers only) None when the server refused it because another writer appended
+        first: nothing was stored, and the caller catches up and tries again."""
         body = b"".join(records.frame_of(enc, seq, self._salt) for seq, enc in run)
         first = run[0][0]
         headers = {
             H_SEQ: str(first),
             H_COUNT: str(len(run)),
-            H_MSG_ID: msg_id(self._journal_id, first, body),
+            H_MSG_ID: chain_id(self._journal_id, self._last_sseq),
             H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
             H_EXPECT_STREAM: self._stream,
         }
         try:
             ack = self._c().publish_sync(self._subject, body, headers, self._ack_timeout_s)
         except _Refused as exc:
+            if self._shared and exc.err_code in ERR_WRONG_LAST_SEQ:
+                self._refusals += 1
+                return None
             why = f"the server refused the publish ({exc.reason})"
             if exc.err_code in ERR_WRONG_LAST_SEQ:
                 why = (f"the server refused the publish: another writer appended to the journal since this one "
@@ -1519,17 +1879,158 @@ class JetStreamJournal:
             why = f"the publish's ack was lost ({exc}); the server may or may not hold these records"
             self._fail(why)
             return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+        if ack.get("duplicate"):
+            # Another writer's message is chained where this one would go (chain_id): this one
+            # was not stored. The journal never publishes one message twice, so it is not ours.
+            if self._shared:
+                self._lost_races += 1
+                return None
+            why = ("another writer's message is already chained where this one would go (a writer whose claim "
+                   "lapsed, or a second writer); this handle can no longer append")
+            self._fail(why)
+            return [NotCommitted(why) for _ in run]
         sseq = int(ack["seq"])
         if ack.get("stream") != self._stream or sseq <= self._last_sseq:
             why = f"the publish was acknowledged by stream {ack.get('stream')!r} at {sseq}, not as expected"
             self._fail(why)
             return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+        if self._shared:
+            # Other writers publish at the same moment, and the server may store two messages
+            # chained on one (_lost_race): this one is the journal's only if it came first.
+            try:
+                won = self._won(sseq, self._last_sseq)
+            except (_Lost, _Refused, nats.errors.Error, OSError) as exc:
+                why = (f"the publish was acknowledged, but whether it came before another writer's could not be "
+                       f"read ({exc}); the journal may or may not hold these records")
+                self._fail(why)
+                return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+            if not won:
+                self._lost_races += 1
+                return None  # stored, but not part of the journal: every reader skips it
         with self._mu:
             self._idx_first.append(first)
             self._idx_sseq.append(sseq)
             self._last_sseq = sseq
             self._stored_seq = run[-1][0]
+            self._next_seq = max(self._next_seq, self._stored_seq + 1)
+            if self._shared:
+                for seq, enc in run:
+                    if enc.key is not None:
+                        self._keys[enc.key] = (seq, enc.digest)
         return [Committed(seq, reported) for seq, _ in run]
+
+    def _shared_write(self, items: list[Encoded], level: Durability) -> list[Outcome]:
+        """GroupCommit's writer for a shared writer. Each message of the batch takes its seqs from
+        what this handle knows of the journal and is chained on the last message it knows. When
+        the server refuses it because another writer appended first, the handle catches up (the
+        others' records, their keys and digests), answers records whose key another writer now
+        holds (a duplicate of that record, or NotCommitted if it holds another event), gives the
+        rest the next seqs and publishes again, for up to shared_lock_timeout_s: then what is
+        left is NotCommitted (errno EBUSY) and the handle goes on."""
+        reported = self._reported(level)
+        out: list[Outcome | None] = [None] * len(items)
+        why, code = "", None
+        with self._wmu:
+            pending = list(range(len(items)))
+            deadline = time.monotonic() + self._shared_lock_timeout_s
+            refusals = 0
+            while pending:
+                if self._claim_lost:
+                    self._fail("this shared writer's claim lapsed (it could not refresh it within claim_ttl_s) and "
+                               "the other writers dropped it, or an exclusive writer has the journal now; reopen it")
+                if self._fenced_out:
+                    self._fail(f"an exclusive writer took the journal (its fence is stream message "
+                               f"{self._fenced_out}) after this shared writer's claim lapsed; reopen it")
+                if self._failed is not None or self._closed:
+                    why = f"not written: {self._failed or 'the journal was closed'}"
+                    break
+                pending = self._shared_plan(items, pending, reported, out)
+                if not pending:
+                    break
+                run = self._run_of(items, pending)
+                first = self._stored_seq + 1
+                got = self._publish_run([(first + k, items[i]) for k, i in enumerate(run)], reported)
+                if got is not None:
+                    for i, o in zip(run, got, strict=True):
+                        out[i] = o
+                    pending = pending[len(run) :]
+                    continue
+                refusals += 1
+                if time.monotonic() >= deadline:
+                    why = (
+                        f"not written: another writer appended first every time; the batch was refused {refusals} "
+                        f"times within {self._shared_lock_timeout_s:g} s (shared_lock_timeout_s) and none of these "
+                        "records was stored: append them again, raise shared_lock_timeout_s, or have the writers "
+                        "append fewer, larger batches"
+                    )
+                    code = errno.EBUSY
+                    break
+                before = self._last_sseq
+                try:
+                    self._catch_up_shared()
+                except (_Lost, _Refused, nats.errors.Error, OSError) as exc:
+                    why = (f"not written: reading what the journal's other writers appended failed ({exc}); none "
+                           "of these records was stored")
+                    break
+                except JournalError as exc:  # committed data that fails verification: nothing more here
+                    self._fail(f"catching up with the journal's other writers found: {exc}")
+                    continue
+                if self._last_sseq == before:
+                    # Refused, yet nothing newer to read: a stream leader changing hands (its
+                    # successor serves what the old one acknowledged). Look again shortly.
+                    time.sleep(CLAIM_POLL_S)
+        return [o if o is not None else NotCommitted(why, code) for o in out]
+
+    def _shared_plan(self, items: list[Encoded], pending: list[int], reported: Durability,
+                     out: list[Outcome | None]) -> list[int]:
+        """The outcome, now, of each pending record whose idempotency key the journal holds (a
+        catch-up found another writer's record under it): a duplicate of that record, or, if it
+        holds another event, NotCommitted (a caller's bug, as IdempotencyConflictError says).
+        The records still to write."""
+        rest: list[int] = []
+        for i in pending:
+            it = items[i]
+            known = self._keys.get(it.key) if it.key is not None else None
+            if it.key is None or known is None:
+                rest.append(i)
+                continue
+            seq, digest = known
+            if digest != it.digest:  # the same event in another key order, or another event
+                try:
+                    rec = self._peek(seq)
+                except JournalError as exc:
+                    out[i] = NotCommitted(f"not written: the record holding idempotency key {it.key!r} (seq {seq}) "
+                                          f"could not be read to compare ({exc})")
+                    continue
+                if rec is None or rec.key != it.key or not same_event(rec.payload, rec.is_bytes, it):
+                    out[i] = NotCommitted(f"not written: {IdempotencyConflictError(it.key, seq)}")
+                    continue
+            out[i] = Committed(seq, reported, True, "idempotency key matched a record another writer wrote")
+        return rest
+
+    def _run_of(self, items: list[Encoded], pending: list[int]) -> list[int]:
+        """The first of ``pending`` whose frames fit one message (at least one)."""
+        run: list[int] = []
+        size = 0
+        for i in pending:
+            n = fmt.FRAME_HEADER_SIZE_BYTES + len(items[i].spec.stored)
+            if run and size + n > self._payload_max:
+                break
+            run.append(i)
+            size += n
+        return run
+
+    def _won(self, sseq: int, chained: int) -> bool:
+        """Whether this handle's message, stored at ``sseq`` and published chained on the message
+        at ``chained``, is part of the journal: the first message on the subject after that one
+        (``_lost_race``). _Lost or _Refused if that cannot be read."""
+        if sseq == chained + 1:
+            return True  # the stream stored nothing between the two
+        first = self._call(
+            self._c().get_msg(self._stream, {"seq": chained + 1, "next_by_subj": self._subject}, self._ack_timeout_s),
+            self._ack_timeout_s,
+        )
+        return first is not None and first.sseq == sseq
 
     def flush(self) -> None:
         self._check_open()
@@ -1558,14 +2059,20 @@ class JetStreamJournal:
 
     def _start_of(self, after_seq: int) -> tuple[int, int]:
         """(stream sequence to read from, seq its first message begins with) for records > after_seq."""
+        start, expect, _prev = self._start_prev(after_seq)
+        return start, expect
+
+    def _start_prev(self, after_seq: int) -> tuple[int, int, int | None]:
+        """``_start_of``, and the ``prev_sseq`` of ``_verified`` for a read from there: a message
+        of the index is part of the journal; after the last one known, what follows is checked."""
         with self._mu:
             want = max(after_seq + 1, self._first_seq)
             i = bisect.bisect_right(self._idx_first, want) - 1
             if i < 0:
-                return 1, self._first_seq
+                return 1, self._first_seq, None
             if want > self._stored_seq:
-                return self._last_sseq + 1, self._stored_seq + 1
-            return self._idx_sseq[i], self._idx_first[i]
+                return self._last_sseq + 1, self._stored_seq + 1, self._last_sseq
+            return self._idx_sseq[i], self._idx_first[i], None
 
     def read(self, after_seq: int = 0) -> Iterator[Record]:
         self._check_open()
@@ -1573,9 +2080,9 @@ class JetStreamJournal:
             self.flush()
         else:
             self._refresh_first_io()
-        start, expect = self._start_of(after_seq)
+        start, expect, prev = self._start_prev(after_seq)
         try:
-            for _m, recs in self._verified(self._messages(start), expect):
+            for _m, recs in self._verified(self._messages(start), expect, prev):
                 for rec in recs:
                     if rec.seq > after_seq:
                         yield rec
@@ -1592,7 +2099,7 @@ class JetStreamJournal:
         self._check_open()
         if self._readonly:
             self._refresh_first_io()
-        start, expect = self._start_of(after_seq)
+        start, expect, prev = self._start_prev(after_seq)
         reader = _OrderedReader(self._c(), self._stream, self._subject, start, self._ack_timeout_s)
         try:
             self._call(reader.start(), self._ack_timeout_s)
@@ -1612,9 +2119,10 @@ class JetStreamJournal:
                     continue
                 idle_since = now
                 try:
-                    verified = list(self._verified(got, expect))
+                    verified = list(self._verified(got, expect, prev))
                 except (_Lost, _Refused) as exc:
                     raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
+                prev = got[-1].sseq
                 for _m, recs in verified:
                     for rec in recs:
                         expect = rec.seq + 1
@@ -1634,8 +2142,12 @@ class JetStreamJournal:
             return None
         if not self._readonly:
             self.flush()
-        if seq > self._stored_seq and self._readonly:
+        if seq > self._stored_seq and (self._readonly or self._shared):
             self._catch_up_io()
+        return self._peek(seq)
+
+    def _peek(self, seq: int) -> Record | None:
+        """Record ``seq`` of what this handle knows, read from its message (no flush, no catch-up)."""
         with self._mu:
             if seq > self._stored_seq or not self._idx_first:
                 return None
@@ -1661,7 +2173,11 @@ class JetStreamJournal:
 
     def _catch_up_io(self) -> None:
         try:
-            self._catch_up()
+            if self._shared:
+                with self._wmu:  # a shared writer's batches catch up too: one at a time
+                    self._catch_up_shared()
+            else:
+                self._catch_up()
         except (_Lost, _Refused) as exc:
             raise _io_error(self._where, "reading the journal's stream failed", exc, doing="reading") from exc
 
@@ -1671,8 +2187,25 @@ class JetStreamJournal:
         self._check_open()
         if self._failed is not None:
             raise JournalFailStoppedError(self._failed)
-        if self._readonly:
+        if self._readonly or self._shared:
             self._catch_up_io()
+        answer = self._resolved(outcome)
+        if self._shared and isinstance(answer, NotCommitted) and outcome.seq > self._stored_seq:
+            # Other shared writers do not fence the journal for this handle: the message may still
+            # be on its way. A fence chained on the last message read either lands first (the
+            # message's expected sequence is then stale for good) or is refused because something
+            # landed (read by the catch-up): what the stream holds after it is final.
+            try:
+                with self._wmu:
+                    self._fence()
+            except (_Lost, _Refused) as exc:
+                raise _io_error(self._where, "fencing the journal to resolve an outcome failed", exc,
+                                doing="resolving an outcome of") from exc
+            answer = self._resolved(outcome)
+        return answer
+
+    def _resolved(self, outcome: AckLost) -> Outcome:
+        """What the journal, as this handle knows it, says of ``outcome``."""
         level: Durability = "sync" if self._replicas >= SYNC_REPLICAS_MIN else "flush"
         if outcome.key is not None:
             known = self._keys.get(outcome.key)
@@ -1718,6 +2251,9 @@ class JetStreamJournal:
         self._check_open()
         if self._readonly:
             raise ReadOnlyError("drop_prefix")
+        if self._shared:
+            raise InvalidArgumentError("drop_prefix needs the journal opened with writer='exclusive' (the other "
+                                       "shared writers chain their messages on the ones it would delete)")
         self.flush()
         with self._wmu:  # no batch on the wire meanwhile: the index holds every message
             if self._failed is not None:
@@ -1862,21 +2398,20 @@ def open_journal(
     ``connect_timeout_s`` (10), ``ack_timeout_s`` (10: how long a publish's ack is awaited before
     its records are AckLost), ``claim_ttl_s`` (30: the lock bucket's max_age when this call creates
     it; a dead writer's claim expires that long after its last refresh), ``record_size_bytes_max``
-    and ``compress`` (the encoding's, as the file engine takes them).
+    and ``compress`` (the encoding's, as the file engine takes them), ``shared_lock_timeout_s``
+    (30: how long a shared writer's batch, refused because another writer appended first,
+    catches up and tries again before its records are NotCommitted).
+
+    ``writer="shared"``: several handles (processes) append to the journal; see the module doc.
     """
     settings = settings_of(parsed, options)
     if create and readonly:
         raise InvalidArgumentError("create=True needs a writable journal; drop readonly=True")
-    if writer == "shared":
-        raise InvalidArgumentError(
-            "writer='shared' is not supported on NATS JetStream yet: open one exclusive writer per journal "
-            "(other processes read with readonly=True)"
-        )
-    if writer != "exclusive":
+    if writer not in WRITER_MODES:
         raise InvalidArgumentError(f"writer must be 'exclusive' or 'shared', not {writer!r}")
     if isinstance(lock_timeout_s, bool) or not isinstance(lock_timeout_s, (int, float)) or lock_timeout_s < 0:
         raise InvalidArgumentError(f"lock_timeout_s must be a number >= 0, not {lock_timeout_s!r}")
-    j = JetStreamJournal(parsed, readonly, settings)
+    j = JetStreamJournal(parsed, readonly, settings, shared=writer == "shared")
     try:
         j._open(create, float(lock_timeout_s))
     except BaseException:
@@ -1895,6 +2430,7 @@ class Settings:
     ack_timeout_s: float
     claim_ttl_s: float
     options: Options
+    shared_lock_timeout_s: float = SHARED_LOCK_TIMEOUT_S_DEFAULT
 
 
 def settings_of(parsed: RemoteURL, options: dict[str, Any]) -> Settings:
@@ -1911,6 +2447,8 @@ def settings_of(parsed: RemoteURL, options: dict[str, Any]) -> Settings:
     connect_timeout_s = _number(merged, "connect_timeout_s", CONNECT_TIMEOUT_S_DEFAULT, float, 0.1, 3600)
     ack_timeout_s = _number(merged, "ack_timeout_s", ACK_TIMEOUT_S_DEFAULT, float, 0.05, 3600)
     claim_ttl_s = _number(merged, "claim_ttl_s", CLAIM_TTL_S_DEFAULT, float, 1.0, 86400)
+    shared_lock_timeout_s = _number(merged, "shared_lock_timeout_s", SHARED_LOCK_TIMEOUT_S_DEFAULT, float, 0.001,
+                                    3600)
     size_max = merged.get("record_size_bytes_max", fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
     if isinstance(size_max, bool) or not isinstance(size_max, int):
         raise InvalidArgumentError(f"record_size_bytes_max must be an int, not {size_max!r}")
@@ -1919,7 +2457,7 @@ def settings_of(parsed: RemoteURL, options: dict[str, Any]) -> Settings:
         opts.check()
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(str(exc)) from None
-    return Settings(stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s, opts)
+    return Settings(stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s, opts, shared_lock_timeout_s)
 
 
 def _number(options: dict[str, Any], name: str, default: float, kind: type, low: float, high: float) -> Any:
@@ -1939,4 +2477,4 @@ if TYPE_CHECKING:  # mypy holds this backend to journal.api's protocols
         return j, j
 
 
-__all__ = ["JetStreamJournal", "Settings", "msg_id", "name_of_token", "open_journal", "settings_of", "subject_token"]
+__all__ = ["JetStreamJournal", "Settings", "chain_id", "name_of_token", "open_journal", "settings_of", "subject_token"]

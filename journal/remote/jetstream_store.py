@@ -68,7 +68,7 @@ from journal.remote.jetstream import (
     _Refused,
     _servers_of,
     _StoredMsg,
-    msg_id,
+    chain_id,
     name_of_token,
     subject_base,
     subject_token,
@@ -222,7 +222,7 @@ class JetStreamStore:
             headers = {
                 H_SEQ: str(first),
                 H_COUNT: str(count),
-                H_MSG_ID: msg_id(new_id, first, body),
+                H_MSG_ID: chain_id(new_id, last_sseq),
                 H_EXPECT_SUBJECT_SEQ: str(last_sseq),
                 H_EXPECT_STREAM: self._settings.stream,
             }
