@@ -5,7 +5,9 @@ durable point is copied into ``quarantine/`` and cut; an unfinished segment file
 Corruption of committed data is refused (exit 3): that is `journal salvage`'s job.
 Structural (session journals): the session layer appends its deterministic synthetic closers
 for every dangling tool call, approval, attempt, compaction, job, step and turn.
-``--dry-run`` changes nothing and prints what each level would do.
+``--dry-run`` changes nothing and prints what each level would do. On a journal URL the byte
+level is a writer's open on the server (a fence after a writer that did not close, the removal
+of what a cut-short delete, copy or drop left), after every record was read and verified.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from journal.cli.common import DAMAGED, ERROR, OK, configure_common, emit, is_se
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="the journal directory")
+    parser.add_argument("path", help="the journal directory, or a journal URL")
     parser.add_argument("--dry-run", action="store_true", help="change nothing; say what would be done")
     parser.add_argument("--core-only", action="store_true", help="byte-level recovery only, no session closers")
     configure_common(parser)
@@ -28,11 +30,17 @@ def run(args: argparse.Namespace) -> int:
     import journal
     from journal.cli.progress import Progress
     from journal.engine.verify import CORRUPT, verify
+    from journal.remote import is_url
     from journal.session import Registry, repair
     from journal.session.errors import SessionError
 
     bar = Progress(sys.stderr, "repair")
-    check = verify(args.path, progress=bar)
+    if is_url(args.path):  # a server: no torn tail to cut; a writer's open does its recovery
+        from journal.remote.check import verify_url
+
+        check = verify_url(args.path, progress=bar)
+    else:
+        check = verify(args.path, progress=bar)
     bar.end()
     data: dict[str, Any] = {"dryRun": args.dry_run, "verdict": check.verdict, "byteLevel": [], "structural": None}
     lines: list[str] = []

@@ -2,7 +2,8 @@
 
 0 clean, 7 torn tail only (`journal repair` cuts it), 3 corrupt (`journal salvage` copies what
 is recoverable), 6 newer format. Nothing is written, no lock is taken: it is safe on a live
-journal (a frame being written shows as a torn tail).
+journal (a frame being written shows as a torn tail). A journal URL (postgresql://, nats://) is
+checked by reading and verifying every record (journal/remote/check.py).
 
 When the bytes are sound (clean, or only a torn tail) and the journal holds an agent session
 (its first record is a ``session.started`` header), the session layer replays it read-only with
@@ -42,7 +43,7 @@ SESSION_ADVICE = {
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="the journal directory")
+    parser.add_argument("path", help="the journal directory, or a journal URL (every record read and verified)")
     parser.add_argument("--no-session", action="store_true", help="skip the session-structure check")
     configure_common(parser)
 
@@ -91,9 +92,15 @@ def run(args: argparse.Namespace) -> int:
     from journal.cli.progress import Progress
     from journal.engine.verify import CORRUPT, NEWER, verify
     from journal.engine.verify import TORN as V_TORN
+    from journal.remote import is_url
 
     bar = Progress(sys.stderr, "verify")
-    rep = verify(args.path, progress=bar)
+    if is_url(args.path):
+        from journal.remote.check import verify_url
+
+        rep = verify_url(args.path, progress=bar)
+    else:
+        rep = verify(args.path, progress=bar)
     bar.end()
     data: dict[str, Any] = rep.to_json()
     human = rep.summary()
