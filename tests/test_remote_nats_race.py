@@ -2,11 +2,16 @@
 expected last subject sequence of publishes in flight (two racers that read the same state can
 both be stored: shown on the 3-node cluster by the first test). What the backend must hold all
 the same: one writer wins each race for each place in the chain of messages, and every record a writer
-was told is committed is there with its bytes, at its seq, once."""
+was told is committed is there with its bytes, at its seq, once.
+
+And readers behind the leader: a consumer on a replica that lags the stream's leader is handed
+messages from before the start it asked for (shown on the server by the third test); readers
+drop them, and never take them for a race lost or for corruption."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import uuid
@@ -120,3 +125,93 @@ def test_a_writer_whose_claim_lapsed_and_the_next_writer_race_and_one_loses(
     assert isinstance(outcomes[lost], journal.NotCommitted), outcomes
     with journal.open(url, readonly=True, **OPTS) as r:
         assert [x.event for x in r.read()] == [{"a": 0}, {"w": won[0]}]
+
+
+# --- readers handed messages from before their start ---------------------------------------------
+
+
+def test_a_consumer_asked_to_start_past_its_servers_last_message_starts_after_it(servers: list[str]) -> None:
+    """The fault readers must live with, shown on the server itself: a consumer asked to start at
+    a stream sequence past the last message its server has is handed the messages from the one
+    after that (nats-server 2.9 moves the start back). The journal's ordered consumers are
+    ephemeral, one replica each, placed on any server of the stream; on a replica that lags the
+    leader (whose acks and STREAM.MSG.GET told the reader what it knows) the start the reader asks
+    for can be past what that replica has, and it is handed messages from before it."""
+    import nats as nats_client
+    from nats.js import api as js_api
+
+    async def run() -> tuple[int, int, list[int]]:
+        nc = await nats_client.connect(servers=servers)
+        js = nc.jetstream()
+        name = "START" + uuid.uuid4().hex[:8].upper()
+        await js.add_stream(name=name, subjects=[f"{name}.>"], num_replicas=3)
+        try:
+            last = 0
+            for i in range(3):
+                last = (await js.publish(f"{name}.a", str(i).encode())).seq
+            ask = last + 5
+            config = js_api.ConsumerConfig(deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=ask)
+            sub = await js.subscribe(f"{name}.a", stream=name, ordered_consumer=True, config=config)
+            for _ in range(6):
+                await js.publish(f"{name}.a", b"after")
+            got = [int((await sub.next_msg(timeout=10)).metadata.sequence.stream) for _ in range(6)]
+            await sub.unsubscribe()
+            return last, ask, got
+        finally:
+            await js.delete_stream(name)
+            await nc.close()
+
+    last, ask, got = asyncio.run(run())
+    assert got[0] <= last + 1 < ask, (last, ask, got)  # handed messages from before the start asked for
+    assert got == list(range(got[0], got[0] + 6)), got
+
+
+CONSUMER_LAG = 4  # stream messages that every consumer's server is behind, in the test below
+
+
+def test_readers_handed_messages_from_before_their_start_drop_them(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811 - the fixture imported above
+    """What the fault above does to the journal, forced: every ordered consumer the journal makes
+    starts CONSUMER_LAG stream messages before the start it asks for, as on a replica that far
+    behind the leader. A shared writer more than CATCH_UP_GETS_MAX messages behind (its catch-up
+    reads the rest through a consumer), a read and a follow past what a reader knows: each is
+    handed messages it already knows, drops them, and reads on. Before, the first of them was
+    skipped as a message that lost a race, and the next, chained on it, read as corruption ("seq N
+    is held twice"): the shared writer fail-stopped with NotCommitted, the reader raised."""
+    from journal.remote import jetstream
+    from tests.test_remote_nats_shared import Ledger, check
+
+    ledger = Ledger()
+    a: Any = journal.open(url, create=True, writer="shared", **OPTS)
+    b: Any = journal.open(url, writer="shared", **OPTS)  # knows the journal as it is now: empty
+    r: Any = journal.open(url, readonly=True, **OPTS)
+    try:
+        for n in range(2):
+            ledger.add(f"a{n}", {"a": n}, a.append({"a": n}, durability="sync", idempotency_key=f"a{n}"))
+        assert [x.seq for x in r.read()] == [1, 2] and r.get(2) is not None  # r knows seqs 1 and 2 now
+        for n in range(2, 2 + jetstream.CATCH_UP_GETS_MAX + 4):
+            ledger.add(f"a{n}", {"a": n}, a.append({"a": n}, durability="sync", idempotency_key=f"a{n}"))
+        top = len(ledger.entries)
+        asked: list[int] = []
+        real_start = jetstream._OrderedReader.start
+
+        async def lagging_start(self: Any) -> None:
+            asked.append(self._start)
+            self._start = max(1, self._start - CONSUMER_LAG)
+            await real_start(self)
+
+        monkeypatch.setattr(jetstream._OrderedReader, "start", lagging_start)
+        out = b.append({"b": 0}, durability="sync", idempotency_key="b0")
+        assert asked, "the catch-up took no consumer"
+        assert out == journal.Committed(top + 1, "sync"), out
+        ledger.add("b0", {"b": 0}, out)
+        assert [x.seq for x in r.read(after_seq=2)] == list(range(3, top + 2))
+        assert [x.seq for x in itertools.islice(r.follow(after_seq=2), top - 1)] == list(range(3, top + 2))
+        out = b.append({"b": 1}, durability="sync", idempotency_key="b1")  # b goes on
+        assert out == journal.Committed(top + 2, "sync"), out
+        ledger.add("b1", {"b": 1}, out)
+        assert len(asked) >= 3
+        monkeypatch.undo()
+    finally:
+        _close(a, b, r)
+    assert check(url, ledger)["records"] == top + 2

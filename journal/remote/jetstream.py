@@ -1455,6 +1455,11 @@ class JetStreamJournal:
         expect = max(expect, first_seq)
         for m in msgs:
             prev, prev_sseq = prev_sseq, m.sseq
+            if prev is not None and m.sseq <= prev:
+                # Read in the wrong order (_OrderedReader drops these): taken for a message that
+                # lost a race, or for a second copy of committed seqs, it would be reported as one.
+                raise InvariantError(f"reading {self._where} (stream {self._stream}), message {m.sseq} came after "
+                                     f"message {prev}")
             if prev is not None and _lost_race(m, prev):
                 yield m, []
                 continue
@@ -2323,13 +2328,25 @@ class JetStreamJournal:
 
 class _OrderedReader:
     """An ordered push consumer on one subject from a stream sequence (nats-py's ordered mode:
-    flow control, heartbeats, and a reset from the last sequence seen if delivery skips)."""
+    flow control, heartbeats, and a reset from the last sequence seen if delivery skips).
+
+    It hands out the subject's messages from its start on, each once, in order, which the
+    consumer alone does not promise. The consumer is ephemeral, of one replica, on any server of
+    the stream, and nats-server 2.9 starts a consumer asked to begin past the last message its
+    server has right after that message: on a replica behind the leader (whose acks and
+    STREAM.MSG.GET told the reader where to start) it delivers messages from before the start
+    (tests/test_remote_nats_race.py). nats-py's ordered mode, reset before its first message,
+    starts again from stream sequence 1. A stream sequence names one message for good, so a
+    message below the next one expected lies before the start or was handed out already: it is
+    dropped here. Taken in, the first such message read as one that lost a race (``_lost_race``)
+    and the next, chained on it, as a second copy of committed seqs (SequenceError)."""
 
     def __init__(self, conn: _Conn, stream: str, subject: str, start_sseq: int, timeout_s: float) -> None:
         self._conn = conn
         self._stream = stream
         self._subject = subject
         self._start = max(1, start_sseq)
+        self._next = self._start  # the lowest stream sequence still to hand out
         self._timeout_s = timeout_s
         self._sub: Any = None
 
@@ -2362,6 +2379,9 @@ class _OrderedReader:
                     raise _Lost(f"no message within {first_wait:g} s while reading up to {end_sseq}") from None
                 break
             sseq = int(msg.metadata.sequence.stream)
+            if sseq < self._next:
+                continue  # before the start, or handed out already (see the class doc)
+            self._next = sseq + 1
             headers = {k: str(v) for k, v in (msg.headers or {}).items()}
             out.append(_StoredMsg(sseq, msg.subject, headers, bytes(msg.data)))
             size += len(msg.data)
