@@ -811,7 +811,9 @@ class Journal(Writer):
             return None
         offset, length = where
         buf = opened.file.pread(length, offset)
-        got = fmt.verify_frame(buf, 0, opened.header.salt)
+        # One frame: the Python twin is faster here than a call into C (3.9 vs 8.8 µs a 1.5 KiB
+        # frame), whose setup (buffers, an out-struct, a tuple) is paid per call.
+        got = fmt.py_verify_frame(buf, 0, opened.header.salt)
         if got is None or got.seq != seq or got.kind != fmt.KIND_DATA or not got.supported:
             return None
         frame = fmt.Frame(offset, got.seq, got.flags, got.raw_len, got.stored_len)

@@ -1,0 +1,106 @@
+"""The many-sessions workload: N sessions in one process, each durable per event.
+
+Each session is its own journal (``journal.open(dir, create=True)``) or its own JSONL file
+(``json.dumps`` + ``write`` + ``fdatasync`` per event, the file opened once): what a runtime
+keeping one log per session does. ``min(N, SESSION_THREADS_MAX)`` worker threads each own an
+equal share of the sessions and append one event to each of them in turn, every append durable
+before the next. Besides events/s, each side's CPU per event (user + system seconds of the
+process over the events) is kept: with many sessions the GIL, not the disk, is what bounds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+import journal
+from journal.benchmark.events import Event
+from journal.benchmark.stores import dumps
+
+SESSION_THREADS_MAX = 64
+JOURNAL = "journal, a journal per session"
+JSONL = "JSONL, a file per session (write+fdatasync)"
+
+
+@dataclass
+class Side:
+    events_per_s: float
+    cpu_s_per_event: float
+
+
+class _Journals:
+    def __init__(self, root: str, n: int) -> None:
+        self.handles = [journal.open(os.path.join(root, f"s{i}"), create=True) for i in range(n)]
+
+    def append(self, i: int, event: Event) -> None:
+        out = self.handles[i].append(event, durability="sync")
+        if not isinstance(out, journal.Committed):
+            raise RuntimeError(f"append failed: {out}")
+
+    def close(self) -> None:
+        for j in self.handles:
+            j.close()
+
+
+class _JsonlFiles:
+    def __init__(self, root: str, n: int) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        self.fds = [os.open(os.path.join(root, f"s{i}.jsonl"), flags, 0o600) for i in range(n)]
+
+    def append(self, i: int, event: Event) -> None:
+        fd = self.fds[i]
+        os.write(fd, dumps(event) + b"\n")
+        os.fdatasync(fd)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def run_side(kind: str, base: str, sessions: int, events_total: int, events: list[Event]) -> Side:
+    """One side (JOURNAL or JSONL) for one round: ``events_total`` appends over ``sessions``."""
+    root = tempfile.mkdtemp(prefix="sessions-", dir=base)
+    try:
+        store = _Journals(root, sessions) if kind == JOURNAL else _JsonlFiles(root, sessions)
+        threads = min(sessions, SESSION_THREADS_MAX)
+        per_session = max(1, events_total // sessions)
+        share = [list(range(t, sessions, threads)) for t in range(threads)]
+        start = threading.Barrier(threads + 1)
+        errors: list[BaseException] = []
+
+        def worker(t: int) -> None:
+            k = t
+            start.wait()
+            try:
+                for _ in range(per_session):
+                    for i in share[t]:
+                        store.append(i, events[k % len(events)])
+                        k += threads
+            except BaseException as exc:  # reported after the join
+                errors.append(exc)
+
+        workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        cpu0 = os.times()
+        start.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        wall = time.perf_counter() - t0
+        cpu1 = os.times()
+        store.close()
+        if errors:
+            raise errors[0]
+        total = per_session * sessions
+        cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+        return Side(total / wall, cpu / total)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+__all__ = ["JOURNAL", "JSONL", "SESSION_THREADS_MAX", "Side", "run_side"]
