@@ -17,7 +17,10 @@ import importlib
 import os
 import pathlib
 import uuid
+from collections.abc import Iterator
 from typing import Protocol
+
+import pytest
 
 from journal.engine import format as fmt
 from tests.conftest import frames_of, segments
@@ -86,3 +89,17 @@ def make(name: str, root: pathlib.Path) -> Backend | str:
 
 def require_services() -> bool:
     return os.environ.get("JOURNAL_REQUIRE_SERVICES") == "1"
+
+
+def made_or_skipped(name: str, root: pathlib.Path) -> Iterator[Backend]:
+    """The body of every backend fixture: the backend, closed after the test; a skip when it
+    cannot run here (a failure when JOURNAL_REQUIRE_SERVICES=1)."""
+    made = make(name, root)
+    if isinstance(made, str):
+        if require_services():
+            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
+        pytest.skip(made)
+    try:
+        yield made
+    finally:
+        made.close()

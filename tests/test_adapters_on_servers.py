@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends import Backend, make, require_services
+from tests.backends import Backend, made_or_skipped
 from tests.conftest import report_count
 
 SERVERS = ("postgres", "nats")
@@ -31,15 +31,7 @@ SERVERS = ("postgres", "nats")
 
 @pytest.fixture(params=SERVERS)
 def server(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
-    made = make(request.param, tmp_path)
-    if isinstance(made, str):
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
-        pytest.skip(made)
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from made_or_skipped(request.param, tmp_path)
 
 
 def test_langgraph_conformance_suite(server: Backend, tmp_path: pathlib.Path) -> None:

@@ -24,20 +24,12 @@ import journal.aio
 from journal.api import Journal as JournalProtocol
 from journal.engine.encoding import encode_event
 from journal.engine.options import Options
-from tests.backends import BACKENDS, Backend, make, require_services
+from tests.backends import BACKENDS, Backend, made_or_skipped
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
-    made = make(request.param, tmp_path)
-    if isinstance(made, str):
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
-        pytest.skip(made)
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from made_or_skipped(request.param, tmp_path)
 
 
 def _digest(event: dict[str, object]) -> int:

@@ -22,7 +22,7 @@ import pytest
 import journal
 from tests.backends import require_services
 from tests.nats_cluster import cluster, skip_reason
-from tests.test_remote_nats_shared import OPTS, _close, _CountingOutbox, nats, stream, url  # noqa: F401
+from tests.test_remote_nats_shared import OPTS, _close, _CountingOutbox, hold_bursts, nats, stream, url  # noqa: F401
 
 ROUNDS = 12
 RACERS = 4
@@ -95,16 +95,8 @@ def test_a_writer_whose_claim_lapsed_and_the_next_writer_race_and_one_loses(
     monkeypatch.undo()
     assert a._conn is b._conn and a._last_sseq == b._last_sseq  # one connection, one last message
     conn = a._conn
-    send_outbox = jetstream._Conn._send_outbox
-
-    def held_send(self: Any) -> None:  # on the loop: wait until both publishes are queued
-        outbox = self._outbox
-        if isinstance(outbox, _CountingOutbox) and not outbox.full.wait(30):
-            raise AssertionError("the two publishes never both reached the outbox")
-        send_outbox(self)
-
     outcomes: dict[str, journal.Outcome] = {}
-    monkeypatch.setattr(jetstream._Conn, "_send_outbox", held_send)
+    hold_bursts(monkeypatch)
     conn._outbox = _CountingOutbox(2)
     gate = threading.Barrier(2, timeout=30)
 

@@ -388,6 +388,22 @@ def test_a_handle_that_is_behind_catches_up_and_takes_the_next_seqs(url: str) ->
     assert check(url, ledger)["records"] == 6
 
 
+def hold_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection whose outbox is a _CountingOutbox sends nothing until it holds ``want``
+    publishes, and then sends them in one burst (on the loop)."""
+    from journal.remote import jetstream
+
+    send_outbox = jetstream._Conn._send_outbox
+
+    def held_send(self: Any) -> None:
+        outbox = self._outbox
+        if isinstance(outbox, _CountingOutbox) and not outbox.full.wait(30):
+            raise AssertionError("the publishes never all reached the outbox")
+        send_outbox(self)
+
+    monkeypatch.setattr(jetstream._Conn, "_send_outbox", held_send)
+
+
 class _CountingOutbox(deque):  # type: ignore[type-arg]
     """A connection's outbox that says when ``want`` publishes wait in it."""
 
@@ -410,23 +426,14 @@ def test_two_publishes_chained_on_one_message_in_one_burst(url: str, monkeypatch
     chained on the same message, the two publishes leave in one burst. The server refuses one,
     or (nats-server 2.9 on a replicated stream) stores both; either way one handle learns that
     it came second, catches up and publishes again, and each gets its own seqs."""
-    from journal.remote import jetstream
 
     ledger = Ledger()
     a: Any = journal.open(url, create=True, writer="shared", **OPTS)
     b: Any = journal.open(url, writer="shared", **OPTS)
     assert a._conn is b._conn
     conn = a._conn
-    send_outbox = jetstream._Conn._send_outbox
-
-    def held_send(self: Any) -> None:  # on the loop: wait until both publishes are queued
-        outbox = self._outbox
-        if isinstance(outbox, _CountingOutbox) and not outbox.full.wait(30):
-            raise AssertionError("the two publishes never both reached the outbox")
-        send_outbox(self)
-
     try:
-        monkeypatch.setattr(jetstream._Conn, "_send_outbox", held_send)
+        hold_bursts(monkeypatch)
         for rnd in range(RACE_ROUNDS):
             for h in (a, b):
                 h.get(h.last_seq + 1)  # a point read catches up: both know the same last message

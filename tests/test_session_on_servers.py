@@ -1,7 +1,7 @@
 """The session layer, unchanged, on the server backends: a session cut mid-turn is repaired on
 open (its closers appended on the server), replays to a closed state, and moves between backends
-with `journal copy` keeping every event; `journal verify` and `journal repair` take the URL. The session store, forks and snapshots on servers:
-tests/test_session_store_on_servers.py."""
+with `journal copy` keeping every event; `journal verify` and `journal repair` take the URL.
+The session store, forks and snapshots on servers: tests/test_session_store_on_servers.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 import journal
 from journal import session as S
-from tests.backends import Backend, make, require_services
+from tests.backends import Backend, made_or_skipped
 from tests.test_session_repair import SESSION_ID, assert_closed, write_session
 
 SERVERS = ("postgres", "nats")
@@ -24,15 +24,7 @@ SERVERS = ("postgres", "nats")
 
 @pytest.fixture(params=SERVERS)
 def server(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
-    made = make(request.param, tmp_path)
-    if isinstance(made, str):
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
-        pytest.skip(made)
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from made_or_skipped(request.param, tmp_path)
 
 
 def test_a_session_cut_mid_turn_is_repaired_on_the_server(server: Backend, tmp_path: pathlib.Path) -> None:

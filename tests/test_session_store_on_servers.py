@@ -26,7 +26,7 @@ from journal.session import snapshot
 from journal.session.errors import StoreError
 from journal.session.reducer import SessionReducer
 from journal.session.store import SessionExistsError, SessionNotFoundError
-from tests.backends import Backend, make, require_services
+from tests.backends import Backend, made_or_skipped
 from tests.session_gen import add_turns
 
 SERVERS = ("postgres", "nats")
@@ -34,15 +34,7 @@ SERVERS = ("postgres", "nats")
 
 @pytest.fixture(params=SERVERS)
 def server(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
-    made = make(request.param, tmp_path)
-    if isinstance(made, str):
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
-        pytest.skip(made)
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from made_or_skipped(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -14,20 +14,12 @@ import pytest
 
 import journal
 from journal.api import Store
-from tests.backends import BACKENDS, Backend, make, require_services
+from tests.backends import BACKENDS, Backend, made_or_skipped
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Backend]:
-    made = make(request.param, tmp_path)
-    if isinstance(made, str):
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {made}")
-        pytest.skip(made)
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from made_or_skipped(request.param, tmp_path)
 
 
 def test_open_list_copy_delete(backend: Backend) -> None:
