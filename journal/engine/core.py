@@ -92,6 +92,10 @@ def _data_start(sector_bytes: int) -> int:
 
 
 
+def _base_seq(seg: SegmentName) -> int:
+    return seg.base_seq
+
+
 class Journal(Writer):
     """A segmented, checksummed, append-only journal in one directory. See journal.open()."""
 
@@ -101,6 +105,9 @@ class Journal(Writer):
         self.shared = False  # set by open(): shared-writer mode
         self.shared_lock_timeout_s = shared.SHARED_LOCK_TIMEOUT_S_DEFAULT
         self.options = options
+        self._stored_max = min(  # the largest stored payload a frame of this journal may hold
+            fmt.FRAME_STORED_BYTES_LIMIT, options.record_size_bytes_max + fmt.RECORD_STORED_OVERHEAD_BYTES_MAX
+        )
         self.recovery = RecoveryReport()
         self._fs = fs
         self._mu = threading.Lock()
@@ -797,16 +804,16 @@ class Journal(Writer):
         its frame, verified again (checksum, seq, kind), so a stale offset (a rolled-back write
         rewritten since) is a miss, never a wrong record. None on any miss: the cursor decides."""
         segments = self._segments.listing()
-        i = bisect.bisect_right(segments, seq, key=lambda s: s.base_seq) - 1
-        if i < 0:
-            return None
+        if segments and seq >= segments[-1].base_seq:
+            i = len(segments) - 1  # the live segment: most reads of a session's journal
+        else:
+            i = bisect.bisect_right(segments, seq, key=_base_seq) - 1
+            if i < 0:
+                return None
         opened = self._segments.open(segments[i])
         if self._journal_id and opened.header.journal_id != self._journal_id:
             return None  # the cursor names the foreign segment
-        stored_max = min(
-            fmt.FRAME_STORED_BYTES_LIMIT, self.options.record_size_bytes_max + fmt.RECORD_STORED_OVERHEAD_BYTES_MAX
-        )
-        where = opened.locate(seq, stored_max)
+        where = opened.locate(seq, self._stored_max)
         if where is None:
             return None
         offset, length = where
