@@ -2,6 +2,22 @@
 
 Runs in the caller's thread, outside every lock, so concurrent appenders encode in parallel
 with the leader's I/O. Nothing here touches a file.
+
+The JSON of an event is the standard library's ``json`` encoding (compact, UTF-8, no NaN): that
+is what payloads have held since the first format, and what decides which events are accepted
+and with which error the others are refused. orjson writes the same JSON several times faster,
+but for a narrower set of values, so it writes an event only when every value in it, at any
+depth, is a ``str``, ``int``, ``bool``, ``None``, finite ``float``, ``dict``, ``list`` or ``tuple``
+of exactly that type. Everything else goes down the json path, unchanged, which writes it or
+raises the error it always raised: what orjson refuses on its own (integers beyond 64 bits, keys
+that are not exactly ``str``, subclasses, dataclasses, datetimes, strings that are not UTF-8,
+nesting deeper than 254) and what it would write where json refuses (``_json_like``: NaN and the
+infinities, which orjson writes as null; UUIDs, enums, fragments). Its bytes are json's but for
+one spelling: a float of magnitude in [1e-9, 1e-4) is written 0.000015 or 1.5e-6 where json wrote
+1.5e-05 or 1.5e-06, the same float read back by either. So payloads written before and after
+differ only there, reading gives the same events, and ``same_event`` (which compares values when
+the bytes differ) takes a retry of a record written before as the same event.
+tests/test_json_codec.py holds the two paths to that.
 """
 
 from __future__ import annotations
@@ -13,6 +29,11 @@ from typing import Any
 
 import xxhash
 import zstandard
+
+try:
+    import orjson
+except ImportError:  # no build of it for this interpreter: every event takes the json path
+    orjson = None  # type: ignore[assignment]
 
 from journal.engine import format as fmt
 from journal.engine.options import Options
@@ -38,6 +59,15 @@ _JSON_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow
 # except a string key spelled the same ("1"): one C-speed search of the encoded bytes clears a
 # valid event, and only a hit pays for the walk that tells the two apart (_non_string_key).
 _MAYBE_COERCED_KEY = re.compile(rb'"(?:[-0-9][0-9.eE+-]*+|true|false|null)":').search
+
+# Subclasses (of str, int, dict, list), dataclasses and datetimes are handed to ``default``, and
+# there is none: orjson raises, and json writes them (or refuses them) as it always has.
+_ORJSON_DUMPS = None if orjson is None else orjson.dumps
+_ORJSON_OPTIONS = (
+    0 if orjson is None
+    else orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
+JSON_CODEC = "json" if orjson is None else f"orjson {orjson.__version__}, json where it would differ"
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -107,12 +137,7 @@ def repeated_keys(items: list[Encoded]) -> dict[int, int]:
 def encode_event(event: Any, key: str | None, synthetic: bool, options: Options) -> Encoded:
     """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written."""
     if type(event) is dict or isinstance(event, dict):
-        try:
-            raw = _JSON_ENCODE(event).encode("utf-8")
-        except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
-            raise EventNotSerializableError(str(exc)) from None
-        if _MAYBE_COERCED_KEY(raw) is not None:
-            _refuse_non_string_keys(event)
+        raw = _encode_json(event, options.record_size_bytes_max)
         flags = 0
     elif isinstance(event, (bytes, bytearray, memoryview)):
         raw = bytes(event)
@@ -139,6 +164,54 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
         body = bytes([len(key_bytes)]) + key_bytes + body
         flags |= fmt.FLAG_KEYED
     return Encoded(fmt.FrameSpec(flags, len(raw), body), raw, key)
+
+
+def _encode_json(event: dict[Any, Any], size_bytes_max: int) -> bytes:
+    """The compact UTF-8 JSON of ``event``; typed errors for what json refuses.
+
+    The size limit (``size_bytes_max``, checked by the caller) must refuse what it refused when
+    json wrote every event, and orjson's spelling of small floats is longer (0.000015 for
+    1.5e-05) or one byte shorter (1.5e-6 for 1.5e-06), so json decides near the limit. One byte
+    per float of at least five (four and a separator) makes json's length at most 6/5 of
+    orjson's: below 5/6 of the limit both fit."""
+    if _ORJSON_DUMPS is not None:
+        try:
+            raw: bytes = _ORJSON_DUMPS(event, option=_ORJSON_OPTIONS)
+        except Exception:  # whatever orjson refuses, json decides (below)
+            pass
+        else:
+            try:
+                if len(raw) * 6 <= size_bytes_max * 5 and _json_like(event):
+                    return raw
+            except RecursionError:  # the caller's stack is deep already: json decides
+                pass
+    try:
+        raw = _JSON_ENCODE(event).encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+        raise EventNotSerializableError(str(exc)) from None
+    if _MAYBE_COERCED_KEY(raw) is not None:
+        _refuse_non_string_keys(event)
+    return raw
+
+
+def _json_like(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
+    """Whether orjson writes ``value`` (a container orjson accepted) as json does: every value in
+    it, at any depth, a str, int, bool or None, a finite float, or an exact dict, list or tuple.
+    (A plain loop: on CPython 3.11 collecting the types in C, ``list(map(type, ...))`` and the
+    like, costs more than looking at each value.)"""
+    for x in value.values() if type(value) is dict else value:
+        kind = type(x)
+        if kind is str or kind is int or kind is bool or x is None:
+            continue
+        if kind is float:
+            if x - x != 0.0:  # NaN for NaN and the infinities, which orjson writes as null
+                return False
+        elif kind is dict or kind is list or kind is tuple:
+            if not _json_like(x):
+                return False
+        else:
+            return False
+    return True
 
 
 def _refuse_non_string_keys(event: dict[Any, Any]) -> None:

@@ -1,0 +1,136 @@
+"""CPU per record of the JSON codec (events to payloads and back), in instructions.
+
+    .venv/bin/python bench/bench_codec_cpu.py --callgrind             # Ir per op, every op
+    .venv/bin/python bench/bench_codec_cpu.py --callgrind --op read   # one op
+    .venv/bin/python bench/bench_codec_cpu.py --callgrind --checkout /tmp/before   # another checkout
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \\
+        .venv/bin/python bench/bench_codec_cpu.py --op read --count 2000  # one raw run
+
+The ops, each over the first ``--count`` events of the benchmark's mix
+(journal/benchmark/events.py, the mix ``journal bench`` appends):
+
+- ``read``: ``for rec in j.read(): rec.event`` over a journal holding them (zstd where it pays,
+  as the engine writes by default): the decode scan of ``journal bench``.
+- ``event``: ``rec.event`` alone, on records already read (decompressed) and not yet decoded.
+- ``append-buffered``: ``j.append(event, durability="buffered")``, the journal closed at the end.
+- ``append-sync``: ``j.append(event, durability="sync")``, an fdatasync per append.
+- ``encode``: ``encode_event`` alone (JSON, the key check, zstd), nothing written.
+
+Every run does the same set-up (the events made; for ``read`` and ``event`` the journal written
+and, for ``event``, every record read) and then the op on ``--ops`` of them. ``--callgrind`` runs
+each op under callgrind twice, with ``--ops 0`` and ``--ops COUNT``, and reports
+(Ir(COUNT) - Ir(0)) / COUNT: start-up, imports and set-up cancel out. The journal lives on tmpfs
+(/dev/shm when there is one), and callgrind counts user-space instructions only, so an fdatasync
+costs its system call and nothing of the disk. Instruction counts are what codec changes are
+decided with: timings on this shared machine vary ~20% from run to run, these counts by well
+under 1%.
+
+``--checkout`` imports journal (and its event mix) from another checkout: the figure for the code
+before a change, from a ``git worktree`` of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPS = ("read", "event", "append-buffered", "append-sync", "encode")
+
+
+def run(op: str, count: int, ops: int, base: str | None, checkout: str) -> str:
+    """The set-up for ``op`` over ``count`` events, then ``op`` on ``ops`` of them; the codec used."""
+    sys.path.insert(0, checkout)
+    import journal
+    from journal.benchmark.events import make_events
+    from journal.engine import encoding
+
+    events = make_events(count)
+    where = tempfile.mkdtemp(prefix="journal-codec-cpu-", dir=base)
+    try:
+        path = os.path.join(where, "j")
+        if op in ("read", "event"):
+            with journal.open(path, create=True) as j:
+                j.append_many(events, durability="buffered")
+            with journal.open(path, readonly=True) as j:
+                if op == "read":
+                    n = 0
+                    for rec in j.read():
+                        if n == ops:
+                            break
+                        rec.event  # noqa: B018 - decoding is what is measured
+                        n += 1
+                else:
+                    recs = list(j.read())
+                    for rec in recs[:ops]:
+                        rec.event  # noqa: B018 - decoding is what is measured
+        elif op == "encode":
+            options = journal.Options()
+            for e in events[:ops]:
+                encoding.encode_event(e, None, False, options)
+        else:
+            durability = "buffered" if op == "append-buffered" else "sync"
+            with journal.open(path, create=True) as j:
+                for e in events[:ops]:
+                    j.append(e, durability=durability)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return str(getattr(encoding, "JSON_CODEC", "json"))
+
+
+def callgrind_ir(args: list[str], out: str) -> int:
+    # One hash seed for every run: set and dict layouts, and so the counts, the same each time.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                    os.path.abspath(__file__), *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
+    with open(out) as f:
+        text = f.read()
+    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    if m is None:
+        raise RuntimeError(f"no totals in {out}")
+    return int(m.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--op", choices=[*OPS, "all"], default="all", help="what is measured (default: every op)")
+    ap.add_argument("--count", type=int, default=2000, help="events of the mix (default 2000)")
+    ap.add_argument("--ops", type=int, default=None, help="of which the op runs on this many (default all)")
+    ap.add_argument("--checkout", default=os.path.join(HERE, ".."), help="the checkout of journal to measure")
+    ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                    help="where the journal goes (default /dev/shm: tmpfs)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="run under callgrind with 0 and --count ops; print Ir per op")
+    args = ap.parse_args(argv)
+    checkout = os.path.abspath(args.checkout)
+    if not os.path.isfile(os.path.join(checkout, "journal", "engine", "encoding.py")):
+        print(f"{checkout} is not a checkout of journal", file=sys.stderr)
+        return 2
+    ops = [*OPS] if args.op == "all" else [args.op]
+    if not args.callgrind:
+        for op in ops:
+            n = args.count if args.ops is None else args.ops
+            codec = run(op, args.count, n, args.dir, checkout)
+            print(f"{op}: {n} of {args.count} events, codec {codec}")
+        return 0
+    common = ["--count", str(args.count), "--checkout", checkout] + (["--dir", args.dir] if args.dir else [])
+    outdir = tempfile.mkdtemp(prefix="journal-codec-callgrind-")
+    try:
+        for op in ops:
+            base = callgrind_ir([*common, "--op", op, "--ops", "0"], os.path.join(outdir, f"{op}-0.out"))
+            full = callgrind_ir([*common, "--op", op], os.path.join(outdir, f"{op}-n.out"))
+            n = args.count
+            print(f"{op}: {(full - base) / n:,.0f} Ir per op ({full:,} - {base:,} Ir over {n} ops)", flush=True)
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
