@@ -3,11 +3,13 @@
     .venv/bin/python bench/bench_codec_cpu.py --callgrind             # Ir per op, every op
     .venv/bin/python bench/bench_codec_cpu.py --callgrind --op read   # one op
     .venv/bin/python bench/bench_codec_cpu.py --callgrind --checkout /tmp/before   # another checkout
+    .venv/bin/python bench/bench_codec_cpu.py --callgrind --corpus ../shared/corpus  # real sessions
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \\
         .venv/bin/python bench/bench_codec_cpu.py --op read --count 2000  # one raw run
 
 The ops, each over the first ``--count`` events of the benchmark's mix
-(journal/benchmark/events.py, the mix ``journal bench`` appends):
+(journal/benchmark/events.py, the mix ``journal bench`` appends), or with ``--corpus DIR`` over
+the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to ``--count``:
 
 - ``read``: ``for rec in j.read(): rec.event`` over a journal holding them (zstd where it pays,
   as the engine writes by default): the decode scan of ``journal bench``.
@@ -32,25 +34,46 @@ before a change, from a ``git worktree`` of it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = ("read", "event", "append-buffered", "append-sync", "encode")
 
 
-def run(op: str, count: int, ops: int, base: str | None, checkout: str) -> str:
+def corpus_events(root: str, count: int) -> list[dict[str, Any]]:
+    """The dict lines of the ``*.jsonl`` files under ``root``, in name order, repeated to ``count``."""
+    found: list[dict[str, Any]] = []
+    for dirpath, _dirs, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if name.endswith(".jsonl"):
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    for line in f:
+                        try:
+                            obj = json.loads(line)
+                        except ValueError:
+                            continue  # a damaged line in a real file: not an event
+                        if isinstance(obj, dict):
+                            found.append(obj)
+    if not found:
+        raise SystemExit(f"no session files under {root}")
+    return (found * (count // len(found) + 1))[:count]
+
+
+def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: str | None) -> str:
     """The set-up for ``op`` over ``count`` events, then ``op`` on ``ops`` of them; the codec used."""
     sys.path.insert(0, checkout)
     import journal
     from journal.benchmark.events import make_events
     from journal.engine import encoding
 
-    events = make_events(count)
+    events = make_events(count) if corpus is None else corpus_events(corpus, count)
     where = tempfile.mkdtemp(prefix="journal-codec-cpu-", dir=base)
     try:
         path = os.path.join(where, "j")
@@ -105,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkout", default=os.path.join(HERE, ".."), help="the checkout of journal to measure")
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the journal goes (default /dev/shm: tmpfs)")
+    ap.add_argument("--corpus", default=None, help="a folder of real session .jsonl files: their events instead")
     ap.add_argument("--callgrind", action="store_true",
                     help="run under callgrind with 0 and --count ops; print Ir per op")
     args = ap.parse_args(argv)
@@ -116,10 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.callgrind:
         for op in ops:
             n = args.count if args.ops is None else args.ops
-            codec = run(op, args.count, n, args.dir, checkout)
+            codec = run(op, args.count, n, args.dir, checkout, args.corpus)
             print(f"{op}: {n} of {args.count} events, codec {codec}")
         return 0
     common = ["--count", str(args.count), "--checkout", checkout] + (["--dir", args.dir] if args.dir else [])
+    if args.corpus:
+        common += ["--corpus", os.path.abspath(args.corpus)]
     outdir = tempfile.mkdtemp(prefix="journal-codec-callgrind-")
     try:
         for op in ops:
