@@ -36,7 +36,6 @@ elected, up to ``connect_timeout_s``.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import weakref
@@ -51,7 +50,7 @@ from journal.engine import format as fmt
 from journal.engine.encoding import Encoded, encode_event
 from journal.engine.store import check_store_name, check_upto
 from journal.errors import InvalidArgumentError
-from journal.remote import jetstream, records
+from journal.remote import catalog_value, jetstream, records
 from journal.remote.jetstream import (
     ERR_STREAM_NOT_FOUND,
     ERR_WRONG_LAST_SEQ,
@@ -338,12 +337,12 @@ class JetStreamCatalog:
         return self._retrying(lambda: self._read(subject)[0], key, "reading")
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        subject, body = self._subject(key), _dumps(value)
+        subject, body = self._subject(key), catalog_value.encode(value)
         self._retrying(lambda: self._publish(subject, body, None), key, "writing")
 
     def update(self, key: str, fields: dict[str, Any]) -> bool:
         subject = self._subject(key)
-        _dumps(fields)  # refused before anything is sent
+        catalog_value.encode(fields)  # refused before anything is sent
 
         def updating() -> bool:
             for _ in range(CATALOG_UPDATE_TRIES):
@@ -351,7 +350,7 @@ class JetStreamCatalog:
                 if value is None:
                     return False
                 try:
-                    ack = self._publish(subject, _dumps({**value, **fields}), sseq)
+                    ack = self._publish(subject, catalog_value.encode({**value, **fields}), sseq)
                 except _Refused as exc:
                     if exc.err_code in ERR_WRONG_LAST_SEQ:
                         continue  # another updater moved first: merge into what it wrote
@@ -398,7 +397,8 @@ class JetStreamCatalog:
                         conn.get_msg(self._stream, {"last_by_subj": s}, timeout_s) for s in chunk)))
 
                 got.extend(self._store._call(reads()))
-            out = [(name_of_token(m.subject[len(self._prefix) :]), _loads(m.data)) for m in got if m is not None]
+            out = [(name_of_token(m.subject[len(self._prefix) :]), catalog_value.decode(m.data))
+                   for m in got if m is not None]
             return sorted(out)
 
         return self._retrying(listing, None, "listing")
@@ -413,7 +413,7 @@ class JetStreamCatalog:
         store = self._store
         m: _StoredMsg | None = store._call(store._connection().get_msg(
             self._stream, {"last_by_subj": subject}, store._settings.ack_timeout_s))
-        return (None, 0) if m is None else (_loads(m.data), m.sseq)
+        return (None, 0) if m is None else (catalog_value.decode(m.data), m.sseq)
 
     def _publish(self, subject: str, body: bytes, expect_sseq: int | None) -> dict[str, Any]:
         """Publish a value; with ``expect_sseq``, only over the message at that stream sequence.
@@ -460,25 +460,6 @@ class JetStreamCatalog:
 
     def _retrying(self, fn: Callable[[], _T], key: str | None, doing: str) -> _T:
         return self._store._retrying(fn, None, f"{doing} catalog {self._name!r}{f' key {key!r}' if key else ''} of")
-
-
-def _dumps(value: dict[str, Any]) -> bytes:
-    if not isinstance(value, dict):
-        raise InvalidArgumentError(f"a catalog value is a JSON object, not {type(value).__name__}")
-    try:
-        body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:
-        raise InvalidArgumentError(f"a catalog value must be JSON: {exc}") from None
-    if len(body) > CATALOG_VALUE_BYTES_MAX:
-        raise InvalidArgumentError(f"a catalog value is at most {CATALOG_VALUE_BYTES_MAX} bytes of JSON")
-    return body
-
-
-def _loads(data: bytes) -> dict[str, Any]:
-    value = json.loads(data)
-    if not isinstance(value, dict):
-        raise ValueError("a catalog value that is not a JSON object")
-    return value
 
 
 def open_store(parsed: RemoteURL, **options: Any) -> JetStreamStore:

@@ -37,7 +37,6 @@ names are valid on every backend.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -45,12 +44,11 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from journal.api import CATALOG_VALUE_BYTES_MAX, Journal, JournalLockedError, JournalNotFoundError
+from journal.api import Journal, JournalLockedError, JournalNotFoundError
 from journal.engine.encoding import Encoded, encode_event
 from journal.engine.options import Options
 from journal.engine.store import check_store_name, check_upto
-from journal.errors import InvalidArgumentError
-from journal.remote import postgres, records
+from journal.remote import catalog_value, postgres, records
 from journal.remote.url import RemoteURL
 
 _T = TypeVar("_T")
@@ -211,12 +209,12 @@ class PostgresCatalog:
         def run(conn: postgres.Conn) -> dict[str, Any] | None:
             row = conn.execute(sql.SQL("SELECT value FROM {} WHERE catalog = %s AND key = %s").format(self._table),
                                (self._name, key)).fetchone()
-            return None if row is None else _loads(row[0])
+            return None if row is None else catalog_value.decode(row[0])
 
         return self._run(run, check_store_name(key), "reading")
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        text = _dumps(value)
+        text = catalog_value.encode(value).decode("utf-8")
 
         def run(conn: postgres.Conn) -> None:
             conn.execute(sql.SQL("INSERT INTO {} (catalog, key, value) VALUES (%s, %s, %s) ON CONFLICT (catalog, key) "
@@ -225,7 +223,7 @@ class PostgresCatalog:
         self._run(run, check_store_name(key), "writing")
 
     def update(self, key: str, fields: dict[str, Any]) -> bool:
-        _dumps(fields)  # refused before anything is sent
+        catalog_value.encode(fields)  # refused before anything is sent
 
         def run(conn: postgres.Conn) -> bool:
             with conn.transaction():
@@ -235,8 +233,9 @@ class PostgresCatalog:
                 ).fetchone()
                 if row is None:
                     return False
+                merged = catalog_value.encode({**catalog_value.decode(row[0]), **fields}).decode("utf-8")
                 conn.execute(sql.SQL("UPDATE {} SET value = %s WHERE catalog = %s AND key = %s").format(self._table),
-                             (_dumps({**_loads(row[0]), **fields}), self._name, key))
+                             (merged, self._name, key))
                 return True
 
         return self._run(run, check_store_name(key), "updating")
@@ -252,7 +251,7 @@ class PostgresCatalog:
         def run(conn: postgres.Conn) -> list[tuple[str, dict[str, Any]]]:
             rows = conn.execute(sql.SQL("SELECT key, value FROM {} WHERE catalog = %s ORDER BY key").format(
                 self._table), (self._name,)).fetchall()
-            return [(str(k), _loads(v)) for k, v in rows]
+            return [(str(k), catalog_value.decode(v)) for k, v in rows]
 
         return self._run(run, None, "listing")
 
@@ -288,25 +287,6 @@ class PostgresCatalog:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._store._schema)))
             conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (catalog text NOT NULL, key text NOT NULL, "
                                  "value text NOT NULL, PRIMARY KEY (catalog, key))").format(self._table))
-
-
-def _dumps(value: dict[str, Any]) -> str:
-    if not isinstance(value, dict):
-        raise InvalidArgumentError(f"a catalog value is a JSON object, not {type(value).__name__}")
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"a catalog value must be JSON: {exc}") from None
-    if len(text.encode("utf-8", "surrogatepass")) > CATALOG_VALUE_BYTES_MAX:
-        raise InvalidArgumentError(f"a catalog value is at most {CATALOG_VALUE_BYTES_MAX} bytes of JSON")
-    return text
-
-
-def _loads(text: str) -> dict[str, Any]:
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise ValueError("a catalog value that is not a JSON object")
-    return value
 
 
 def open_store(parsed: RemoteURL, **options: Any) -> PostgresStore:
