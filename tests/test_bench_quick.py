@@ -26,6 +26,14 @@ def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
     for workload in ("1 writer, durable per event", "16 threads, durable per event", "bytes on disk per event"):
         assert workload in table
     assert "JSONL write+fdatasync" in table and "SQLite WAL synchronous=FULL" in table
+    # CPU per event, journal against JSONL, for a durable append and a decoded read at least.
+    assert "CPU per event, ms" in table
+    section = table.split("CPU per event, ms", 1)[1].split("\n\n")[1]  # the table after its caption
+    cpu_lines = [ln for ln in section.splitlines() if ln.startswith(("| 1 writer, durable", "| decode scan"))]
+    assert len(cpu_lines) == 2, cpu_lines
+    for ln in cpu_lines:
+        journal_ms, jsonl_ms = (float(c) for c in ln.split("|")[2:4])
+        assert journal_ms > 0 and jsonl_ms > 0
     data = json.loads((out / "quick.json").read_text())
     assert data["quick"] is True and data["rows"]
     # A missing peer is listed as skipped, never left out silently.

@@ -151,6 +151,36 @@ def machine_info(base: str) -> dict[str, str]:
     }
 
 
+class Timed:
+    """Wall time and CPU time (user + system, every thread of the process) of one timed section
+    of ``ops`` operations: the rate is what the tables show, the CPU per operation is what bounds
+    a Python store under the GIL once the disk stops being the limit."""
+
+    def __init__(self, ops: float) -> None:
+        self.ops = ops
+        self.wall_s = self.cpu_s = 0.0
+
+    def __enter__(self) -> Timed:
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self._t0
+        self.cpu_s = time.process_time() - self._c0
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.wall_s
+
+    @property
+    def cpu_ms_per_op(self) -> float:
+        return self.cpu_s / self.ops * 1e3
+
+
+def cpu_row(workload: str, store: str) -> Row:
+    return Row(f"CPU per event, {workload}", store, "ms/event", higher_is_better=False)
+
+
 class Bench:
     def __init__(self, plan: Plan, base: str, quick: bool, log: Callable[[str], None]) -> None:
         self.plan = plan
@@ -175,15 +205,23 @@ class Bench:
                 self.report.skipped[s.name] = f"package {s.package!r} not installed (pip install 'journal[bench]')"
         return out
 
-    def rounds(self, workload: str, stores: list[Store], measure: Callable[[Store, str], float], unit: str) -> None:
+    def rounds(
+        self, workload: str, stores: list[Store], measure: Callable[[Store, str], Timed], unit: str, cpu: bool = False
+    ) -> None:
+        """``repeats`` rounds of ``measure`` over every store, in an order that rotates; with
+        ``cpu``, each store's CPU per operation is kept too (a row "CPU per event, <workload>")."""
         rows = {s.name: Row(workload, s.name, unit, durable=s.durable) for s in stores}
-        self.report.rows.extend(rows.values())
+        cpu_rows = {s.name: cpu_row(workload, s.name) for s in stores} if cpu else {}
+        self.report.rows.extend([*rows.values(), *cpu_rows.values()])
         for rep in range(self.plan.repeats):
             k = rep % len(stores)
             for s in stores[k:] + stores[:k]:
                 path = self.path(s.name)
                 try:
-                    rows[s.name].values.append(measure(s, path))
+                    got = measure(s, path)
+                    rows[s.name].values.append(got.rate)
+                    if cpu:
+                        cpu_rows[s.name].values.append(got.cpu_ms_per_op)
                 finally:
                     s.close()
                     st.remove(path)
@@ -197,8 +235,7 @@ class Bench:
         for n in self.plan.session_counts:
             workload = f"{n} sessions in one process, durable per event"
             rate = {name: Row(workload, name, "events/s", durable=True) for name in (sess.JOURNAL, sess.JSONL)}
-            cpu = {name: Row(f"CPU per event, {workload}", name, "ms/event", higher_is_better=False)
-                   for name in (sess.JOURNAL, sess.JSONL)}
+            cpu = {name: cpu_row(workload, name) for name in (sess.JOURNAL, sess.JSONL)}
             self.report.rows.extend([*rate.values(), *cpu.values()])
             for rep in range(self.plan.repeats):
                 order = [sess.JOURNAL, sess.JSONL] if rep % 2 == 0 else [sess.JSONL, sess.JOURNAL]
@@ -211,23 +248,23 @@ class Bench:
     def one_writer(self) -> None:
         events = self.events[: self.plan.sync_events]
 
-        def measure(s: Store, path: str) -> float:
+        def measure(s: Store, path: str) -> Timed:
             s.open(path)
             for e in events[:10]:  # the first appends create files; not the steady state
                 s.append(e)
-            t0 = time.perf_counter()
-            for e in events:
-                s.append(e)
-            return len(events) / (time.perf_counter() - t0)
+            with Timed(len(events)) as t:
+                for e in events:
+                    s.append(e)
+            return t
 
         stores = st.all_stores()
         stores.insert(1, JournalStore("sync", compress=False))
-        self.rounds("1 writer, durable per event", self.usable(stores), measure, "events/s")
+        self.rounds("1 writer, durable per event", self.usable(stores), measure, "events/s", cpu=True)
 
     def threads(self) -> None:
         events = self.events[: self.plan.thread_events]
 
-        def measure(s: Store, path: str) -> float:
+        def measure(s: Store, path: str) -> Timed:
             s.open(path)
             chunks = list(st.iter_chunks(events, 1 if s.name == ONE_WRITER_BASELINE else THREADS))
             barrier = threading.Barrier(len(chunks) + 1)
@@ -245,13 +282,12 @@ class Bench:
             for t in ts:
                 t.start()
             barrier.wait()
-            t0 = time.perf_counter()
-            for t in ts:
-                t.join()
-            dt = time.perf_counter() - t0
+            with Timed(len(events)) as timed:
+                for t in ts:
+                    t.join()
             if errors:
                 raise errors[0]
-            return len(events) / dt
+            return timed
 
         # In the same rounds: the single JSONL writer the core engine's target is set against,
         # and the least a Python group commit can do (what the GIL allows here).
@@ -290,18 +326,18 @@ class Bench:
             s.name = names[s.name]
             s.durable = True
 
-        def measure(s: Store, path: str) -> float:
+        def measure(s: Store, path: str) -> Timed:
             s.open(path)
-            t0 = time.perf_counter()
-            if isinstance(s, JournalMany):
-                s.append_many(events)
-            else:
-                for e in events:
-                    s.append_buffered(e)
-            s.sync()
-            return len(events) / (time.perf_counter() - t0)
+            with Timed(len(events)) as t:
+                if isinstance(s, JournalMany):
+                    s.append_many(events)
+                else:
+                    for e in events:
+                        s.append_buffered(e)
+                s.sync()
+            return t
 
-        self.rounds("bulk append, one sync at the end", self.usable(bulk_stores), measure, "events/s")
+        self.rounds("bulk append, one sync at the end", self.usable(bulk_stores), measure, "events/s", cpu=True)
 
     # --- read workloads over one data set per store ---------------------------------------------
 
@@ -335,27 +371,26 @@ class Bench:
         rng = random.Random(11)
         seqs = [rng.randrange(1, len(events) + 1) for _ in range(self.plan.random_reads)]
 
-        def scan(s: Store, path: str) -> float:
+        def scan(s: Store, path: str) -> Timed:
             s.open_read(path)
-            t0 = time.perf_counter()
-            n = s.scan_bytes()
-            return n / (time.perf_counter() - t0) / 1e6
+            with Timed(0) as t:
+                t.ops = s.scan_bytes() / 1e6  # MB/s
+            return t
 
-        def decode(s: Store, path: str) -> float:
+        def decode(s: Store, path: str) -> Timed:
             s.open_read(path)
-            t0 = time.perf_counter()
-            n = s.scan_decode()
-            dt = time.perf_counter() - t0
-            assert n == len(events), (s.name, n)
-            return n / dt
+            with Timed(0) as t:
+                t.ops = s.scan_decode()
+            assert t.ops == len(events), (s.name, t.ops)
+            return t
 
-        def get(s: Store, path: str) -> float:
+        def get(s: Store, path: str) -> Timed:
             s.open_read(path)
             s.get(1)
-            t0 = time.perf_counter()
-            for q in seqs:
-                s.get(q)
-            return len(seqs) / (time.perf_counter() - t0)
+            with Timed(len(seqs)) as t:
+                for q in seqs:
+                    s.get(q)
+            return t
 
         try:
             for workload, fn, unit in (
@@ -365,12 +400,16 @@ class Bench:
             ):
                 these = [s for s in usable if fn is decode or not s.decode_only]
                 rows = {s.name: Row(workload, s.name, unit) for s in these}
-                self.report.rows.extend(rows.values())
+                cpu_rows = {s.name: cpu_row(workload, s.name) for s in these} if fn is not scan else {}
+                self.report.rows.extend([*rows.values(), *cpu_rows.values()])
                 for rep in range(self.plan.repeats):
                     k = rep % len(these)
                     for s in these[k:] + these[:k]:
                         try:
-                            rows[s.name].values.append(fn(s, paths[s.name]))
+                            got = fn(s, paths[s.name])
+                            rows[s.name].values.append(got.rate)
+                            if s.name in cpu_rows:
+                                cpu_rows[s.name].values.append(got.cpu_ms_per_op)
                         finally:
                             s.close()
                 self.log(f"  {workload}: " + ", ".join(f"{n} {r.median:,.0f}" for n, r in rows.items()))
@@ -611,6 +650,34 @@ _PEERS_OF = {
 }
 
 
+# The JSONL peer each CPU-per-event row is set against: the file a JSONL user writes and reads.
+_JSONL_PEER_OF = {
+    "1 writer, durable per event": "JSONL write+fdatasync",
+    "bulk append, one sync at the end": "JSONL buffered + fdatasync",
+    "decode scan (every record to a dict)": "JSONL buffered",
+    "random reads by seq": "JSONL buffered",
+}
+
+
+def cpu_table(r: Report) -> list[str]:
+    """CPU per event (user + system seconds of the process over the events), journal against
+    JSONL, per workload: under the GIL this, not the disk, bounds the workloads journal trails."""
+    pairs = [(w, _PEERS_OF[w], peer) for w, peer in _JSONL_PEER_OF.items()]
+    for n in r.plan.session_counts:
+        pairs.append((f"{n} sessions in one process, durable per event", sess.JOURNAL, sess.JSONL))
+    lines = ["", "CPU per event, ms (user + system time of the process over the events; lower is better):", "",
+             "| workload | journal | JSONL | journal ÷ JSONL (CPU) |", "|---|---:|---:|---:|"]
+    shown = False
+    for w, mine, peer in pairs:
+        a, b = r.row(f"CPU per event, {w}", mine), r.row(f"CPU per event, {w}", peer)
+        if a is None or b is None or not a.values or not b.values:
+            continue
+        ratio = r.ratio(f"CPU per event, {w}", mine, peer)
+        lines.append(f"| {w} | {a.median:.4f} | {b.median:.4f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+        shown = True
+    return lines if shown else []
+
+
 def _fmt(v: float) -> str:
     if v != v:  # nan
         return "-"
@@ -645,6 +712,7 @@ def markdown(r: Report, command: str) -> str:
         verdict = "not measured" if ok is None else ("met" if ok else "**NOT met**")
         shown = "-" if value is None else f"{value:.2f}"
         lines.append(f"| {text} | {need} | {shown} | {verdict} |")
+    lines += cpu_table(r)
     lines += ["", "## All figures", ""]
     workloads: list[str] = []
     for row in r.rows:
