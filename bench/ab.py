@@ -3,6 +3,7 @@
     git worktree add /tmp/before HEAD~1           # the commit to compare against
     .venv/bin/python bench/ab.py /tmp/before . one-writer --rounds 8
     .venv/bin/python bench/ab.py /tmp/before . threads --rounds 8
+    .venv/bin/python bench/ab.py /tmp/before . sessions --rounds 8
 
 Each run imports journal from its checkout in a fresh subprocess (so each side runs its own
 code, and its own C helper if built there; a checkout without one runs the pure path and the
@@ -10,8 +11,10 @@ report says so), appends the benchmark's event mix to a journal in a scratch dir
 durability, and prints events/s. The order of A and B flips every round, so a noisy moment lands
 on both sides; the result is the median of each side and the ratio B/A of the medians.
 
-Workloads: ``one-writer`` (3,000 sync appends from one thread) and ``threads`` (16,000 sync
-appends from 16 threads). ``--dir`` puts the scratch journals on the disk to measure.
+Workloads: ``one-writer`` (3,000 sync appends from one thread), ``threads`` (16,000 sync
+appends from 16 threads to one journal), ``sessions`` (6,400 sync appends from 64 threads, each
+to a journal of its own: many sessions in one process) and ``bulk`` (20,000 buffered appends,
+one sync at the end). ``--dir`` puts the scratch journals on the disk to measure.
 """
 
 from __future__ import annotations
@@ -32,22 +35,31 @@ sys.path.insert(0, sys.argv[1])
 import journal
 from journal.benchmark.events import make_events
 workload, scratch = sys.argv[2], sys.argv[3]
-threads, count = (1, 3000) if workload == "one-writer" else (16, 16000)
+threads, count = {"one-writer": (1, 3000), "threads": (16, 16000), "sessions": (64, 6400), "bulk": (1, 20000)}[workload]
 events = make_events(count)
 path = tempfile.mkdtemp(dir=scratch)
-j = journal.open(os.path.join(path, "j"), create=True)
-for e in events[:10]:  # the first appends create files: not the steady state
-    j.append(e)
+# "sessions": a journal per thread (64 sessions in one process); the others share one journal.
+n_journals = threads if workload == "sessions" else 1
+handles = [journal.open(os.path.join(path, f"j{i}"), create=True) for i in range(n_journals)]
+for h in handles:
+    for e in events[:10]:  # the first appends create files: not the steady state
+        h.append(e)
+j = handles[0]
 chunks = [events[i::threads] for i in range(threads)]
 barrier = threading.Barrier(threads + 1)
 
-def work(chunk):
+def work(chunk, h):
     barrier.wait()
+    if workload == "bulk":
+        for e in chunk:
+            h.append(e, durability="buffered")
+        h.sync()
+        return
     for e in chunk:
-        out = j.append(e)
+        out = h.append(e)
         assert isinstance(out, journal.Committed), out
 
-ts = [threading.Thread(target=work, args=(c,)) for c in chunks]
+ts = [threading.Thread(target=work, args=(c, handles[i % len(handles)])) for i, c in enumerate(chunks)]
 for t in ts:
     t.start()
 barrier.wait()
@@ -55,11 +67,12 @@ t0 = time.perf_counter()
 for t in ts:
     t.join()
 rate = count / (time.perf_counter() - t0)
-j.close()
+for h in handles:
+    h.close()
 print(rate, "native" if journal.native_available() else "pure")
 """
 
-WORKLOADS = ("one-writer", "threads")
+WORKLOADS = ("one-writer", "threads", "sessions", "bulk")
 
 
 def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:
