@@ -1,4 +1,5 @@
-"""Build the optional C helper with cffi; metadata lives in pyproject.toml.
+"""Build the optional C helper with cffi, and the GIL-holding zstd module; metadata lives in
+pyproject.toml.
 
 The helper is an accelerator, not a requirement: if the C compiler is missing or fails,
 installation still succeeds, the pure-Python twin in journal/engine/format.py is used, and one
@@ -10,10 +11,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 WARNING = "journal: the C helper was not built ({}); the pure-Python path will be used"
+HELD_WARNING = "journal: the GIL-holding zstd module was not built ({}); the zstandard package compresses every payload"
+HELD_NAME = "journal.engine._zstd_held"
 
 
 class OptionalBuildExt(build_ext):
@@ -33,7 +36,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._warn(exc)
+            self._warn(exc, HELD_WARNING if ext.name == HELD_NAME else WARNING)
             self.failed.append(ext.name)
 
     def copy_extensions_to_source(self) -> None:
@@ -46,12 +49,22 @@ class OptionalBuildExt(build_ext):
         outputs: list[str] = super().get_outputs()
         return outputs
 
-    def _warn(self, exc: BaseException) -> None:
+    def _warn(self, exc: BaseException, warning: str = WARNING) -> None:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        print(WARNING.format(reason[:200]), file=sys.stderr)
+        print(warning.format(reason[:200]), file=sys.stderr)
 
+
+# zstd for small payloads with the GIL held (native/zstd_held.c says why); optional like the
+# helper: without it, the zstandard package compresses every payload.
+ZSTD_HELD = Extension(
+    HELD_NAME,
+    sources=["native/zstd_held.c"],
+    py_limited_api=True,
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra", "-Werror"],
+)
 
 setup(
     cffi_modules=["journal/engine/_native_build.py:ffibuilder"],
+    ext_modules=[] if sys.platform == "win32" else [ZSTD_HELD],
     cmdclass={"build_ext": OptionalBuildExt},
 )

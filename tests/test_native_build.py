@@ -30,6 +30,9 @@ def test_build_with_a_failing_compiler_warns_and_succeeds(tmp_path: Path) -> Non
     warning = [ln for ln in res.stderr.splitlines() if "the C helper was not built" in ln]
     assert len(warning) == 1, res.stderr
     assert not list((tmp_path / "journal").rglob("_journal_native*"))
+    held = [ln for ln in res.stderr.splitlines() if "the GIL-holding zstd module was not built" in ln]
+    assert len(held) == 1, res.stderr
+    assert not list((tmp_path / "journal").rglob("_zstd_held*"))
 
 
 def test_missing_module_falls_back_to_pure_with_one_warning_line(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ except ImportError:  # no build of it for this interpreter: every event takes th
     orjson = None  # type: ignore[assignment]
 
 from journal.engine import format as fmt
+from journal.engine import native
 from journal.engine.options import Options
 from journal.errors import (
     DurabilityError,
@@ -49,6 +50,12 @@ from journal.outcomes import DURABILITY_LEVELS, Committed, Durability, Outcome
 
 COMPRESS_MIN_BYTES = 256  # smaller events gain little (2% of bytes on real logs) and zstd costs ~10 µs each
 ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
+# Payloads up to this size are compressed with the GIL held (native/zstd_held.c, where the system
+# has libzstd): a few microseconds of work, where giving the GIL up and waiting to get it back
+# behind the other appending threads cost several times that. Larger ones take long enough that
+# other threads should run meanwhile, so the zstandard package (which releases it) does them.
+HELD_COMPRESS_BYTES_MAX = 16 * 1024
+_HELD_COMPRESS = native.held_compress
 
 _local = threading.local()
 # One encoder for every event: json.dumps with options builds a new encoder on each call.
@@ -148,7 +155,10 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
         raise RecordTooLargeError(len(raw), options.record_size_bytes_max)
     body = raw
     if options.compress and len(raw) >= COMPRESS_MIN_BYTES:
-        packed = _compressor().compress(raw)
+        if _HELD_COMPRESS is not None and len(raw) <= HELD_COMPRESS_BYTES_MAX:
+            packed = _HELD_COMPRESS(raw)
+        else:
+            packed = _compressor().compress(raw)
         if len(packed) < len(raw):
             body = packed
             flags |= fmt.CODEC_ZSTD

@@ -9,7 +9,10 @@ compiled module loaded). The bytes and the results are the same either way
 Set ``JOURNAL_PURE=1`` to force the pure path (the compiled module is then not even loaded).
 
 The C functions release the GIL while they run (cffi's API mode does that for every call), so
-a scan or an encode on one thread does not stall the others.
+a scan or an encode on one thread does not stall the others. The one exception is the second,
+optional module loaded here, ``_zstd_held`` (native/zstd_held.c): it compresses a small payload
+with the system's libzstd and keeps the GIL, because for a call of a few microseconds giving it
+up costs more than it frees.
 """
 
 from __future__ import annotations
@@ -76,10 +79,33 @@ def native_available() -> bool:
 def native_status() -> str:
     """One line saying which path is in use and why."""
     if _selected:
-        return f"C helper ({_ext.__file__})"
+        held = "zstd with the GIL held: " + held_status if held_compress is not None else f"no held zstd: {held_status}"
+        return f"C helper ({_ext.__file__}); {held}"
     if forced_pure():
         return f"pure Python ({PURE_ENV}=1)"
     return f"pure Python (C helper not built: {_load_error})"
+
+
+# --- zstd with the GIL held (native/zstd_held.c) ---------------------------------------------
+
+HELD_MODULE_NAME = "journal.engine._zstd_held"
+
+
+def _load_held() -> tuple[Callable[[bytes], bytes] | None, str]:
+    if forced_pure():
+        return None, f"{PURE_ENV}=1"
+    try:
+        mod = importlib.import_module(HELD_MODULE_NAME)
+    except ImportError as exc:  # not built, or no libzstd on this system
+        return None, str(exc)
+    compress: Callable[[bytes], bytes] = mod.compress
+    v = mod.LIBRARY_VERSION
+    return compress, f"libzstd {v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+# The compressor of small payloads that keeps the GIL (None: the zstandard package does all),
+# and a word on which library it is or why there is none.
+held_compress, held_status = _load_held()
 
 
 if not _selected and not forced_pure():

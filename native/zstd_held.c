@@ -1,0 +1,166 @@
+/* zstd compression of one small payload with the GIL held: journal.engine._zstd_held.
+ *
+ * Why: the zstandard package releases the GIL around every compress call. For a payload of a
+ * few hundred bytes the work takes a few microseconds, but giving the GIL up and taking it back
+ * costs a wait behind every other runnable thread: with 64 sessions appending from 64 threads,
+ * that wait made compression cost about five times its own CPU per event. Holding the GIL for a
+ * short call costs the other threads nothing they could have used (Python work needs the GIL,
+ * and I/O releases it on its own). Payloads above HELD_INPUT_BYTES_MAX still go through the
+ * zstandard package, which lets other threads run during a long call.
+ *
+ * The library is the system's libzstd, opened at import with dlopen: the module needs no zstd
+ * headers to build and links nothing at build time. Where libzstd is missing (or older than
+ * 1.4.0, which made the ZSTD_compress2 API stable) the import fails and journal compresses with
+ * the zstandard package alone. The frames are standard zstd frames either way, without content
+ * size, checksum or dictionary id (the journal frame carries those), and any zstd decoder reads
+ * them: the bytes may differ from the zstandard package's bundled library, the payload may not.
+ *
+ * One compression context serves the whole process: every call holds the GIL from start to end,
+ * so no two calls ever use it at once. (This is also why the module is for GIL builds of CPython
+ * only; it is built against the limited API of 3.11.)
+ */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+/* journal/engine/encoding.py's HELD_COMPRESS_BYTES_MAX (tests compare them). */
+#define HELD_INPUT_BYTES_MAX (16 * 1024)
+#define HELD_LEVEL 1 /* journal/engine/encoding.py's ZSTD_LEVEL (tests compare them) */
+#define ZSTD_VERSION_MIN 10400 /* 1.4.0: ZSTD_compress2 and ZSTD_CCtx_setParameter are stable */
+
+/* The stable zstd API, declared here by hand (its enum values are fixed by zstd.h's "stable
+ * API" section and have never changed). */
+enum {
+    ZSTD_C_COMPRESSION_LEVEL = 100,
+    ZSTD_C_CONTENT_SIZE_FLAG = 200,
+    ZSTD_C_CHECKSUM_FLAG = 201,
+    ZSTD_C_DICT_ID_FLAG = 202,
+};
+typedef struct zstd_cctx zstd_cctx;
+typedef unsigned (*version_fn)(void);
+typedef zstd_cctx *(*create_fn)(void);
+typedef size_t (*set_parameter_fn)(zstd_cctx *, int, int);
+typedef size_t (*compress2_fn)(zstd_cctx *, void *, size_t, const void *, size_t);
+typedef size_t (*bound_fn)(size_t);
+typedef unsigned (*is_error_fn)(size_t);
+typedef const char *(*error_name_fn)(size_t);
+
+static compress2_fn zstd_compress2;
+static is_error_fn zstd_is_error;
+static error_name_fn zstd_error_name;
+static zstd_cctx *cctx;
+static char *scratch;      /* the compressed bytes, copied out into a new bytes object */
+static size_t scratch_cap; /* ZSTD_compressBound(HELD_INPUT_BYTES_MAX) */
+static unsigned library_version;
+
+static void *symbol(void *lib, const char *name) {
+    void *p = dlsym(lib, name);
+    if (p == NULL) {
+        PyErr_Format(PyExc_ImportError, "libzstd has no %s", name);
+    }
+    return p;
+}
+
+static int set_parameter(set_parameter_fn set, int param, int value) {
+    size_t rc = set(cctx, param, value);
+    if (zstd_is_error(rc)) {
+        PyErr_Format(PyExc_ImportError, "libzstd refused parameter %d = %d: %s", param, value, zstd_error_name(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* Open libzstd (kept open for the life of the process) and make the one context; ImportError
+ * if it cannot. */
+static int open_library(int level) {
+    static const char *const names[] = {"libzstd.so.1", "libzstd.1.dylib", "libzstd.so"};
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && lib == NULL; i++) {
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    }
+    if (lib == NULL) {
+        PyErr_SetString(PyExc_ImportError, "no libzstd on this system (libzstd.so.1)");
+        return -1;
+    }
+    version_fn version = (version_fn)symbol(lib, "ZSTD_versionNumber");
+    create_fn create = (create_fn)symbol(lib, "ZSTD_createCCtx");
+    set_parameter_fn set = (set_parameter_fn)symbol(lib, "ZSTD_CCtx_setParameter");
+    bound_fn bound = (bound_fn)symbol(lib, "ZSTD_compressBound");
+    zstd_compress2 = (compress2_fn)symbol(lib, "ZSTD_compress2");
+    zstd_is_error = (is_error_fn)symbol(lib, "ZSTD_isError");
+    zstd_error_name = (error_name_fn)symbol(lib, "ZSTD_getErrorName");
+    if (!version || !create || !set || !bound || !zstd_compress2 || !zstd_is_error || !zstd_error_name) {
+        return -1;
+    }
+    library_version = version();
+    if (library_version < ZSTD_VERSION_MIN) {
+        PyErr_Format(PyExc_ImportError, "libzstd %u is older than 1.4.0", library_version);
+        return -1;
+    }
+    cctx = create();
+    scratch_cap = bound(HELD_INPUT_BYTES_MAX);
+    scratch = malloc(scratch_cap);
+    if (cctx == NULL || scratch == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (set_parameter(set, ZSTD_C_COMPRESSION_LEVEL, level) || set_parameter(set, ZSTD_C_CONTENT_SIZE_FLAG, 0) ||
+        set_parameter(set, ZSTD_C_CHECKSUM_FLAG, 0) || set_parameter(set, ZSTD_C_DICT_ID_FLAG, 0)) {
+        return -1;
+    }
+    return 0;
+}
+
+/* compress(data) -> bytes: one zstd frame of data (at most HELD_INPUT_BYTES_MAX bytes). */
+static PyObject *held_compress(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer in;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (in.len > HELD_INPUT_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes is more than the %d this compressor takes", in.len,
+                     HELD_INPUT_BYTES_MAX);
+    } else {
+        size_t n = zstd_compress2(cctx, scratch, scratch_cap, in.buf, (size_t)in.len);
+        if (zstd_is_error(n)) {
+            PyErr_Format(PyExc_RuntimeError, "zstd compression failed: %s", zstd_error_name(n));
+        } else {
+            out = PyBytes_FromStringAndSize(scratch, (Py_ssize_t)n);
+        }
+    }
+    PyBuffer_Release(&in);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"compress", held_compress, METH_O, "compress(data) -> one zstd frame, the GIL held throughout"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_zstd_held", "zstd compression of small payloads with the GIL held", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__zstd_held(void) {
+    if (open_library(HELD_LEVEL) != 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "INPUT_BYTES_MAX", HELD_INPUT_BYTES_MAX) != 0 ||
+        PyModule_AddIntConstant(m, "LEVEL", HELD_LEVEL) != 0 ||
+        PyModule_AddIntConstant(m, "LIBRARY_VERSION", (long)library_version) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
