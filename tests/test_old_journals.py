@@ -1,0 +1,95 @@
+"""Journals written by earlier versions of the engine open and read the same with this one.
+
+The speed work changed how payloads are made (orjson in the codec, zstd with the GIL held) but
+not the format: a journal written before must read back event for event, verify clean, and take
+appends. The earlier code is taken from this repository's own history (``git archive`` of a
+pinned commit), so the journal is written by exactly what shipped then, run in a subprocess on
+its pure-Python path (its compiled helper is not built there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import journal
+from journal.engine.verify import CLEAN, verify
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The commit before each change of how payloads are written: before orjson, before held zstd.
+COMMITS = {
+    "json": "dc3be850d1dadf985020d72df9fcf1c782f84561",
+    "orjson": "fdbafd987035d23bde88de0000a4da215b6e0913",
+}
+
+# What the old code appends: the benchmark's mix, the values whose bytes changed with orjson
+# (floats in [1e-9, 1e-4), integers beyond 64 bits), keyed, bytes and synthetic records.
+WRITE = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import journal
+assert os.path.abspath(journal.__file__).startswith(os.path.abspath(sys.argv[1])), journal.__file__
+from journal.benchmark.events import make_events
+events = make_events(600)
+events += [{"f": 1.5e-05, "g": 3e-9, "h": [9.9e-5, 1e-4]}, {"big": 2 ** 70 + 12345, "neg": -(2 ** 65) - 7},
+           {"text": "é ☃ \U0001F600 " * 40, "nested": {"a": [1, {"b": None, "c": True}]}}]
+j = journal.open(sys.argv[2], create=True)
+for i, e in enumerate(events):
+    out = j.append(e, durability="sync" if i % 50 == 0 else "buffered", idempotency_key=f"k{i}" if i % 7 == 0 else None)
+    assert isinstance(out, journal.Committed), out
+j.append(b"raw bytes \x00\x01" * 30, durability="sync")
+j.close()
+print(json.dumps(events))
+"""
+
+
+def _old_tree(commit: str, dest: Path) -> Path:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the earlier code comes from its history")
+    got = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "journal"], capture_output=True)
+    if got.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"git archive {commit} failed in CI (a shallow clone?): {got.stderr.decode()[-500:]}")
+        pytest.skip(f"commit {commit} is not in this clone's history: {got.stderr.decode()[-200:]}")
+    with tarfile.open(fileobj=BytesIO(got.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+@pytest.mark.parametrize("before", sorted(COMMITS))
+def test_a_journal_written_before_reads_the_same_and_takes_appends(tmp_path: Path, before: str) -> None:
+    tree = _old_tree(COMMITS[before], tmp_path / "old")
+    path = tmp_path / "j"
+    env = {**os.environ, "JOURNAL_PURE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITE, str(tree), str(path)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events: list[Any] = json.loads(proc.stdout.splitlines()[-1])
+
+    with journal.open(path, readonly=True) as j:
+        records = list(j.read())
+    assert [r.event for r in records[:-1]] == events
+    assert records[-1].event == b"raw bytes \x00\x01" * 30
+    assert [r.key for r in records[:-1]] == [f"k{i}" if i % 7 == 0 else None for i in range(len(events))]
+    assert verify(str(path)).verdict == CLEAN
+
+    # This version appends to it, answers the old records' keys as duplicates, and reads both.
+    with journal.open(path) as j:
+        again = j.append(events[7], idempotency_key="k7", durability="sync")
+        assert isinstance(again, journal.Committed) and again.duplicate and again.seq == 8
+        new = j.append({"after": "the change", "f": 1.5e-05}, durability="sync")
+        assert isinstance(new, journal.Committed) and new.seq == len(records) + 1
+    with journal.open(path, readonly=True) as j:
+        assert [r.event for r in j.read()][-1] == {"after": "the change", "f": 1.5e-05}
+    assert verify(str(path)).verdict == CLEAN
