@@ -191,10 +191,11 @@ class ReadOnlyError(JournalError):
 class JournalIOError(JournalError, OSError):
     """Opening, recovering or reading a journal failed in the file system (also an OSError: errno kept)."""
 
-    def __init__(self, path: str, exc: OSError, doing: str = "opening") -> None:
+    def __init__(self, path: str, exc: OSError, doing: str = "opening", advice: str | None = None) -> None:
         # A read-only tool (verify, salvage's read of its source) changed nothing and has no
-        # recovery to resume: it says so, and to run it again.
-        after = (
+        # recovery to resume: it says so, and to run it again. ``advice`` replaces that where
+        # the caller knows better (a server's write whose answer was lost may have been applied).
+        after = advice or (
             "Nothing acknowledged was changed; fix the cause (permissions, free space, the device) "
             "and open it again: recovery picks up where it stopped"
             if doing == "opening"

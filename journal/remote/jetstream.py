@@ -248,9 +248,10 @@ class ClaimHeldError(JournalLockedError):
         self.pid = pid if isinstance(pid, int) else None
 
 
-def _io_error(where: str, what: str, exc: BaseException | None = None, doing: str = "opening") -> JournalIOError:
+def _io_error(where: str, what: str, exc: BaseException | None = None, doing: str = "opening",
+              advice: str | None = None) -> JournalIOError:
     detail = f"{what}" + (f" ({type(exc).__name__}: {exc})" if exc is not None else "")
-    err = JournalIOError(where, OSError(errno.EIO, detail), doing=doing)
+    err = JournalIOError(where, OSError(errno.EIO, detail), doing=doing, advice=advice)
     if exc is not None:
         err.__cause__ = exc
     return err
@@ -532,6 +533,9 @@ class _Conn:
                 await self.nc.publish(subject, body, reply=self._prefix + token, headers=headers)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
                 raise _Refused(f"not sent: the connection is closed ({type(exc).__name__})") from exc
+            except nats.errors.OutboundBufferLimitError as exc:  # lost, being made again, its buffer full
+                raise _Refused("not sent: the connection was lost and its buffer is full until it is made "
+                               f"again ({type(exc).__name__})") from exc
             try:
                 msg = await asyncio.wait_for(fut, timeout_s)
             except asyncio.TimeoutError:

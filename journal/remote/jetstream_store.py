@@ -280,17 +280,28 @@ class JetStreamStore:
 
         return self._retrying(once, name, doing)
 
-    def _retrying(self, fn: Callable[[], _T], name: str | None, doing: str) -> _T:
-        """``fn()``, tried again while JetStream does not serve (no leader yet), up to connect_timeout_s."""
+    def _retrying(self, fn: Callable[[], _T], name: str | None, doing: str, writes: bool = False) -> _T:
+        """``fn()``, tried again while JetStream does not serve (no leader yet), up to connect_timeout_s.
+
+        ``writes``: ``fn`` changes something, so a request whose answer was lost (``_Lost``) may
+        have been applied, and the error says so rather than that nothing changed."""
         deadline = time.monotonic() + self._settings.connect_timeout_s
+        lost = False
         while True:
             try:
                 return fn()
             except (_Refused, _Lost) as exc:
+                lost = lost or isinstance(exc, _Lost)
                 if time.monotonic() >= deadline:
                     where = self._url.with_journal(name).display() if name is not None else self.location
+                    advice = (
+                        "The change may have been stored before its answer was lost, or not; read it "
+                        "again, or repeat the call once the NATS servers answer (repeating it is safe)"
+                        if writes and lost else None
+                    )
                     raise _io_error(where, f"JetStream did not serve stream {self._settings.stream!r} within "
-                                    f"{self._settings.connect_timeout_s:g} s", exc, doing=doing) from exc
+                                    f"{self._settings.connect_timeout_s:g} s", exc, doing=doing,
+                                    advice=advice) from exc
                 time.sleep(RETRY_PAUSE_S)
 
     @staticmethod
@@ -459,7 +470,8 @@ class JetStreamCatalog:
         self._made = True
 
     def _retrying(self, fn: Callable[[], _T], key: str | None, doing: str) -> _T:
-        return self._store._retrying(fn, None, f"{doing} catalog {self._name!r}{f' key {key!r}' if key else ''} of")
+        return self._store._retrying(fn, None, f"{doing} catalog {self._name!r}{f' key {key!r}' if key else ''} of",
+                                     writes=doing in ("writing", "updating", "deleting from"))
 
 
 def open_store(parsed: RemoteURL, **options: Any) -> JetStreamStore:
