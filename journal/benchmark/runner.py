@@ -38,6 +38,9 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 
+SESSION_COUNTS = (64, 1000)  # the many-sessions workload (journal/benchmark/sessions.py), full mode
+
+
 @dataclass(frozen=True)
 class Plan:
     """How much work each workload does; --quick shrinks everything to finish within a minute."""
@@ -49,7 +52,7 @@ class Plan:
     random_reads: int
     recover_sizes: tuple[int, ...]
     recover_repeats: int
-    session_counts: tuple[int, ...] = (64, 1000)  # the many-sessions workload (journal/benchmark/sessions.py)
+    session_counts: tuple[int, ...] = SESSION_COUNTS
     session_events: int = 4000  # appends in all, per count and side
 
     @staticmethod
@@ -651,6 +654,7 @@ _PEERS_OF = {
     "random reads by seq": "journal sync",
     "bytes on disk per event": "journal sync",
     "bytes on disk per event, real session files": "journal sync",
+    **{f"{n} sessions in one process, durable per event": sess.JOURNAL for n in SESSION_COUNTS},
 }
 
 
@@ -766,7 +770,7 @@ def chart(r: Report, path: str) -> bool:
             ratio = r.advantage(w, ref, row.store)
             if ratio is None:
                 continue
-            short = w.split(",")[0].split(" (")[0]
+            short = w.split(",")[0].split(" (")[0] + (" (real files)" if "real session files" in w else "")
             labels.append(f"{short} | {row.store}")
             values.append(ratio)
     fig, ax = plt.subplots(figsize=(7, 0.16 * len(labels) + 1.0), dpi=64)
