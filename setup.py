@@ -60,7 +60,9 @@ ZSTD_HELD = Extension(
     HELD_NAME,
     sources=["native/zstd_held.c"],
     py_limited_api=True,
-    extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra", "-Werror"],
+    # -Werror is for tests/test_native_sanitize.py, which compiles the file alone: here a new
+    # compiler's new warning would only leave the module out.
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra"],
 )
 
 setup(

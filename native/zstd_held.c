@@ -26,6 +26,11 @@
 #include <dlfcn.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+
+#ifdef Py_GIL_DISABLED
+#error "zstd_held keeps one context per process and relies on the GIL to serialize its calls"
+#endif
 
 /* journal/engine/encoding.py's HELD_COMPRESS_BYTES_MAX (tests compare them). */
 #define HELD_INPUT_BYTES_MAX (16 * 1024)
@@ -43,6 +48,7 @@ enum {
 typedef struct zstd_cctx zstd_cctx;
 typedef unsigned (*version_fn)(void);
 typedef zstd_cctx *(*create_fn)(void);
+typedef size_t (*free_fn)(zstd_cctx *);
 typedef size_t (*set_parameter_fn)(zstd_cctx *, int, int);
 typedef size_t (*compress2_fn)(zstd_cctx *, void *, size_t, const void *, size_t);
 typedef size_t (*bound_fn)(size_t);
@@ -57,12 +63,17 @@ static char *scratch;      /* the compressed bytes, copied out into a new bytes 
 static size_t scratch_cap; /* ZSTD_compressBound(HELD_INPUT_BYTES_MAX) */
 static unsigned library_version;
 
-static void *symbol(void *lib, const char *name) {
+/* Look ``name`` up in ``lib`` and store it in the function pointer at ``out`` (of ``size``
+ * bytes). The address is copied, not cast: ISO C has no conversion from void * to a function
+ * pointer, and POSIX guarantees the representations match. */
+static int bind(void *lib, const char *name, void *out, size_t size) {
     void *p = dlsym(lib, name);
-    if (p == NULL) {
+    if (p == NULL || size != sizeof p) {
         PyErr_Format(PyExc_ImportError, "libzstd has no %s", name);
+        return -1;
     }
-    return p;
+    memcpy(out, &p, size);
+    return 0;
 }
 
 static int set_parameter(set_parameter_fn set, int param, int value) {
@@ -74,9 +85,13 @@ static int set_parameter(set_parameter_fn set, int param, int value) {
     return 0;
 }
 
-/* Open libzstd (kept open for the life of the process) and make the one context; ImportError
- * if it cannot. */
+/* Open libzstd (kept open for the life of the process once this succeeds) and make the one
+ * context; ImportError if it cannot, with nothing left allocated or open. Another import of the
+ * module after a success finds the context made and keeps it. */
 static int open_library(int level) {
+    if (cctx != NULL) {
+        return 0;
+    }
     static const char *const names[] = {"libzstd.so.1", "libzstd.1.dylib", "libzstd.so"};
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && lib == NULL; i++) {
@@ -86,33 +101,47 @@ static int open_library(int level) {
         PyErr_SetString(PyExc_ImportError, "no libzstd on this system (libzstd.so.1)");
         return -1;
     }
-    version_fn version = (version_fn)symbol(lib, "ZSTD_versionNumber");
-    create_fn create = (create_fn)symbol(lib, "ZSTD_createCCtx");
-    set_parameter_fn set = (set_parameter_fn)symbol(lib, "ZSTD_CCtx_setParameter");
-    bound_fn bound = (bound_fn)symbol(lib, "ZSTD_compressBound");
-    zstd_compress2 = (compress2_fn)symbol(lib, "ZSTD_compress2");
-    zstd_is_error = (is_error_fn)symbol(lib, "ZSTD_isError");
-    zstd_error_name = (error_name_fn)symbol(lib, "ZSTD_getErrorName");
-    if (!version || !create || !set || !bound || !zstd_compress2 || !zstd_is_error || !zstd_error_name) {
-        return -1;
+    version_fn version;
+    create_fn create;
+    free_fn release = NULL;
+    set_parameter_fn set;
+    bound_fn bound;
+    zstd_cctx *made = NULL;
+    if (bind(lib, "ZSTD_versionNumber", &version, sizeof version) || bind(lib, "ZSTD_createCCtx", &create, sizeof create) ||
+        bind(lib, "ZSTD_freeCCtx", &release, sizeof release) ||
+        bind(lib, "ZSTD_CCtx_setParameter", &set, sizeof set) || bind(lib, "ZSTD_compressBound", &bound, sizeof bound) ||
+        bind(lib, "ZSTD_compress2", &zstd_compress2, sizeof zstd_compress2) ||
+        bind(lib, "ZSTD_isError", &zstd_is_error, sizeof zstd_is_error) ||
+        bind(lib, "ZSTD_getErrorName", &zstd_error_name, sizeof zstd_error_name)) {
+        goto fail;
     }
     library_version = version();
     if (library_version < ZSTD_VERSION_MIN) {
         PyErr_Format(PyExc_ImportError, "libzstd %u is older than 1.4.0", library_version);
-        return -1;
+        goto fail;
     }
-    cctx = create();
+    made = create();
     scratch_cap = bound(HELD_INPUT_BYTES_MAX);
     scratch = malloc(scratch_cap);
-    if (cctx == NULL || scratch == NULL) {
+    if (made == NULL || scratch == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto fail;
     }
+    cctx = made;
     if (set_parameter(set, ZSTD_C_COMPRESSION_LEVEL, level) || set_parameter(set, ZSTD_C_CONTENT_SIZE_FLAG, 0) ||
         set_parameter(set, ZSTD_C_CHECKSUM_FLAG, 0) || set_parameter(set, ZSTD_C_DICT_ID_FLAG, 0)) {
-        return -1;
+        goto fail;
     }
     return 0;
+fail:
+    if (made != NULL && release != NULL) {
+        release(made);
+    }
+    cctx = NULL;
+    free(scratch);
+    scratch = NULL;
+    dlclose(lib);
+    return -1;
 }
 
 /* compress(data) -> bytes: one zstd frame of data (at most HELD_INPUT_BYTES_MAX bytes). */

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,9 @@ def test_its_limits_and_level_are_the_encoders() -> None:
     src = (ROOT / "native" / "zstd_held.c").read_text()
     assert f"#define HELD_INPUT_BYTES_MAX ({encoding.HELD_COMPRESS_BYTES_MAX // 1024} * 1024)" in src
     if not native.forced_pure():
-        assert native.held_compress is mod.compress  # the encoder uses it wherever it imports
+        # The encoder uses it wherever it imports: the loader's name and the encoder's own copy.
+        assert native.held_compress is mod.compress
+        assert encoding._HELD_COMPRESS is mod.compress
 
 
 _TEXT = hs.text(alphabet=hs.characters(codec="utf-8"), max_size=3000).map(lambda t: t.encode("utf-8"))
@@ -72,8 +75,12 @@ def test_every_frame_decodes_to_its_input_and_has_the_packages_shape(data: bytes
 
 def test_bad_input_is_refused_with_a_typed_error() -> None:
     mod = _module()
+    limit = encoding.HELD_COMPRESS_BYTES_MAX
+    exact = bytes(range(256)) * (limit // 256)
+    assert len(exact) == limit  # the largest input it takes
+    assert zstandard.ZstdDecompressor().decompress(mod.compress(exact), max_output_size=limit) == exact
     with pytest.raises(ValueError, match="more than the 16384"):
-        mod.compress(b"x" * (encoding.HELD_COMPRESS_BYTES_MAX + 1))
+        mod.compress(b"x" * (limit + 1))
     with pytest.raises(TypeError):
         mod.compress("not bytes")
     assert mod.compress(memoryview(b"abc" * 100)) == mod.compress(b"abc" * 100)
@@ -92,14 +99,20 @@ def test_the_encoder_sends_small_payloads_here_and_large_ones_to_the_package(mon
     monkeypatch.setattr(encoding, "_HELD_COMPRESS", recording)
     opts = Options()
     limit = encoding.HELD_COMPRESS_BYTES_MAX
-    for size in (encoding.COMPRESS_MIN_BYTES - 10, 1000, limit - 20, limit + 200, 5 * limit):
+    overhead = len(encoding._encode_json({"t": ""}, opts.record_size_bytes_max))  # {"t":""}
+    sizes = [encoding.COMPRESS_MIN_BYTES - 10, 1000, limit - 20, limit + 200, 5 * limit]
+    sizes += [limit - overhead, limit - overhead + 1]  # payloads of exactly the limit and one byte over
+    raw_lens = []
+    for size in sizes:
         event = {"t": "x" * size}
         raw_len = len(encoding._encode_json(event, opts.record_size_bytes_max))
+        raw_lens.append(raw_len)
         seen.clear()
         enc = encoding.encode_event(event, None, False, opts)
         expect = [raw_len] if encoding.COMPRESS_MIN_BYTES <= raw_len <= limit else []
         assert seen == expect, (size, raw_len, seen)
         assert enc.spec.flags & 0x3 == 1 or raw_len < encoding.COMPRESS_MIN_BYTES  # zstd either way
+    assert limit in raw_lens and limit + 1 in raw_lens
 
 
 def test_journals_written_with_it_read_back_event_for_event(tmp_path: Path) -> None:
@@ -113,3 +126,25 @@ def test_journals_written_with_it_read_back_event_for_event(tmp_path: Path) -> N
     assert any(s <= limit for s in sizes) and any(s > limit for s in sizes)  # both compressors were used
     with journal.open(tmp_path / "j", readonly=True) as j:
         assert [r.event for r in j.read()] == events
+
+
+def test_threads_compressing_at_once_each_get_their_own_frames() -> None:
+    """The one context is shared by every thread and the GIL keeps their calls apart: many
+    threads compressing different payloads at once get exactly the frames each would alone."""
+    mod = _module()
+    payloads = [(f"thread {t} payload {i} " * (40 + 13 * i + t)).encode() for t in range(8) for i in range(25)]
+    alone = [mod.compress(p) for p in payloads]
+    start = threading.Barrier(8)
+    got: dict[int, list[bytes]] = {}
+
+    def work(t: int) -> None:
+        mine = payloads[t * 25 : (t + 1) * 25]
+        start.wait()
+        got[t] = [mod.compress(p) for _ in range(20) for p in mine][-25:]
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert [f for t in range(8) for f in got[t]] == alone

@@ -78,12 +78,12 @@ def native_available() -> bool:
 
 def native_status() -> str:
     """One line saying which path is in use and why."""
+    held = "zstd with the GIL held: " + held_status if held_compress is not None else f"no held zstd: {held_status}"
     if _selected:
-        held = "zstd with the GIL held: " + held_status if held_compress is not None else f"no held zstd: {held_status}"
         return f"C helper ({_ext.__file__}); {held}"
     if forced_pure():
         return f"pure Python ({PURE_ENV}=1)"
-    return f"pure Python (C helper not built: {_load_error})"
+    return f"pure Python (C helper not built: {_load_error}); {held}"
 
 
 # --- zstd with the GIL held (native/zstd_held.c) ---------------------------------------------
