@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 
 import pytest
+from hypothesis import settings
 
 from journal.engine import format as fmt
+
+# No example has a deadline: timing is never asserted in tests (it belongs in benchmarks), and the
+# suite's two passes share the machine, so how long an example took says nothing about the code.
+settings.register_profile("journal", deadline=None)
+settings.load_profile("journal")
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# scripts/test stops a pass with SIGTERM (its other pass failed or the run was cut off): as
+# KeyboardInterrupt, pytest ends the session with its teardown, and the servers the tests
+# started (tests/nats_cluster.py, stopped at exit) go with it instead of staying behind.
+signal.signal(signal.SIGTERM, _interrupted)
 
 
 def segments(path: str | os.PathLike[str]) -> list[pathlib.Path]:

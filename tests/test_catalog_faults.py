@@ -74,7 +74,7 @@ ANSWER_LOST: Final = {"postgres": "cut-after", "nats": "no-answer"}  # done, and
 CATALOG_METHODS: Final = ("get", "put", "update", "delete", "items")
 # JetStream's retry window while a fault holds (the store's own settings before and after it).
 FAULT_CONNECT_TIMEOUT_S: Final = 0.1
-FAULT_ACK_TIMEOUT_S: Final = 0.2
+FAULT_ACK_TIMEOUT_S: Final = 0.5  # every step of an armed call has it: room for a loaded machine
 WAIT_S: Final = 60.0
 
 SITES: dict[str, int] = {}  # fault sites checked, by kind of test (reported, and each test holds a floor)

@@ -285,7 +285,8 @@ def test_concurrent_updates_of_one_entry_keep_both(server: Backend, store: cs.Ca
             with psycopg.connect(PG_URL, autocommit=True) as watch:
                 for _ in range(3000):  # until the updater waits for the row (a condition, not a delay)
                     row = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                        "AND query LIKE %s", ("%catalog%",)).fetchone()
+                                        "AND query LIKE %s",  # this store's schema: not another run's wait
+                                        (f"%{store.backing._schema}%catalog%",)).fetchone()  # type: ignore[attr-defined]
                     if row and row[0]:
                         break
                     watch.execute("SELECT pg_sleep(0.01)")
