@@ -390,6 +390,44 @@ def test_a_second_writer_is_fenced_by_the_sequence_check(nats: Cluster) -> None:
     assert counts["records"] == 5
 
 
+@pytest.mark.parametrize("error", ["ConnectionClosedError", "ConnectionDrainingError", "OutboundBufferLimitError"])
+def test_a_publish_the_client_refuses_to_send_is_not_committed(nats: Cluster, monkeypatch: pytest.MonkeyPatch,
+                                                               error: str) -> None:
+    """The client raises these before it queues anything (closed, draining, or its buffer full
+    while a lost connection is made again): the records were surely not sent, so they are
+    NotCommitted, never AckLost, and the journal holds only what came before."""
+    import nats as nats_client
+
+    name = f"unsent-{uuid.uuid4().hex[:8]}"
+    url = nats.url(f"journal={name}&stream=UNSENT&replicas=3")
+    j: Any = journal.open(url, create=True)
+    try:
+        assert j.append({"i": 0}, durability="sync") == Committed(1, "sync")
+        client = j._c().nc
+        real = client.publish
+        refused: list[str] = []
+
+        async def refusing(subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
+            if subject == j._subject and not refused:  # the next message of records, once
+                refused.append(subject)
+                raise getattr(nats_client.errors, error)()
+            await real(subject, payload, reply=reply, headers=headers)
+
+        monkeypatch.setattr(client, "publish", refusing)
+        out = j.append({"i": 1}, durability="sync")
+        assert refused, "the fault was never reached"
+        assert isinstance(out, NotCommitted), out
+        assert "not sent" in out.reason, out.reason
+    finally:
+        try:
+            j.close()
+        except journal.JournalFailStoppedError:
+            pass
+    monkeypatch.undo()
+    with journal.open(url, readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [{"i": 0}]
+
+
 # --- many journals in one burst ----------------------------------------------------------------
 
 BURST_JOURNALS = 12

@@ -506,8 +506,12 @@ class _Conn:
                 continue  # its caller gave up waiting: never sent
             try:
                 await self.nc.publish(slot.subject, slot.body, reply=self._prefix + slot.token, headers=slot.headers)
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
-                err: BaseException = _Refused(f"not sent: the connection is closed ({type(exc).__name__})")
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
+                    nats.errors.OutboundBufferLimitError) as exc:
+                # Raised before anything was queued (OutboundBufferLimitError: the connection was
+                # lost and its buffer is full until it is made again): surely not sent.
+                err: BaseException = _Refused(f"not sent: the connection is closed or being made again "
+                                              f"({type(exc).__name__})")
                 err.__cause__ = exc
                 self._settle(slot, err)
             except asyncio.CancelledError:

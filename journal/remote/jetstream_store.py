@@ -345,11 +345,11 @@ class JetStreamCatalog:
 
     def get(self, key: str) -> dict[str, Any] | None:
         subject = self._subject(key)
-        return self._retrying(lambda: self._read(subject)[0], key, "reading")
+        return self._retrying(lambda: self._read(subject)[0], key, "reading", writes=False)
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         subject, body = self._subject(key), catalog_value.encode(value)
-        self._retrying(lambda: self._publish(subject, body, None), key, "writing")
+        self._retrying(lambda: self._publish(subject, body, None), key, "writing", writes=True)
 
     def update(self, key: str, fields: dict[str, Any]) -> bool:
         subject = self._subject(key)
@@ -372,7 +372,7 @@ class JetStreamCatalog:
             raise InvalidArgumentError(f"catalog {self._name!r} key {key!r} was updated by others "
                                        f"{CATALOG_UPDATE_TRIES} times while this update tried; try again")
 
-        return self._retrying(updating, key, "updating")
+        return self._retrying(updating, key, "updating", writes=True)
 
     def delete(self, key: str) -> None:
         subject = self._subject(key)
@@ -382,7 +382,7 @@ class JetStreamCatalog:
             self._store._call(self._store._connection().api(
                 f"$JS.API.STREAM.PURGE.{self._stream}", {"filter": subject}, self._store._settings.ack_timeout_s))
 
-        self._retrying(deleting, key, "deleting from")
+        self._retrying(deleting, key, "deleting from", writes=True)
 
     def items(self) -> list[tuple[str, dict[str, Any]]]:
         def listing() -> list[tuple[str, dict[str, Any]]]:
@@ -412,7 +412,7 @@ class JetStreamCatalog:
                    for m in got if m is not None]
             return sorted(out)
 
-        return self._retrying(listing, None, "listing")
+        return self._retrying(listing, None, "listing", writes=False)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -469,9 +469,9 @@ class JetStreamCatalog:
                 store._call(conn.api(f"$JS.API.STREAM.INFO.{self._stream}", None, timeout_s))  # made meanwhile
         self._made = True
 
-    def _retrying(self, fn: Callable[[], _T], key: str | None, doing: str) -> _T:
+    def _retrying(self, fn: Callable[[], _T], key: str | None, doing: str, writes: bool) -> _T:
         return self._store._retrying(fn, None, f"{doing} catalog {self._name!r}{f' key {key!r}' if key else ''} of",
-                                     writes=doing in ("writing", "updating", "deleting from"))
+                                     writes=writes)
 
 
 def open_store(parsed: RemoteURL, **options: Any) -> JetStreamStore:
