@@ -86,18 +86,17 @@ def run_side(kind: str, base: str, sessions: int, events_total: int, events: lis
         workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
         for w in workers:
             w.start()
-        cpu0 = os.times()
+        cpu0 = time.process_time()  # every thread of the process, user + system
         start.wait()
         t0 = time.perf_counter()
         for w in workers:
             w.join()
         wall = time.perf_counter() - t0
-        cpu1 = os.times()
+        cpu = time.process_time() - cpu0
         store.close()
         if errors:
             raise errors[0]
         total = per_session * sessions
-        cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         return Side(total / wall, cpu / total)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,77 @@
+"""Many sessions in one process: journal (with and without compression) against a JSONL file
+per session, per round, with CPU per event.
+
+    .venv/bin/python bench/bench_sessions_cpu.py                  # 64 sessions, 6,400 events, 3 rounds
+    .venv/bin/python bench/bench_sessions_cpu.py --sessions 1000 --events 4000 --rounds 4
+    .venv/bin/python bench/bench_sessions_cpu.py --dir /dev/shm   # syncs free: CPU alone
+
+Each round runs the three sides of ``journal.benchmark.sessions.run_side`` (the workload of
+``journal bench``: ``min(N, 64)`` threads, each appending to its share of the sessions in turn,
+every append durable before the next) in an order that rotates, and prints each side's events/s,
+its CPU per event (user + system of the process over the events) and journal's ratio to JSONL
+in that round. With many threads on two cores the run is CPU-bound (most of it the kernel's
+fdatasync), so the ratio follows the CPU per event; ``compress=False`` shows what compression
+costs on top (bench/README.md, "Compression with the GIL held").
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+from typing import Any
+
+import journal
+from journal.benchmark import sessions as sess
+from journal.benchmark.events import make_events
+
+UNCOMPRESSED = "journal, compress=False"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=64, help="sessions (journals or files) in the process")
+    ap.add_argument("--events", type=int, default=6400, help="appends in all, per side and round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="where the scratch sessions go (default: a temp dir)")
+    args = ap.parse_args(argv)
+    if args.sessions < 1 or args.events < args.sessions or args.rounds < 1:
+        ap.error("need --sessions >= 1, --events >= --sessions and --rounds >= 1")
+    events = make_events(20000)
+    opened = sess.journal.open
+
+    def uncompressed(path: Any, **kw: Any) -> Any:
+        return opened(path, compress=False, **kw)
+
+    ratios: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: []}
+    base = tempfile.mkdtemp(prefix="sessions-cpu-", dir=args.dir)
+    try:
+        sides = [sess.JOURNAL, UNCOMPRESSED, sess.JSONL]
+        for r in range(args.rounds):
+            got: dict[str, sess.Side] = {}
+            for side in sides[r % 3:] + sides[: r % 3]:
+                sess.journal.open = uncompressed if side == UNCOMPRESSED else opened  # type: ignore[assignment]
+                try:
+                    got[side] = sess.run_side(sess.JOURNAL if side == UNCOMPRESSED else side, base, args.sessions,
+                                              args.events, events)
+                finally:
+                    sess.journal.open = opened  # type: ignore[assignment]
+            for side in sides:
+                ratio = ""
+                if side != sess.JSONL:
+                    ratios[side].append(got[side].events_per_s / got[sess.JSONL].events_per_s)
+                    ratio = f"  journal ÷ JSONL {ratios[side][-1]:.2f}x"
+                print(f"round {r + 1}: {side:45s} {got[side].events_per_s:8,.0f} events/s, "
+                      f"CPU {got[side].cpu_s_per_event * 1e3:.4f} ms/event{ratio}", flush=True)
+        for side, rs in ratios.items():
+            print(f"{side}: median journal ÷ JSONL {statistics.median(rs):.2f}x over {len(rs)} rounds "
+                  f"({args.sessions} sessions, {'native' if journal.native_available() else 'pure'} path)")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
