@@ -21,7 +21,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-from typing import Any
 
 import journal
 from journal.benchmark import sessions as sess
@@ -40,11 +39,6 @@ def main(argv: list[str]) -> int:
     if args.sessions < 1 or args.events < args.sessions or args.rounds < 1:
         ap.error("need --sessions >= 1, --events >= --sessions and --rounds >= 1")
     events = make_events(20000)
-    opened = sess.journal.open
-
-    def uncompressed(path: Any, **kw: Any) -> Any:
-        return opened(path, compress=False, **kw)
-
     ratios: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: []}
     base = tempfile.mkdtemp(prefix="sessions-cpu-", dir=args.dir)
     try:
@@ -52,12 +46,8 @@ def main(argv: list[str]) -> int:
         for r in range(args.rounds):
             got: dict[str, sess.Side] = {}
             for side in sides[r % 3:] + sides[: r % 3]:
-                sess.journal.open = uncompressed if side == UNCOMPRESSED else opened  # type: ignore[assignment]
-                try:
-                    got[side] = sess.run_side(sess.JOURNAL if side == UNCOMPRESSED else side, base, args.sessions,
-                                              args.events, events)
-                finally:
-                    sess.journal.open = opened  # type: ignore[assignment]
+                kind = sess.JOURNAL if side == UNCOMPRESSED else side
+                got[side] = sess.run_side(kind, base, args.sessions, args.events, events, compress=side != UNCOMPRESSED)
             for side in sides:
                 ratio = ""
                 if side != sess.JSONL:

@@ -33,8 +33,8 @@ class Side:
 
 
 class _Journals:
-    def __init__(self, root: str, n: int) -> None:
-        self.handles = [journal.open(os.path.join(root, f"s{i}"), create=True) for i in range(n)]
+    def __init__(self, root: str, n: int, compress: bool) -> None:
+        self.handles = [journal.open(os.path.join(root, f"s{i}"), create=True, compress=compress) for i in range(n)]
 
     def append(self, i: int, event: Event) -> None:
         out = self.handles[i].append(event, durability="sync")
@@ -61,11 +61,14 @@ class _JsonlFiles:
             os.close(fd)
 
 
-def run_side(kind: str, base: str, sessions: int, events_total: int, events: list[Event]) -> Side:
-    """One side (JOURNAL or JSONL) for one round: ``events_total`` appends over ``sessions``."""
+def run_side(
+    kind: str, base: str, sessions: int, events_total: int, events: list[Event], compress: bool = True
+) -> Side:
+    """One side (JOURNAL or JSONL) for one round: ``events_total`` appends over ``sessions``
+    (``compress``: the journals' option of that name)."""
     root = tempfile.mkdtemp(prefix="sessions-", dir=base)
     try:
-        store = _Journals(root, sessions) if kind == JOURNAL else _JsonlFiles(root, sessions)
+        store = _Journals(root, sessions, compress) if kind == JOURNAL else _JsonlFiles(root, sessions)
         threads = min(sessions, SESSION_THREADS_MAX)
         per_session = max(1, events_total // sessions)
         share = [list(range(t, sessions, threads)) for t in range(threads)]
