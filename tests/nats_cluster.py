@@ -73,6 +73,13 @@ def _http_json(port: int, path: str, timeout_s: float = 1.0) -> Any:
         return json.loads(resp.read())
 
 
+class NodeDiedError(RuntimeError):
+    """A node of a cluster being started exited: started again on other ports (``cluster``)."""
+
+
+START_TRIES = 3  # fresh ports each time: a port taken by another process costs one try
+
+
 class Cluster:
     def __init__(self, binary: str) -> None:
         self.binary = binary
@@ -104,7 +111,18 @@ class Cluster:
     def start(self) -> None:
         for i in range(NODES):
             self._spawn(i)
-        self.wait_ready()
+        # A node that exits at once has most often lost one of its ports to another process
+        # between _free_ports and its bind (two test runs side by side): NodeDiedError.
+        try:
+            self.wait_ready()
+        except TimeoutError as exc:
+            dead = [i for i in range(NODES) if i not in self.alive()]
+            if dead:
+                raise NodeDiedError(f"nats nodes {dead} exited at start; logs in {self.root}") from exc
+            raise
+        dead = [i for i in range(NODES) if i not in self.alive()]
+        if dead:
+            raise NodeDiedError(f"nats nodes {dead} exited at start; logs in {self.root}")
 
     def _spawn(self, i: int) -> None:
         log = open(os.path.join(self.root, f"n{i}.log"), "ab")  # the child keeps its own copy
@@ -210,6 +228,25 @@ class Cluster:
         return f"nats://{self.servers()}?{query}"
 
 
+def start_cluster(binary: str) -> Cluster:
+    """A new cluster, started and ready; tried again on fresh ports when a node exits at start."""
+    for attempt in range(1, START_TRIES + 1):
+        c = Cluster(binary)
+        atexit.register(c.stop)
+        try:
+            c.start()
+        except NodeDiedError:
+            c.stop()
+            if attempt == START_TRIES:
+                raise
+            continue
+        except BaseException:
+            c.stop()
+            raise
+        return c
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
 _CLUSTER: Cluster | None = None
 _CLUSTER_MU = threading.Lock()
 
@@ -222,14 +259,7 @@ def cluster() -> Cluster:
             binary = server_binary()
             if binary is None:
                 raise RuntimeError("nats-server not found")
-            c = Cluster(binary)
-            atexit.register(c.stop)
-            try:
-                c.start()
-            except BaseException:
-                c.stop()
-                raise
-            _CLUSTER = c
+            _CLUSTER = start_cluster(binary)
         return _CLUSTER
 
 
