@@ -492,14 +492,11 @@ def answer_of(op: str) -> object:
     return {"get": OLD, "update": True, "items": [("k", OLD), ("other", OTHER)]}.get(op)
 
 
-@pytest.mark.parametrize("op", CATALOG_METHODS)
-@pytest.mark.parametrize(("server", "kind"), CASES, indirect=["server"])
-def test_a_fault_at_each_step_of_a_catalog_call(server: Backend, place: Place, inject: Callable[[str], Injector],
-                                                kind: str, op: str) -> None:
-    """Every step of the call, faulted in turn: a typed error, the old value or the new one seen
-    from another connection (the old one when the step never reached the server), the other
-    keys untouched, and the next call on the same client succeeds."""
-    name = f"c-{op}-{kind}"
+def counted_call(server: Backend, place: Place, inject: Callable[[str], Injector], name: str,
+                 op: str) -> tuple[Any, Any, Injector, Callable[[], None], int]:
+    """The catalog ``name`` under test, a checker on another connection, the injector aimed at
+    it, the reset that puts the keys back before each faulted call, and how many steps one
+    unfaulted call of ``op`` takes (counted once, after a reset)."""
     cat = catalog_of(place.url, name)
     checker = catalog_of(place.fresh_url, name)
     faults = inject(server.name)
@@ -514,7 +511,18 @@ def test_a_fault_at_each_step_of_a_catalog_call(server: Backend, place: Place, i
     faults.count()
     call(cat, op)
     faults.disarm()
-    sites = len(faults.steps)
+    return cat, checker, faults, reset, len(faults.steps)
+
+
+@pytest.mark.parametrize("op", CATALOG_METHODS)
+@pytest.mark.parametrize(("server", "kind"), CASES, indirect=["server"])
+def test_a_fault_at_each_step_of_a_catalog_call(server: Backend, place: Place, inject: Callable[[str], Injector],
+                                                kind: str, op: str) -> None:
+    """Every step of the call, faulted in turn: a typed error, the old value or the new one seen
+    from another connection (the old one when the step never reached the server), the other
+    keys untouched, and the next call on the same client succeeds."""
+    name = f"c-{op}-{kind}"
+    cat, checker, faults, reset, sites = counted_call(server, place, inject, name, op)
     assert sites >= STEPS_FLOOR[server.name][op], faults.steps
     seen: set[str] = set()
     for at in range(1, sites + 1):
@@ -694,22 +702,7 @@ def test_a_fault_that_passes_is_retried_within_the_call(server: Backend, place: 
     """JetStream's calls try again while the server does not serve them: a fault at any one step
     that does not last is not seen by the caller, and the value is the one the call writes
     (written twice when the first answer was lost: the same value)."""
-    name = f"o-{op}-{kind}"
-    cat = catalog_of(place.url, name)
-    checker = catalog_of(place.fresh_url, name)
-    faults = inject(server.name)
-    faults.aim(cat)
-
-    def reset() -> None:
-        checker.put("k", dict(OLD))
-        checker.put("other", dict(OTHER))
-        cat.get("warm")
-
-    reset()
-    faults.count()
-    call(cat, op)
-    faults.disarm()
-    sites = len(faults.steps)
+    cat, checker, faults, reset, sites = counted_call(server, place, inject, f"o-{op}-{kind}", op)
     assert sites >= STEPS_FLOOR[server.name][op]
     for at in range(1, sites + 1):
         reset()
