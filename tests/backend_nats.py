@@ -42,6 +42,35 @@ def _headers_of(raw: str | None) -> dict[str, str]:
     return out
 
 
+async def chain_of(servers: list[str], stream: str, subject: str, upto_sseq: int, last: int = 16) -> str:
+    """The last ``last`` messages of ``subject`` up to stream message ``upto_sseq``, a line each:
+    stream seq, kind, first seq and count, the stream seq it was chained on, its message id.
+    For a failure's report: which messages hold which seqs, and what each was chained on."""
+    import nats
+
+    nc = await nats.connect(servers=servers)
+    try:
+        rows: list[str] = []
+        at = max(1, upto_sseq - 40 * last)
+        while at <= upto_sseq:
+            try:
+                resp = await _request(nc, f"$JS.API.STREAM.MSG.GET.{stream}", {"seq": at, "next_by_subj": subject})
+            except RuntimeError:
+                break  # no message of the subject from ``at`` on
+            m = resp["message"]
+            sseq = int(m["seq"])
+            if sseq > upto_sseq:
+                break
+            h = _headers_of(m.get("hdrs"))
+            rows.append(f"  message {sseq}: kind {h.get('Journal-Kind', 'records')}, seqs {h.get('Journal-Seq')}"
+                        f" +{h.get('Journal-Count')}, chained on {h.get('Nats-Expected-Last-Subject-Sequence')},"
+                        f" id {h.get('Nats-Msg-Id')}")
+            at = sseq + 1
+        return f"stream {stream}, subject {subject}:\n" + "\n".join(rows[-last:])
+    finally:
+        await nc.close()
+
+
 async def tamper_message(servers: list[str], stream: str, subject: str, seq: int, republish: bool = True) -> int:
     """Flip one bit of record ``seq``'s payload in the message holding it (delete + publish again).
     The stream sequence of the original message."""

@@ -225,6 +225,28 @@ def _gather_leaders(c: Cluster, streams: list[str]) -> int:
     return node
 
 
+def _chain_report(c: Cluster, d: Driver) -> str:
+    """For a driver stopped by a SequenceError: the messages of its journal up to the one the
+    error names (their seqs and what each was chained on), so a failure shows its chain."""
+    import re
+
+    from journal.remote.jetstream import subject_base, subject_token
+    from tests.backend_nats import chain_of
+
+    found = re.search(r"\(stream (\w+), message (\d+)\)", str(d.error))
+    if found is None:
+        return "(no stream message named in the error)"
+    stream, sseq = found.group(1), int(found.group(2))
+    name = re.search(r"journal=([\w-]+)", d.url)
+    if name is None:
+        return "(no journal name in the url)"
+    servers = [f"nats://127.0.0.1:{p}" for p in c.client_ports]
+    try:
+        return asyncio.run(chain_of(servers, stream, f"{subject_base(stream)}.{subject_token(name.group(1))}", sseq))
+    except Exception as exc:  # the report is for a failure already happening: it never hides it
+        return f"(the chain could not be read: {exc!r})"
+
+
 def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
     run = uuid.uuid4().hex[:6].upper()
     streams = [f"LK{run}{k}" for k in range(LEADER_KILL_STREAMS)]
@@ -254,7 +276,7 @@ def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
             for d in drivers:
                 d.expect(ACKS_AFTER_KILL)
             for d, before in zip(drivers, opens, strict=True):
-                assert d.reached.wait(90), f"no progress after the kill: {d.error!r}"
+                assert d.reached.wait(90), f"no progress after the kill: {d.error!r}\n{_chain_report(nats, d)}"
                 assert d.error is None, d.error
                 if streams[drivers.index(d)] in led:
                     assert d.opens > before, "the journal's handle never failed over its leader's death"
