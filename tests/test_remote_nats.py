@@ -258,7 +258,7 @@ def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
         for d in drivers:  # every journal appending before the first kill
             d.expect(1)
         for d in drivers:
-            assert d.reached.wait(60), d.error
+            assert d.reached.wait(60), f"{d.error!r}\n{_chain_report(nats, d)}"
         while kills < LEADER_KILLS_MIN:
             for s in streams:
                 nats.wait_stream_current(s)
@@ -266,7 +266,7 @@ def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
             for d in drivers:
                 d.expect(ACKS_BEFORE_KILL)
             for d in drivers:
-                assert d.reached.wait(60), f"no progress before the kill: {d.error!r}"
+                assert d.reached.wait(60), f"no progress before the kill: {d.error!r}\n{_chain_report(nats, d)}"
             led = [s for s in streams if nats.stream_leader(s) == node]
             opens = [d.opens for d in drivers]
             nats.kill(node)
@@ -277,7 +277,7 @@ def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
                 d.expect(ACKS_AFTER_KILL)
             for d, before in zip(drivers, opens, strict=True):
                 assert d.reached.wait(90), f"no progress after the kill: {d.error!r}\n{_chain_report(nats, d)}"
-                assert d.error is None, d.error
+                assert d.error is None, f"{d.error!r}\n{_chain_report(nats, d)}"
                 if streams[drivers.index(d)] in led:
                     assert d.opens > before, "the journal's handle never failed over its leader's death"
     finally:
