@@ -36,14 +36,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # callgrind_ir, beside this script
+
+from callgrind_ir import callgrind_ir  # noqa: E402
+
 OPS = ("read", "event", "append-buffered", "append-sync", "encode")
 
 
@@ -106,20 +108,6 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
     return str(getattr(encoding, "JSON_CODEC", "json"))
 
 
-def callgrind_ir(args: list[str], out: str) -> int:
-    # One hash seed for every run: set and dict layouts, and so the counts, the same each time.
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                    os.path.abspath(__file__), *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env=env)
-    with open(out) as f:
-        text = f.read()
-    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
-    if m is None:
-        raise RuntimeError(f"no totals in {out}")
-    return int(m.group(1))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--op", choices=[*OPS, "all"], default="all", help="what is measured (default: every op)")
@@ -149,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     outdir = tempfile.mkdtemp(prefix="journal-codec-callgrind-")
     try:
         for op in ops:
-            base = callgrind_ir([*common, "--op", op, "--ops", "0"], os.path.join(outdir, f"{op}-0.out"))
-            full = callgrind_ir([*common, "--op", op], os.path.join(outdir, f"{op}-n.out"))
+            base = callgrind_ir(__file__, [*common, "--op", op, "--ops", "0"], os.path.join(outdir, f"{op}-0.out"))
+            full = callgrind_ir(__file__, [*common, "--op", op], os.path.join(outdir, f"{op}-n.out"))
             n = args.count
             print(f"{op}: {(full - base) / n:,.0f} Ir per op ({full:,} - {base:,} Ir over {n} ops)", flush=True)
     finally:

@@ -16,25 +16,14 @@ import sys
 
 import zstandard
 
+from journal.benchmark.events import real_session_events
+
 HEADER_BYTES = 32
 COMPRESS_MIN_BYTES = 256
 
 
 def load(root: str) -> list[bytes]:
-    raws = []
-    for d, _dirs, files in sorted(os.walk(root)):
-        for n in sorted(files):
-            if not n.endswith(".jsonl"):
-                continue
-            with open(os.path.join(d, n), "rb") as f:
-                for line in f:
-                    try:
-                        obj = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(obj, dict):
-                        raws.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
-    return raws
+    return [json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() for obj in real_session_events(root)]
 
 
 def per_record(c: zstandard.ZstdCompressor, raws: list[bytes]) -> int:

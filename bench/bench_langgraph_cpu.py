@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from typing import Any
@@ -37,6 +35,8 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
+
+from callgrind_ir import callgrind_ir  # noqa: E402
 
 
 def record(steps: int) -> list[tuple[str, tuple[Any, ...]]]:
@@ -111,17 +111,6 @@ def run(steps: int, replays: int, kind: str, base: str | None) -> tuple[int, int
         shutil.rmtree(where, ignore_errors=True)
 
 
-def callgrind_ir(args: list[str], out: str) -> int:
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                    os.path.abspath(__file__), *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(out) as f:
-        text = f.read()
-    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
-    if m is None:
-        raise RuntimeError(f"no totals in {out}")
-    return int(m.group(1))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=50, help="steps of the recorded invoke (default 50)")
@@ -137,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         common = ["--steps", str(args.steps), "--saver", args.saver] + (["--dir", args.dir] if args.dir else [])
         outdir = tempfile.mkdtemp(prefix="journal-lg-callgrind-")
         try:
-            base = callgrind_ir([*common, "--replays", "0"], os.path.join(outdir, "base.out"))
-            full = callgrind_ir([*common, "--replays", str(args.replays)], os.path.join(outdir, "full.out"))
+            base = callgrind_ir(__file__, [*common, "--replays", "0"], os.path.join(outdir, "base.out"))
+            full = callgrind_ir(__file__, [*common, "--replays", str(args.replays)], os.path.join(outdir, "full.out"))
         finally:
             shutil.rmtree(outdir, ignore_errors=True)
         n = args.steps * args.replays

@@ -24,6 +24,8 @@ frame header; this mix is within a few points of that, see ``compression_check``
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from typing import Any
 
@@ -187,3 +189,22 @@ def size_summary(sizes: list[int]) -> dict[str, int]:
         "p99": s[int(n * 0.99)] if n else 0,
         "max": s[-1] if n else 0,
     }
+
+
+def real_session_events(root: str) -> list[Event]:
+    """The dict lines of every ``*.jsonl`` file under ``root`` (real session logs, read in
+    place), in name order; a line that is not JSON (damage in a real file) is not an event."""
+    events: list[Event] = []
+    for dirpath, _dirs, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if not name.endswith(".jsonl"):
+                continue
+            with open(os.path.join(dirpath, name), "rb") as f:
+                for line in f:
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(obj, dict):
+                        events.append(obj)
+    return events

@@ -26,7 +26,7 @@ from typing import Any
 import journal
 from journal.benchmark import sessions as sess
 from journal.benchmark import stores as st
-from journal.benchmark.events import KINDS, Event, make_events, size_summary
+from journal.benchmark.events import KINDS, Event, make_events, real_session_events, size_summary
 from journal.benchmark.stores import JournalStore, Store
 from journal.engine import native
 
@@ -428,19 +428,7 @@ class Bench:
 
     def corpus(self, root: str) -> None:
         """Bytes on disk of real session files (read in place, never copied): journal vs compact JSONL."""
-        events: list[Event] = []
-        for dirpath, _dirs, files in sorted(os.walk(root)):
-            for name in sorted(files):
-                if not name.endswith(".jsonl"):
-                    continue
-                with open(os.path.join(dirpath, name), "rb") as f:
-                    for line in f:
-                        try:
-                            obj = json.loads(line)
-                        except ValueError:
-                            continue  # a damaged line in a real file: not an event
-                        if isinstance(obj, dict):
-                            events.append(obj)
+        events = real_session_events(root)
         if not events:
             self.report.notes.append(f"no session files under {root}: the real-file size row was skipped")
             return
