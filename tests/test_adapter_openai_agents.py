@@ -7,7 +7,6 @@ import asyncio
 import importlib
 import os
 import random
-import select
 import shutil
 import signal
 import subprocess
@@ -37,6 +36,7 @@ from journal.adapters.openai_agents import (
 )
 from tests import openai_agents_child as child
 from tests.conftest import report_count
+from tests.pipe_lines import PipeLines
 
 SDK_VERSION = "0.24.0"
 SDK_MODULES = ("tests/memory/test_session.py", "tests/memory/test_session_limit.py")
@@ -353,12 +353,7 @@ def test_sigkill_rounds_keep_every_acknowledged_write(tmp_path: Path) -> None:
     landed = {"in flight": 0, "between ops": 0, "after the end": 0}
     in_flight_taken = acked_total = 0
 
-    def line() -> str:
-        ready, _, _ = select.select([server.stdout], [], [], 120)  # a hung child fails, not stalls
-        assert ready, "the kill-test child stopped answering"
-        text = server.stdout.readline().decode().strip()  # type: ignore[union-attr]
-        assert text, "the kill-test server died"
-        return text
+    line = PipeLines(server.stdout.fileno(), 120, "the kill-test server").line
 
     try:
         for r in range(rounds):

@@ -9,7 +9,6 @@ import errno
 import importlib
 import os
 import random
-import select
 import signal
 import subprocess
 import sys
@@ -61,6 +60,7 @@ from journal.crashsim.faults import FaultyFileSystem
 from journal.fs import File, OsFileSystem
 from tests import child_pydantic_ai as child
 from tests.conftest import report_count
+from tests.pipe_lines import PipeLines
 
 OUTCOMES: Counter[str] = Counter()  # what the differential's operations did, reported once
 
@@ -250,12 +250,7 @@ def test_sigkill_rounds_keep_every_acknowledged_operation(tmp_path: Path) -> Non
     landed: Counter[str] = Counter()
     acked_total = 0
 
-    def line() -> str:
-        ready, _, _ = select.select([stdout], [], [], 120)  # a hung child fails, not stalls
-        assert ready, "the kill-test child stopped answering"
-        text = stdout.readline().decode().strip()
-        assert text, "the kill-test server died"
-        return text
+    line = PipeLines(stdout.fileno(), 120, "the kill-test server").line
 
     async def replay(round_no: int, ops: list[child.Op]) -> tuple[InMemoryConversationStore, list[str]]:
         store = deepcopy(model)
