@@ -8,7 +8,6 @@ import importlib
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -36,7 +35,7 @@ from journal.adapters.openai_agents import (
 )
 from tests import openai_agents_child as child
 from tests.conftest import report_count
-from tests.pipe_lines import PipeLines
+from tests.fork_server import ForkedChild, PipeLines
 
 SDK_VERSION = "0.24.0"
 SDK_MODULES = ("tests/memory/test_session.py", "tests/memory/test_session_limit.py")
@@ -364,26 +363,28 @@ def test_sigkill_rounds_keep_every_acknowledged_write(tmp_path: Path) -> None:
             server.stdin.flush()
             words = line().split()
             assert words[0] == "pid", words
-            pid = int(words[1])
-            acked, begun, ended, killed = -1, -1, False, False
+            kid = ForkedChild(int(words[1]))
+            acked, begun, ended, killed, tried = -1, -1, False, False, False
             while True:
                 words = line().split()
                 if words[0] == "begin":
                     begun = int(words[1])
                 elif words[0] == "ack":
                     acked = int(words[1])
-                    if acked + 1 >= kill_after and not killed:
-                        os.kill(pid, signal.SIGKILL)
-                        killed = True
+                    if acked + 1 >= kill_after and not tried:
+                        tried = True
+                        killed = kid.kill()  # False: it ended, and was reaped, before its last lines were read
                 elif words[0] == "end":
                     ended = True
                 elif words[0] == "reaped":
                     break
                 else:
                     raise AssertionError(f"child: {' '.join(words)}")
-                if kill_after == 0 and not killed:
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
+                if kill_after == 0 and not tried:
+                    tried = True
+                    killed = kid.kill()
+            kid.close()
+            assert killed or ended, f"round {r}: the child neither ended nor was killed"
             landed["after the end" if ended else "in flight" if begun > acked else "between ops"] += 1
             for op, items in ops[: acked + 1]:
                 child.apply(model, op, items)

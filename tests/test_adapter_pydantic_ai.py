@@ -9,7 +9,6 @@ import errno
 import importlib
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ from journal.crashsim.faults import FaultyFileSystem
 from journal.fs import File, OsFileSystem
 from tests import child_pydantic_ai as child
 from tests.conftest import report_count
-from tests.pipe_lines import PipeLines
+from tests.fork_server import ForkedChild, PipeLines
 
 OUTCOMES: Counter[str] = Counter()  # what the differential's operations did, reported once
 
@@ -284,11 +283,11 @@ def test_sigkill_rounds_keep_every_acknowledged_operation(tmp_path: Path) -> Non
             server.stdin.flush()
             words = line().split()
             assert words[0] == "pid", words
-            pid, lines, acked, begun, ended, killed = int(words[1]), 1, -1, -1, False, False
+            kid, lines, acked, begun, ended, killed, tried = ForkedChild(int(words[1])), 1, -1, -1, False, False, False
             while True:
-                if lines >= kill_at and not killed and not ended:  # once ended, the pid may be reaped
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
+                if lines >= kill_at and not tried and not ended:
+                    tried = True
+                    killed = kid.kill()  # False: it ended, and was reaped, before its last lines were read
                 words = line().split()
                 lines += 1
                 if words[0] == "begin":
@@ -303,6 +302,8 @@ def test_sigkill_rounds_keep_every_acknowledged_operation(tmp_path: Path) -> Non
                     break
                 else:
                     raise AssertionError(f"child: {' '.join(words)}")
+            kid.close()
+            assert killed or ended, f"round {r}: the child neither ended nor was killed"
             landed["after the end" if ended else "mid-operation" if begun > acked else "between operations"] += 1
             acked_total += acked + 1
             model, took = run(check(r, ops, acked, begun))

@@ -1,12 +1,13 @@
-"""The kill tests' line reader: lines that arrived together are all seen, without waiting."""
+"""The kill tests' fork-server helpers: every line that arrived is read, a kill reaches its child or none."""
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
-from tests.pipe_lines import PipeLines
+from tests.fork_server import ForkedChild, PipeLines
 
 
 def test_lines_written_in_one_burst_are_all_read_while_the_writer_is_silent() -> None:
@@ -51,3 +52,42 @@ def test_a_closed_pipe_is_a_dead_writer_and_its_last_partial_line_is_shown() -> 
             lines.line()
     finally:
         os.close(r)
+
+
+def _child_waiting_on(r: int) -> int:
+    """A child that ends when a byte comes on ``r`` (or at EOF)."""
+    pid = os.fork()
+    if pid == 0:
+        os.read(r, 1)
+        os._exit(0)
+    return pid
+
+
+def test_a_kill_reaches_a_live_child() -> None:
+    r, w = os.pipe()
+    try:
+        child = ForkedChild(_child_waiting_on(r))
+        assert child.kill()
+        _, status = os.waitpid(child.pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        child.close()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_kill_after_the_child_ended_and_was_reaped_reaches_nobody() -> None:
+    # The fork server reaps a child as soon as it ends; the test may still be reading its
+    # earlier lines and decide to kill it then. A kill by pid would fail, or hit a process that
+    # reuses the pid; through the pidfd it reports that the child is gone.
+    r, w = os.pipe()
+    try:
+        child = ForkedChild(_child_waiting_on(r))
+        os.write(w, b"x")
+        _, status = os.waitpid(child.pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert not child.kill()
+        child.close()
+    finally:
+        os.close(r)
+        os.close(w)
