@@ -78,7 +78,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -152,6 +152,10 @@ H_EXPECT_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 H_EXPECT_STREAM: Final = "Nats-Expected-Stream"
 H_EXPECT_LAST_SEQ: Final = "Nats-Expected-Last-Sequence"
 H_WRITER: Final = "Journal-Writer"  # on a fence: "shared" if a shared writer published it
+# The digest (message_digest) of the message this one is chained on, PREV_NONE when it is
+# chained on none; absent from messages written before it was introduced (_LeaderCheck).
+H_PREV: Final = "Journal-Prev"
+PREV_NONE: Final = "-"
 KIND_FENCE: Final = "fence"
 WRITER_SHARED: Final = "shared"
 ERR_WRONG_LAST_SEQ: Final = (10071, 10164)
@@ -644,6 +648,109 @@ def _lost_race(m: _StoredMsg, prev_sseq: int) -> bool:
     return chained is not None and chained < prev_sseq
 
 
+_DIGESTED: Final = (H_SEQ, H_COUNT, H_KIND, H_WRITER, H_EXPECT_SUBJECT_SEQ, H_MSG_ID, H_PREV)
+
+
+def message_digest(headers: dict[str, str], body: bytes) -> str:
+    """XXH64 (hex) of the headers a journal writer sets and the body: what the next message of
+    the chain names in its Journal-Prev header."""
+    h = xxhash.xxh64()
+    for name in _DIGESTED:
+        h.update(f"{name}:{headers.get(name, '')}\n".encode())
+    h.update(body)
+    return h.hexdigest()
+
+
+def chain_headers(chained_sseq: int, chained_digest: str) -> dict[str, str]:
+    """The headers that chain a message on the one at ``chained_sseq`` (0: none)."""
+    if not chained_sseq:
+        return {H_EXPECT_SUBJECT_SEQ: "0", H_PREV: PREV_NONE}
+    if not chained_digest:  # not known (never so for a writer's own chain): a message nothing vouches for
+        return {H_EXPECT_SUBJECT_SEQ: str(chained_sseq)}
+    return {H_EXPECT_SUBJECT_SEQ: str(chained_sseq), H_PREV: chained_digest}
+
+
+class _Diverged(Exception):
+    """A message a consumer delivered is not the stream leader's (_LeaderCheck): read again from
+    stream sequence ``resume_sseq`` on, from the leader."""
+
+    def __init__(self, resume_sseq: int, why: str) -> None:
+        super().__init__(why)
+        self.resume_sseq = resume_sseq
+
+
+class _LeaderCheck:
+    """Holds a consumer's messages back until they are known to be the stream leader's.
+
+    A consumer is served by whichever server holds it, from that server's copy of the stream;
+    STREAM.MSG.GET is answered by the stream's leader. nats-server 2.9 can leave a replica with a
+    message its leader does not have at that stream sequence (after a leader is killed, its last,
+    unacknowledged message; seen on a 3-node cluster): taken in, it would be a record nobody
+    acknowledged, or a gap or an overlap that is not there. So every message names the digest of
+    the one it is chained on (Journal-Prev), and the message after it vouches for it: a message
+    is handed on once the next one, chained on it, names its digest, or when nothing will (it is
+    the last one read, or the next is not chained on it) once the leader's copy has its digest.
+    A digest that differs is _Diverged, and the reader reads on from the leader.
+
+    Holding one message back is enough: a writer publishes a message only once the one before it
+    is acknowledged, that is committed, so no message is chained on one the leader lacks; a
+    message chained on a message that was handed on and names another digest is itself not the
+    leader's. Messages without Journal-Prev (written before it existed) are handed on unchecked."""
+
+    def __init__(self, leader_copy: Callable[[int], _StoredMsg | None], prev_sseq: int, prev_digest: str) -> None:
+        self._leader_copy = leader_copy  # STREAM.MSG.GET of one stream sequence
+        self._prev_sseq = prev_sseq  # the last message seen (handed on, or held) and its digest
+        self._prev_digest = prev_digest
+        self._held: _StoredMsg | None = None
+        self.leader_checks = 0  # messages compared with the leader's copy
+
+    @property
+    def resume_sseq(self) -> int:
+        """The first stream sequence not handed on yet (after the last message seen if none is held)."""
+        return self._held.sseq if self._held is not None else self._prev_sseq + 1
+
+    def take(self, m: _StoredMsg) -> list[_StoredMsg]:
+        """The messages that can be handed on now that ``m`` came (in order); ``m`` is held if a
+        later message can vouch for it."""
+        out: list[_StoredMsg] = []
+        named = m.headers.get(H_PREV)
+        vouches = named is not None and _chained_on(m) == self._prev_sseq and bool(self._prev_digest)
+        if vouches and named != self._prev_digest:
+            resume = self._held.sseq if self._held is not None else m.sseq
+            raise _Diverged(resume, f"stream message {m.sseq} is chained on message {self._prev_sseq} with digest "
+                                    f"{named}, and the message read there has digest {self._prev_digest}")
+        if self._held is not None:
+            if not vouches:
+                self._check_with_leader(self._held)  # a lost race, or an older writer: nothing else will
+            out.append(self._held)
+            self._held = None
+        self._prev_sseq, self._prev_digest = m.sseq, message_digest(m.headers, m.data)
+        if named is None:
+            out.append(m)
+        else:
+            self._held = m
+        return out
+
+    def settle(self, leader: _StoredMsg | None = None) -> list[_StoredMsg]:
+        """The held message, handed on once the leader's copy (``leader`` if it is that one) has
+        its digest: when no message is to come after it, or none for now (follow)."""
+        held = self._held
+        if held is None:
+            return []
+        self._check_with_leader(held, leader if leader is not None and leader.sseq == held.sseq else None)
+        self._held = None
+        return [held]
+
+    def _check_with_leader(self, m: _StoredMsg, leader: _StoredMsg | None = None) -> None:
+        self.leader_checks += 1
+        copy = leader if leader is not None else self._leader_copy(m.sseq)
+        if copy is None or copy.subject != m.subject or (
+            message_digest(copy.headers, copy.data) != message_digest(m.headers, m.data)
+        ):
+            raise _Diverged(m.sseq, f"stream message {m.sseq} as a replica served it is not the stream leader's "
+                                    "(it holds another message there, or none)")
+
+
 def _claim_of(last: _StoredMsg | None) -> dict[str, Any]:
     """The value of a claim key as a dict; {} when there is none (never taken, deleted, purged,
     expired) or it is not readable (taken as free, as a missing one)."""
@@ -733,6 +840,7 @@ class JetStreamJournal:
         self._idx_first = array("Q")
         self._idx_sseq = array("Q")
         self._last_sseq = 0  # stream sequence of the journal's last message (a fence included)
+        self._last_digest = ""  # its message_digest: the next message names it (Journal-Prev)
         self._stored_seq = 0  # the highest seq in the stream (as this handle knows)
         self._next_seq = 1
         self._keys: dict[str, tuple[int, int]] = {}  # idempotency key -> (seq, payload digest)
@@ -1364,7 +1472,10 @@ class JetStreamJournal:
 
     def _messages(self, start_sseq: int, end_sseq: int | None = None) -> Iterator[_StoredMsg]:
         """This journal's messages from stream sequence ``start_sseq`` up to the last one now
-        (or ``end_sseq``), in order, fetched in bounded chunks by an ordered consumer."""
+        (or ``end_sseq``), in order, as the stream leader holds them: fetched in bounded chunks
+        by an ordered consumer and checked against the leader (_LeaderCheck); from the first
+        one a replica served differently on, read from the leader itself."""
+        last: _StoredMsg | None = None
         if end_sseq is None:
             last = self._subject_last()
             if last is None:
@@ -1372,17 +1483,50 @@ class JetStreamJournal:
             end_sseq = last.sseq
         if end_sseq < start_sseq:
             return
+        check = _LeaderCheck(self._leader_copy, *self._known_before(start_sseq))
         reader = _OrderedReader(self._c(), self._stream, self._subject, start_sseq, self._ack_timeout_s)
         self._call(reader.start(), self._ack_timeout_s)
         try:
             while True:
                 chunk = self._call(reader.next_chunk(end_sseq, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES),
                                    self._ack_timeout_s)
-                yield from chunk
+                for m in chunk:
+                    yield from check.take(m)
                 if not chunk or chunk[-1].sseq >= end_sseq:
+                    yield from check.settle(last)
                     return
+        except _Diverged as exc:
+            diverged = exc
         finally:
             _Loop.stop_soon(reader)
+        self._recovery.actions.append(
+            f"a replica served this journal's {diverged}; read on from the stream leader from message "
+            f"{diverged.resume_sseq}"
+        )
+        yield from self._leader_messages(diverged.resume_sseq, end_sseq)
+
+    def _leader_messages(self, start_sseq: int, end_sseq: int) -> Iterator[_StoredMsg]:
+        """This journal's messages from ``start_sseq`` to ``end_sseq`` read one STREAM.MSG.GET each
+        (answered by the stream's leader): slower than a consumer, never a replica's copy."""
+        at = start_sseq
+        while at <= end_sseq:
+            m = self._call(self._c().get_msg(self._stream, {"seq": at, "next_by_subj": self._subject},
+                                             self._ack_timeout_s), self._ack_timeout_s)
+            if m is None or m.sseq > end_sseq:
+                return
+            yield m
+            at = m.sseq + 1
+
+    def _leader_copy(self, sseq: int) -> _StoredMsg | None:
+        return self._call(self._c().get_msg(self._stream, {"seq": sseq}, self._ack_timeout_s), self._ack_timeout_s)
+
+    def _known_before(self, start_sseq: int) -> tuple[int, str]:
+        """(stream sequence, digest) of the message just before ``start_sseq`` if this handle knows
+        it (a catch-up reads on from its last message), else (0, "")."""
+        with self._mu:
+            if self._last_sseq and start_sseq == self._last_sseq + 1:
+                return self._last_sseq, self._last_digest
+        return 0, ""
 
     def _scan_all(self) -> None:
         """Build the index and the key map from the whole subject (open), from the first message
@@ -1391,6 +1535,7 @@ class JetStreamJournal:
         self._idx_sseq = array("Q")
         self._keys = {}
         self._last_sseq = 0
+        self._last_digest = ""
         self._stored_seq = self._first_seq - 1
         self._catch_up(int(self._meta.get("first_sseq", 0)))
 
@@ -1433,7 +1578,8 @@ class JetStreamJournal:
                             self._keys[r.key] = (r.seq, xxhash.xxh64_intdigest(r.payload))
                     self._stored_seq = recs[-1].seq
                     came += len(recs)
-                self._last_sseq = max(self._last_sseq, m.sseq)
+                if m.sseq > self._last_sseq:
+                    self._last_sseq, self._last_digest = m.sseq, message_digest(m.headers, m.data)
                 self._next_seq = max(self._next_seq, self._stored_seq + 1)
         return came
 
@@ -1546,8 +1692,9 @@ class JetStreamJournal:
             if self._shared and tries > 1 and time.monotonic() >= deadline:
                 break
             headers = {
-                H_KIND: KIND_FENCE, H_SEQ: str(self._stored_seq), H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
-                H_EXPECT_STREAM: self._stream, H_MSG_ID: chain_id(self._journal_id, self._last_sseq),
+                H_KIND: KIND_FENCE, H_SEQ: str(self._stored_seq), H_EXPECT_STREAM: self._stream,
+                H_MSG_ID: chain_id(self._journal_id, self._last_sseq),
+                **chain_headers(self._last_sseq, self._last_digest),
             }
             if self._shared:
                 headers[H_WRITER] = WRITER_SHARED
@@ -1567,10 +1714,9 @@ class JetStreamJournal:
                 came = self._catch_up()
                 self._recovery.actions.append(f"took in {came} records an earlier writer's publish landed late")
                 continue
+            self._last_sseq, self._last_digest = int(ack["seq"]), message_digest(headers, b"")
             if self._shared:
-                self._last_sseq = int(ack["seq"])
                 return
-            self._last_sseq = int(ack["seq"])
             self._recovery.actions.append(
                 f"fenced the journal at stream message {self._last_sseq} (the last writer did not release it cleanly)"
             )
@@ -1873,8 +2019,8 @@ class JetStreamJournal:
             H_SEQ: str(first),
             H_COUNT: str(len(run)),
             H_MSG_ID: chain_id(self._journal_id, self._last_sseq),
-            H_EXPECT_SUBJECT_SEQ: str(self._last_sseq),
             H_EXPECT_STREAM: self._stream,
+            **chain_headers(self._last_sseq, self._last_digest),
         }
         try:
             ack = self._c().publish_sync(self._subject, body, headers, self._ack_timeout_s)
@@ -1923,7 +2069,7 @@ class JetStreamJournal:
         with self._mu:
             self._idx_first.append(first)
             self._idx_sseq.append(sseq)
-            self._last_sseq = sseq
+            self._last_sseq, self._last_digest = sseq, message_digest(headers, body)
             self._stored_seq = run[-1][0]
             self._next_seq = max(self._next_seq, self._stored_seq + 1)
             if self._shared:
@@ -2113,39 +2259,66 @@ class JetStreamJournal:
         if self._readonly:
             self._refresh_first_io()
         start, expect, prev = self._start_prev(after_seq)
-        reader = _OrderedReader(self._c(), self._stream, self._subject, start, self._ack_timeout_s)
-        try:
-            self._call(reader.start(), self._ack_timeout_s)
-        except (_Lost, _Refused) as exc:
-            raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
         idle_since = time.monotonic()
         wait_s = max(0.001, poll_interval_s)
-        try:
-            while not (stop is not None and stop.is_set()):
-                if self._closed:
-                    return
-                got = self._call(reader.next_chunk(None, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES, wait_s), wait_s + 5)
-                now = time.monotonic()
-                if not got:
-                    if idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
-                        return
-                    continue
-                idle_since = now
-                try:
-                    verified = list(self._verified(got, expect, prev))
-                except (_Lost, _Refused) as exc:
-                    raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
-                prev = got[-1].sseq
-                for _m, recs in verified:
-                    for rec in recs:
-                        expect = rec.seq + 1
-                        if rec.seq > after_seq:
-                            yield rec
-        finally:
+        while True:  # once per consumer: a replica that served a message not the leader's ends one
+            check = _LeaderCheck(self._leader_copy, *self._known_before(start))
+            reader = _OrderedReader(self._c(), self._stream, self._subject, start, self._ack_timeout_s)
+            diverged: _Diverged | None = None
             try:
-                self._call(reader.stop(), 5.0)
-            except (_Lost, _Refused, nats.errors.Error, OSError):
-                pass
+                self._call(reader.start(), self._ack_timeout_s)
+                while diverged is None and not (stop is not None and stop.is_set()):
+                    if self._closed:
+                        return
+                    got = self._call(reader.next_chunk(None, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES, wait_s), wait_s + 5)
+                    now = time.monotonic()
+                    ready: list[_StoredMsg] = []
+                    try:
+                        for m in got:
+                            ready += check.take(m)
+                        if not got:
+                            ready = check.settle()  # nothing more for now: the leader vouches for the last one
+                    except _Diverged as exc:
+                        diverged = exc  # what was ready before it is handed on first
+                    if got:
+                        idle_since = now
+                    elif not ready and diverged is None and idle_timeout_s is not None and (
+                        now - idle_since >= idle_timeout_s
+                    ):
+                        return
+                    if ready:
+                        verified = list(self._verified(ready, expect, prev))
+                        prev = ready[-1].sseq
+                        for _m, recs in verified:
+                            for rec in recs:
+                                expect = rec.seq + 1
+                                if rec.seq > after_seq:
+                                    yield rec
+                if diverged is None:
+                    return
+                self._recovery.actions.append(
+                    f"a replica served this journal's {diverged}; followed on from the stream leader from message "
+                    f"{diverged.resume_sseq}"
+                )
+                # The rest up to the leader's last message, from the leader; then a new consumer.
+                last = self._subject_last()
+                ready = list(self._leader_messages(diverged.resume_sseq, last.sseq)) if last is not None else []
+                start = ready[-1].sseq + 1 if ready else diverged.resume_sseq
+                verified = list(self._verified(ready, expect, prev))
+            except (_Lost, _Refused) as exc:
+                raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
+            finally:
+                try:
+                    self._call(reader.stop(), 5.0)
+                except (_Lost, _Refused, nats.errors.Error, OSError):
+                    pass
+            if ready:
+                prev = ready[-1].sseq
+            for _m, recs in verified:
+                for rec in recs:
+                    expect = rec.seq + 1
+                    if rec.seq > after_seq:
+                        yield rec
 
     def get(self, seq: int) -> Record | None:
         self._check_open()

@@ -67,7 +67,9 @@ from journal.remote.jetstream import (
     _Refused,
     _servers_of,
     _StoredMsg,
+    chain_headers,
     chain_id,
+    message_digest,
     name_of_token,
     subject_base,
     subject_token,
@@ -213,20 +215,21 @@ class JetStreamStore:
         salt = records.salt_of(new_id)
         start, expect = src._start_of(0)
         last_sseq = first_sseq = 0
+        last_digest = ""
         conn = dst._c()
         timeout_s = self._settings.ack_timeout_s
 
         def publish(first: int, count: int, body: bytes) -> None:
-            nonlocal last_sseq, first_sseq
+            nonlocal last_sseq, first_sseq, last_digest
             headers = {
                 H_SEQ: str(first),
                 H_COUNT: str(count),
                 H_MSG_ID: chain_id(new_id, last_sseq),
-                H_EXPECT_SUBJECT_SEQ: str(last_sseq),
                 H_EXPECT_STREAM: self._settings.stream,
+                **chain_headers(last_sseq, last_digest),
             }
             ack = self._call(conn.publish(dst._subject, body, headers, timeout_s))
-            last_sseq = int(ack["seq"])
+            last_sseq, last_digest = int(ack["seq"]), message_digest(headers, body)
             first_sseq = first_sseq or last_sseq
 
         if upto >= src.first_seq:

@@ -1,0 +1,189 @@
+"""A replica that serves a message its stream leader does not hold (journal/remote/jetstream.py,
+``_LeaderCheck``), on the real 3-node cluster of tests/nats_cluster.py.
+
+nats-server 2.9 can leave a replica, after its leader is killed, with the killed leader's last
+message at a stream sequence where the new leader holds another one: an ordered consumer placed
+on that replica delivers it. That cannot be arranged on demand, so these tests put it in the
+consumer's delivery: ``_OrderedReader.next_chunk`` hands out a *ghost* in place of a message the
+leader holds, made the way a killed writer makes one (the same headers and chain, frames of
+other events under the same seqs, or of more records). Every reader and a writer's open must
+return what the leader holds, and say that a replica served something else.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import journal
+from journal.engine.encoding import encode_event
+from journal.engine.options import Options
+from journal.remote import jetstream, records
+from journal.remote.jetstream import H_COUNT, H_SEQ, JetStreamJournal, _OrderedReader, _StoredMsg
+from tests.backends import require_services
+from tests.nats_cluster import Cluster, cluster, skip_reason
+
+BATCHES = 6  # messages of the journal, each of BATCH records
+BATCH = 3
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[Cluster]:
+    why = skip_reason()
+    if why is not None:
+        if require_services():
+            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
+        pytest.skip(why)
+    yield cluster()
+
+
+def _event(batch: int, i: int, ghost: bool = False) -> dict[str, Any]:
+    return {"batch": batch, "i": i, "text": ("never acknowledged " if ghost else "acknowledged ") * 8}
+
+
+def _write(url: str) -> tuple[list[dict[str, Any]], list[int], int]:
+    """BATCHES messages of BATCH records; (the events, each message's stream sequence, the salt)."""
+    events: list[dict[str, Any]] = []
+    with journal.open(url, create=True) as j:
+        assert isinstance(j, JetStreamJournal)
+        for b in range(BATCHES):
+            batch = [_event(b, i) for i in range(BATCH)]
+            for out in j.append_many(batch, durability="sync"):
+                assert isinstance(out, journal.Committed)
+            events += batch
+        sseqs = list(j._idx_sseq)
+        salt = j._salt
+    assert len(sseqs) == BATCHES
+    return events, sseqs, salt
+
+
+def _ghost_of(m: _StoredMsg, salt: int, extra: int) -> _StoredMsg:
+    """What a killed writer's message at ``m``'s place looks like: the same headers and chain,
+    frames of other events under the same seqs (and ``extra`` more records)."""
+    first, count = int(m.headers[H_SEQ]), int(m.headers[H_COUNT]) + extra
+    body = b"".join(
+        records.frame_of(encode_event(_event(-1, k, ghost=True), None, False, Options()), first + k, salt)
+        for k in range(count)
+    )
+    return _StoredMsg(m.sseq, m.subject, {**m.headers, H_COUNT: str(count)}, body)
+
+
+class Replica:
+    """The consumer's server: it serves ``ghosts`` ({stream sequence: (salt, extra records)}) in
+    place of the leader's messages there, and counts how many it served."""
+
+    def __init__(self) -> None:
+        self.ghosts: dict[int, tuple[int, int]] = {}
+        self.served = 0
+
+
+@pytest.fixture
+def replica(monkeypatch: pytest.MonkeyPatch) -> Iterator[Replica]:
+    rep = Replica()
+    real = _OrderedReader.next_chunk
+
+    async def next_chunk(self: _OrderedReader, *args: Any, **kwargs: Any) -> list[_StoredMsg]:
+        out = []
+        for m in await real(self, *args, **kwargs):
+            if m.sseq in rep.ghosts:
+                m = _ghost_of(m, *rep.ghosts[m.sseq])
+                rep.served += 1
+            out.append(m)
+        return out
+
+    monkeypatch.setattr(_OrderedReader, "next_chunk", next_chunk)
+    yield rep
+    assert rep.served > 0, "no ghost was served: the test did not test anything"
+
+
+def _said(j: journal.api.Journal) -> list[str]:
+    return [a for a in j.recovery.actions if "a replica served" in a]
+
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+@pytest.mark.parametrize("extra", [0, 2], ids=["same-seqs", "more-records"])
+def test_readers_and_a_writers_open_take_the_leaders_message(
+    nats: Cluster, replica: Replica, where: str, extra: int
+) -> None:
+    url = nats.url(f"journal=ghost-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, sseqs, salt = _write(url)
+    ghost_sseq = sseqs[BATCHES // 2] if where == "middle" else sseqs[-1]
+    replica.ghosts[ghost_sseq] = (salt, extra)
+    with journal.open(url, readonly=True) as r:
+        said = len(_said(r))
+        assert said == 1, r.recovery.actions  # the open reads the whole journal
+        assert [rec.event for rec in r.read()] == events
+        assert [rec.event for rec in r.read(after_seq=BATCH)] == events[BATCH:]
+        assert [rec.event for rec in r.follow(idle_timeout_s=0.5)] == events
+        assert len(_said(r)) == said + 3, r.recovery.actions  # and each of the three reads
+    with journal.open(url) as w:  # a writer's open reads the whole journal through a consumer too
+        assert _said(w), w.recovery.actions
+        assert w.last_seq == len(events)
+        out = w.append({"after": "the ghost"}, durability="sync")
+        assert isinstance(out, journal.Committed) and out.seq == len(events) + 1
+    served = replica.served
+    replica.ghosts.clear()
+    with journal.open(url, readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [*events, {"after": "the ghost"}]
+        assert _said(r) == []
+    assert replica.served == served
+
+
+def test_a_follower_takes_the_leaders_copy_of_the_newest_message(nats: Cluster, replica: Replica) -> None:
+    """follow() holds the last message it has until the next one vouches for it or, when none
+    comes for a poll, the leader's copy does: a ghost there is read from the leader."""
+    url = nats.url(f"journal=ghostf-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, _, salt = _write(url)
+    with journal.open(url) as w:
+        assert isinstance(w, JetStreamJournal)
+        w.append_many([_event(BATCHES, i) for i in range(BATCH)], durability="sync")
+        replica.ghosts[w._last_sseq] = (salt, 1)  # the newest message, served as a ghost
+        events += [_event(BATCHES, i) for i in range(BATCH)]
+        with journal.open(url, readonly=True) as r:
+            seen = []
+            for rec in r.follow(idle_timeout_s=0.5):
+                seen.append(rec.event)
+            assert seen == events
+            assert _said(r), r.recovery.actions
+
+
+def test_without_the_check_the_ghost_is_read(nats: Cluster, replica: Replica,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault the check is for, shown: a reader that hands on what the consumer delivers
+    returns events nobody acknowledged (or stops on an overlap that is not there)."""
+    url = nats.url(f"journal=ghostn-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, sseqs, salt = _write(url)
+    replica.ghosts[sseqs[1]] = (salt, 0)
+
+    class NoCheck(jetstream._LeaderCheck):
+        def take(self, m: _StoredMsg) -> list[_StoredMsg]:
+            return [m]
+
+    monkeypatch.setattr(jetstream, "_LeaderCheck", NoCheck)
+    with journal.open(url, readonly=True) as r:
+        got = [rec.event for rec in r.read()]
+    assert got != events and any("never acknowledged" in e["text"] for e in got)
+
+
+def test_messages_written_before_the_digest_header_are_read_unchecked(
+    nats: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal whose messages carry no Journal-Prev (an older writer's) reads as before, and a
+    writer of this version appends to it: its first message names the old last one's digest."""
+    url = nats.url(f"journal=ghosto-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+
+    def old_chain(chained_sseq: int, chained_digest: str) -> dict[str, str]:
+        return {jetstream.H_EXPECT_SUBJECT_SEQ: str(chained_sseq)}
+
+    with monkeypatch.context() as m:
+        m.setattr(jetstream, "chain_headers", old_chain)
+        events, _, _ = _write(url)
+    with journal.open(url) as w:
+        w.append({"new": 1}, durability="sync")
+        w.append({"new": 2}, durability="sync")
+    with journal.open(url, readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [*events, {"new": 1}, {"new": 2}]
+        assert _said(r) == []
