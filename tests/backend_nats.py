@@ -64,7 +64,7 @@ async def chain_of(servers: list[str], stream: str, subject: str, upto_sseq: int
             h = _headers_of(m.get("hdrs"))
             rows.append(f"  message {sseq}: kind {h.get('Journal-Kind', 'records')}, seqs {h.get('Journal-Seq')}"
                         f" +{h.get('Journal-Count')}, chained on {h.get('Nats-Expected-Last-Subject-Sequence')},"
-                        f" id {h.get('Nats-Msg-Id')}")
+                        f" id {h.get('Nats-Msg-Id')}, prev {h.get('Journal-Prev')}")
             at = sseq + 1
         return f"stream {stream}, subject {subject}:\n" + "\n".join(rows[-last:])
     finally:

@@ -149,6 +149,7 @@ class Driver:
         self.stop = threading.Event()
         self.next_i = [0] * APPENDERS
         self.error: BaseException | None = None
+        self.actions: list[str] = []  # what each open's recovery report said, for a failure's report
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def expect(self, more: int) -> None:
@@ -162,6 +163,7 @@ class Driver:
                 with journal.open(self.url, create=True, lock_timeout_s=60, **FAULT_OPTIONS) as j:
                     with self.mu:
                         self.opens += 1
+                        self.actions += [f"open {self.opens}: {a}" for a in j.recovery.actions]
                     for e in self.ledger.entries:
                         if isinstance(e.outcome, AckLost) and e.resolved is None:
                             e.resolved = j.resolve(e.outcome)
@@ -225,15 +227,16 @@ def _gather_leaders(c: Cluster, streams: list[str]) -> int:
     return node
 
 
-def _chain_report(c: Cluster, d: Driver) -> str:
-    """For a driver stopped by a SequenceError: the messages of its journal up to the one the
-    error names (their seqs and what each was chained on), so a failure shows its chain."""
+def _chain_report(c: Cluster, d: Driver, error: BaseException | None = None) -> str:
+    """For a driver (or the checker) stopped by a SequenceError: the messages of its journal up
+    to the one the error names (their seqs and what each was chained on), so a failure shows
+    its chain."""
     import re
 
     from journal.remote.jetstream import subject_base, subject_token
     from tests.backend_nats import chain_of
 
-    found = re.search(r"\(stream (\w+), message (\d+)\)", str(d.error))
+    found = re.search(r"\(stream (\w+), message (\d+)\)", str(error if error is not None else d.error))
     if found is None:
         return "(no stream message named in the error)"
     stream, sseq = found.group(1), int(found.group(2))
@@ -242,7 +245,9 @@ def _chain_report(c: Cluster, d: Driver) -> str:
         return "(no journal name in the url)"
     servers = [f"nats://127.0.0.1:{p}" for p in c.client_ports]
     try:
-        return asyncio.run(chain_of(servers, stream, f"{subject_base(stream)}.{subject_token(name.group(1))}", sseq))
+        chain = asyncio.run(chain_of(servers, stream, f"{subject_base(stream)}.{subject_token(name.group(1))}",
+                                     sseq + 8, last=24))
+        return chain + "\nthe driver's last opens said:\n" + "\n".join(f"  {a}" for a in d.actions[-12:])
     except Exception as exc:  # the report is for a failure already happening: it never hides it
         return f"(the chain could not be read: {exc!r})"
 
@@ -289,7 +294,11 @@ def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
         assert d.error is None, d.error
     totals: dict[str, int] = {}
     for d in drivers:
-        for k, v in check(d.url, d.ledger.entries).items():
+        try:
+            counts = check(d.url, d.ledger.entries)
+        except journal.JournalError as exc:
+            raise AssertionError(f"{exc!r}\n{_chain_report(nats, d, exc)}") from exc
+        for k, v in counts.items():
             totals[k] = totals.get(k, 0) + v
     failures = sum(d.failures for d in drivers)
     report_count("nats: stream-leader SIGKILLs (leaders of 5 streams gathered on one node per node kill)", kills)
