@@ -73,10 +73,12 @@ def _ghost_of(m: _StoredMsg, salt: int, extra: int) -> _StoredMsg:
 
 class Replica:
     """The consumer's server: it serves ``ghosts`` ({stream sequence: (salt, extra records)}) in
-    place of the leader's messages there, and counts how many it served."""
+    place of the leader's messages there, leaves out the ``missing`` ones, and counts how many
+    times it did either."""
 
     def __init__(self) -> None:
         self.ghosts: dict[int, tuple[int, int]] = {}
+        self.missing: set[int] = set()  # stream sequences it does not hold at all
         self.served = 0
 
 
@@ -88,6 +90,9 @@ def replica(monkeypatch: pytest.MonkeyPatch) -> Iterator[Replica]:
     async def next_chunk(self: _OrderedReader, *args: Any, **kwargs: Any) -> list[_StoredMsg]:
         out = []
         for m in await real(self, *args, **kwargs):
+            if m.sseq in rep.missing:
+                rep.served += 1
+                continue
             if m.sseq in rep.ghosts:
                 m = _ghost_of(m, *rep.ghosts[m.sseq])
                 rep.served += 1
@@ -96,7 +101,7 @@ def replica(monkeypatch: pytest.MonkeyPatch) -> Iterator[Replica]:
 
     monkeypatch.setattr(_OrderedReader, "next_chunk", next_chunk)
     yield rep
-    assert rep.served > 0, "no ghost was served: the test did not test anything"
+    assert rep.served > 0, "no ghost was served, no message left out: the test did not test anything"
 
 
 def _said(j: journal.api.Journal) -> list[str]:
@@ -113,12 +118,13 @@ def test_readers_and_a_writers_open_take_the_leaders_message(
     ghost_sseq = sseqs[BATCHES // 2] if where == "middle" else sseqs[-1]
     replica.ghosts[ghost_sseq] = (salt, extra)
     with journal.open(url, readonly=True) as r:
-        said = len(_said(r))
-        assert said == 1, r.recovery.actions  # the open reads the whole journal
+        assert len(_said(r)) == 1, r.recovery.actions  # the open reads the whole journal
+        served = replica.served
         assert [rec.event for rec in r.read()] == events
         assert [rec.event for rec in r.read(after_seq=BATCH)] == events[BATCH:]
         assert [rec.event for rec in r.follow(idle_timeout_s=0.5)] == events
-        assert len(_said(r)) == said + 3, r.recovery.actions  # and each of the three reads
+        assert replica.served == served + 3  # each read met the ghost, and said so once
+        assert any("followed on from the stream leader" in a for a in _said(r)), r.recovery.actions
     with journal.open(url) as w:  # a writer's open reads the whole journal through a consumer too
         assert _said(w), w.recovery.actions
         assert w.last_seq == len(events)
@@ -187,3 +193,59 @@ def test_messages_written_before_the_digest_header_are_read_unchecked(
     with journal.open(url, readonly=True) as r:
         assert [rec.event for rec in r.read()] == [*events, {"new": 1}, {"new": 2}]
         assert _said(r) == []
+
+
+def test_a_message_the_next_one_disowns_is_not_the_journals(nats: Cluster) -> None:
+    """The leader itself may hold, at a stream sequence, another message than the one a writer
+    was acknowledged there: after a leader kill, 2.9 was seen to lose a writer's acknowledged
+    fence and keep the killed writer's last, unacknowledged message in its place, and the
+    writer, chained on its fence, wrote the same seq again (the leader-kill test, CI of e8b8e09:
+    "seq N is held twice"). Made here on the server as it was: message A holds seq L+1, chained
+    on the last message; B holds seq L+1 again, chained on A's stream sequence but naming a
+    fence's digest. Readers take B, skip A and say so; a writer appends after B."""
+    url = nats.url(f"journal=ghostd-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, _, salt = _write(url)
+    last = len(events)
+    lost, acked = {"never": "acknowledged"}, {"acknowledged": "after a fence the server lost"}
+    with journal.open(url) as w:
+        assert isinstance(w, JetStreamJournal)
+
+        def publish(event: dict[str, Any], chained: int, prev_digest: str) -> int:
+            body = records.frame_of(encode_event(event, None, False, Options()), last + 1, salt)
+            headers = {H_SEQ: str(last + 1), H_COUNT: "1", jetstream.H_EXPECT_STREAM: w._stream,
+                       jetstream.H_MSG_ID: jetstream.chain_id(w._journal_id, chained),
+                       **jetstream.chain_headers(chained, prev_digest)}
+            ack = w._call(w._c().publish(w._subject, body, headers, w._ack_timeout_s), w._ack_timeout_s)
+            return int(ack["seq"])
+
+        fence = {jetstream.H_KIND: jetstream.KIND_FENCE, H_SEQ: str(last),
+                 **jetstream.chain_headers(w._last_sseq, w._last_digest)}
+        a = publish(lost, w._last_sseq, w._last_digest)
+        publish(acked, a, jetstream.message_digest(fence, b""))
+    for readonly in (True, False):
+        with journal.open(url, readonly=readonly) as r:
+            assert [rec.event for rec in r.read()] == [*events, acked]
+            skipped = [x for x in r.recovery.actions if "skipped it" in x]
+            assert skipped and f"at {a}" in skipped[0], r.recovery.actions
+            assert r.last_seq == last + 1
+            if not readonly:
+                out = r.append({"after": "B"}, durability="sync")
+                assert isinstance(out, journal.Committed) and out.seq == last + 2
+    with journal.open(url, readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [*events, acked, {"after": "B"}]
+        assert [rec.event for rec in r.follow(idle_timeout_s=0.5)] == [*events, acked, {"after": "B"}]
+
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_a_replica_without_a_message_does_not_hide_it(nats: Cluster, replica: Replica,
+                                                      monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """A consumer that does not deliver a message the leader holds: the next message is chained
+    on one it did not deliver (middle), or the read's last one never comes (last, after the read
+    timeout): either way the rest is read from the leader, nothing is skipped."""
+    url = nats.url(f"journal=ghostm-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, sseqs, _ = _write(url)
+    replica.missing.add(sseqs[BATCHES // 2] if where == "middle" else sseqs[-1])
+    with journal.open(url, readonly=True, ack_timeout_s=1.0) as r:
+        assert [rec.event for rec in r.read()] == events
+        assert [rec.event for rec in r.read(after_seq=BATCH)] == events[BATCH:]
+        assert _said(r), r.recovery.actions

@@ -139,6 +139,7 @@ WRITER_MODES: Final = ("exclusive", "shared")
 # A shared writer's batch, refused because another writer appended first, catches up and is
 # published again for up to this long; then its records are NotCommitted and the handle goes on.
 SHARED_LOCK_TIMEOUT_S_DEFAULT: Final = 30.0
+RECOVERY_NOTES_MAX: Final = 64  # actions a handle's reads add to its recovery report (_note)
 CATCH_UP_GETS_MAX: Final = 8  # messages a shared writer reads one by one before it takes a consumer
 CLAIM_CAS_TRIES_MAX: Final = 32  # read-modify-writes of a shared claim before its caller hears _Lost
 OPTIONS: Final = ("stream", "replicas", "connect_timeout_s", "ack_timeout_s", "claim_ttl_s", "record_size_bytes_max",
@@ -656,7 +657,7 @@ def message_digest(headers: dict[str, str], body: bytes) -> str:
     the chain names in its Journal-Prev header."""
     h = xxhash.xxh64()
     for name in _DIGESTED:
-        h.update(f"{name}:{headers.get(name, '')}\n".encode())
+        h.update(f"{name}:{str(headers.get(name, '')).strip()}\n".encode())  # as both readers parse it
     h.update(body)
     return h.hexdigest()
 
@@ -671,8 +672,8 @@ def chain_headers(chained_sseq: int, chained_digest: str) -> dict[str, str]:
 
 
 class _Diverged(Exception):
-    """A message a consumer delivered is not the stream leader's (_LeaderCheck): read again from
-    stream sequence ``resume_sseq`` on, from the leader."""
+    """A message a consumer delivered is not the stream leader's (_LeaderCheck): read again, from
+    the leader, from stream sequence ``resume_sseq`` on (after the last message handed on)."""
 
     def __init__(self, resume_sseq: int, why: str) -> None:
         super().__init__(why)
@@ -680,7 +681,7 @@ class _Diverged(Exception):
 
 
 class _LeaderCheck:
-    """Holds a consumer's messages back until they are known to be the stream leader's.
+    """Holds messages back until they are known to be the journal's as the stream leader has it.
 
     A consumer is served by whichever server holds it, from that server's copy of the stream;
     STREAM.MSG.GET is answered by the stream's leader. nats-server 2.9 can leave a replica with a
@@ -690,37 +691,63 @@ class _LeaderCheck:
     the one it is chained on (Journal-Prev), and the message after it vouches for it: a message
     is handed on once the next one, chained on it, names its digest, or when nothing will (it is
     the last one read, or the next is not chained on it) once the leader's copy has its digest.
-    A digest that differs is _Diverged, and the reader reads on from the leader.
+    From a consumer (``leader=False``), a digest that differs, or a message chained on one the
+    consumer did not deliver, is _Diverged: the reader reads on from the leader.
 
-    Holding one message back is enough: a writer publishes a message only once the one before it
-    is acknowledged, that is committed, so no message is chained on one the leader lacks; a
-    message chained on a message that was handed on and names another digest is itself not the
-    leader's. Messages without Journal-Prev (written before it existed) are handed on unchecked."""
+    From the leader (``leader=True``) the same mismatch means the server kept, at that stream
+    sequence, another message than the one the next writer was acknowledged there (2.9 was seen
+    to lose a writer's acknowledged fence after a leader kill and keep the killed writer's last,
+    unacknowledged message in its place; the next writer, chained on its fence, wrote the seqs
+    again). That message is not part of the journal as its writers built it: it is dropped, and
+    said in ``dropped``. A message already handed on is never taken back: one that the next
+    names another digest for is handed on, and the seqs decide.
 
-    def __init__(self, leader_copy: Callable[[int], _StoredMsg | None], prev_sseq: int, prev_digest: str) -> None:
+    Holding one message back is enough as long as the server keeps what it acknowledged (a
+    writer publishes only once the message before is acknowledged, so nothing is chained on a
+    message the leader lacks); when it does not, the chain tells which message was lost.
+    Messages without Journal-Prev (written before it existed) are handed on unchecked."""
+
+    def __init__(self, leader_copy: Callable[[int], _StoredMsg | None], start_sseq: int, prev_sseq: int,
+                 prev_digest: str, leader: bool = False, disowned: set[int] | None = None) -> None:
+        """Messages from stream sequence ``start_sseq`` on; ``prev_sseq`` and ``prev_digest``: the
+        message just before it, if known (else 0 and ""). ``disowned``: stream sequences of
+        messages a read from the leader dropped (the handle's, kept across reads, added to here),
+        dropped from a consumer's read too, without going to the leader again."""
         self._leader_copy = leader_copy  # STREAM.MSG.GET of one stream sequence
+        self._leader = leader
+        self._disowned = disowned if disowned is not None else set()
         self._prev_sseq = prev_sseq  # the last message seen (handed on, or held) and its digest
         self._prev_digest = prev_digest
+        self.out_sseq = max(prev_sseq, start_sseq - 1)  # the last message handed on (or before the start)
+        self.out_digest = prev_digest
         self._held: _StoredMsg | None = None
-        self.leader_checks = 0  # messages compared with the leader's copy
-
-    @property
-    def resume_sseq(self) -> int:
-        """The first stream sequence not handed on yet (after the last message seen if none is held)."""
-        return self._held.sseq if self._held is not None else self._prev_sseq + 1
+        self.dropped: list[str] = []  # (leader) why each message dropped was dropped
 
     def take(self, m: _StoredMsg) -> list[_StoredMsg]:
         """The messages that can be handed on now that ``m`` came (in order); ``m`` is held if a
         later message can vouch for it."""
         out: list[_StoredMsg] = []
         named = m.headers.get(H_PREV)
-        vouches = named is not None and _chained_on(m) == self._prev_sseq and bool(self._prev_digest)
+        chained = _chained_on(m)
+        known = self._prev_sseq > 0 and bool(self._prev_digest)
+        vouches = named is not None and chained == self._prev_sseq and known
+        if not self._leader and named is not None and chained is not None and known and chained > self._prev_sseq:
+            raise _Diverged(self.out_sseq + 1, f"stream message {m.sseq} is chained on message {chained}, which "
+                                               "the replica serving this read did not deliver")
         if vouches and named != self._prev_digest:
-            resume = self._held.sseq if self._held is not None else m.sseq
-            raise _Diverged(resume, f"stream message {m.sseq} is chained on message {self._prev_sseq} with digest "
-                                    f"{named}, and the message read there has digest {self._prev_digest}")
+            why = (f"stream message {m.sseq} is chained on message {self._prev_sseq} with digest {named}, and the "
+                   f"message there has digest {self._prev_digest}")
+            held = self._held
+            if not self._leader and (held is None or held.sseq not in self._disowned):
+                raise _Diverged(self.out_sseq + 1, why)
+            if held is not None:  # the server's, not the journal's: see the class doc
+                self.dropped.append(f"{why}: the server holds another message than the one a writer was "
+                                    f"acknowledged at {self._prev_sseq}; skipped it")
+                self._disowned.add(held.sseq)
+                self._held = None
+            vouches = False
         if self._held is not None:
-            if not vouches:
+            if not vouches and not self._leader:
                 self._check_with_leader(self._held)  # a lost race, or an older writer: nothing else will
             out.append(self._held)
             self._held = None
@@ -729,26 +756,38 @@ class _LeaderCheck:
             out.append(m)
         else:
             self._held = m
+        if out:
+            self.out_sseq = out[-1].sseq
+            self.out_digest = message_digest(out[-1].headers, out[-1].data)
         return out
 
-    def settle(self, leader: _StoredMsg | None = None) -> list[_StoredMsg]:
+    def settle(self, leader: _StoredMsg | None = None, wait_absent: bool = False) -> list[_StoredMsg]:
         """The held message, handed on once the leader's copy (``leader`` if it is that one) has
-        its digest: when no message is to come after it, or none for now (follow)."""
+        its digest: when no message is to come after it, or none for now (follow). With
+        ``wait_absent`` (follow), a message the leader does not hold (yet) stays held."""
         held = self._held
         if held is None:
             return []
-        self._check_with_leader(held, leader if leader is not None and leader.sseq == held.sseq else None)
+        if not self._leader:
+            copy = leader if leader is not None and leader.sseq == held.sseq else self._leader_copy(held.sseq)
+            if copy is None:
+                if wait_absent:
+                    return []
+                raise _Diverged(self.out_sseq + 1, f"stream message {held.sseq} as a replica served it is not "
+                                                   "on the stream leader")
+            self._check_with_leader(held, copy)
         self._held = None
+        self.out_sseq, self.out_digest = held.sseq, message_digest(held.headers, held.data)
         return [held]
 
-    def _check_with_leader(self, m: _StoredMsg, leader: _StoredMsg | None = None) -> None:
-        self.leader_checks += 1
-        copy = leader if leader is not None else self._leader_copy(m.sseq)
+    def _check_with_leader(self, m: _StoredMsg, copy: _StoredMsg | None = None) -> None:
+        if copy is None:
+            copy = self._leader_copy(m.sseq)
         if copy is None or copy.subject != m.subject or (
             message_digest(copy.headers, copy.data) != message_digest(m.headers, m.data)
         ):
-            raise _Diverged(m.sseq, f"stream message {m.sseq} as a replica served it is not the stream leader's "
-                                    "(it holds another message there, or none)")
+            raise _Diverged(self.out_sseq + 1, f"stream message {m.sseq} as a replica served it is not the stream "
+                                               "leader's (it holds another message there, or none)")
 
 
 def _claim_of(last: _StoredMsg | None) -> dict[str, Any]:
@@ -841,6 +880,7 @@ class JetStreamJournal:
         self._idx_sseq = array("Q")
         self._last_sseq = 0  # stream sequence of the journal's last message (a fence included)
         self._last_digest = ""  # its message_digest: the next message names it (Journal-Prev)
+        self._disowned: set[int] = set()  # messages a read from the leader dropped (_LeaderCheck)
         self._stored_seq = 0  # the highest seq in the stream (as this handle knows)
         self._next_seq = 1
         self._keys: dict[str, tuple[int, int]] = {}  # idempotency key -> (seq, payload digest)
@@ -1483,13 +1523,16 @@ class JetStreamJournal:
             end_sseq = last.sseq
         if end_sseq < start_sseq:
             return
-        check = _LeaderCheck(self._leader_copy, *self._known_before(start_sseq))
+        check = _LeaderCheck(self._leader_copy, start_sseq, *self._known_before(start_sseq), disowned=self._disowned)
         reader = _OrderedReader(self._c(), self._stream, self._subject, start_sseq, self._ack_timeout_s)
         self._call(reader.start(), self._ack_timeout_s)
         try:
             while True:
-                chunk = self._call(reader.next_chunk(end_sseq, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES),
-                                   self._ack_timeout_s)
+                try:
+                    chunk = self._call(reader.next_chunk(end_sseq, SCAN_CHUNK_MSGS, SCAN_CHUNK_BYTES),
+                                       self._ack_timeout_s)
+                except _Lost as exc:  # the consumer's server lacks what the leader has: ask the leader
+                    raise _Diverged(check.out_sseq + 1, f"consumer stopped short of {end_sseq} ({exc})") from exc
                 for m in chunk:
                     yield from check.take(m)
                 if not chunk or chunk[-1].sseq >= end_sseq:
@@ -1499,23 +1542,40 @@ class JetStreamJournal:
             diverged = exc
         finally:
             _Loop.stop_soon(reader)
-        self._recovery.actions.append(
-            f"a replica served this journal's {diverged}; read on from the stream leader from message "
-            f"{diverged.resume_sseq}"
-        )
-        yield from self._leader_messages(diverged.resume_sseq, end_sseq)
+        # The rest of this read from the leader: after a divergence the replica that served it
+        # may serve this consumer's successor too.
+        self._note(f"a replica served this journal's {diverged}; read on from the stream leader from message "
+                   f"{diverged.resume_sseq}")
+        yield from self._leader_messages(diverged.resume_sseq, end_sseq, check.out_sseq, check.out_digest)
 
-    def _leader_messages(self, start_sseq: int, end_sseq: int) -> Iterator[_StoredMsg]:
+    def _leader_messages(self, start_sseq: int, end_sseq: int, prev_sseq: int = 0,
+                         prev_digest: str = "") -> Iterator[_StoredMsg]:
         """This journal's messages from ``start_sseq`` to ``end_sseq`` read one STREAM.MSG.GET each
-        (answered by the stream's leader): slower than a consumer, never a replica's copy."""
+        (answered by the stream's leader): slower than a consumer, never a replica's copy. A
+        message the next one disowns is dropped (_LeaderCheck, ``leader``) and said in the
+        recovery actions."""
+        check = _LeaderCheck(self._leader_copy, start_sseq, prev_sseq, prev_digest, leader=True,
+                             disowned=self._disowned)
         at = start_sseq
-        while at <= end_sseq:
-            m = self._call(self._c().get_msg(self._stream, {"seq": at, "next_by_subj": self._subject},
-                                             self._ack_timeout_s), self._ack_timeout_s)
-            if m is None or m.sseq > end_sseq:
-                return
-            yield m
-            at = m.sseq + 1
+        try:
+            while at <= end_sseq:
+                m = self._call(self._c().get_msg(self._stream, {"seq": at, "next_by_subj": self._subject},
+                                                 self._ack_timeout_s), self._ack_timeout_s)
+                if m is None or m.sseq > end_sseq:
+                    break
+                yield from check.take(m)
+                at = m.sseq + 1
+            yield from check.settle()
+        finally:
+            for why in check.dropped:
+                self._note(why)
+
+    def _note(self, action: str) -> None:
+        """Say ``action`` in the recovery report, once, and no more than RECOVERY_NOTES_MAX of them
+        (a long-lived handle reads the same divergence again on every read)."""
+        actions = self._recovery.actions
+        if action not in actions and len(actions) < RECOVERY_NOTES_MAX:
+            actions.append(action)
 
     def _leader_copy(self, sseq: int) -> _StoredMsg | None:
         return self._call(self._c().get_msg(self._stream, {"seq": sseq}, self._ack_timeout_s), self._ack_timeout_s)
@@ -1714,7 +1774,8 @@ class JetStreamJournal:
                 came = self._catch_up()
                 self._recovery.actions.append(f"took in {came} records an earlier writer's publish landed late")
                 continue
-            self._last_sseq, self._last_digest = int(ack["seq"]), message_digest(headers, b"")
+            with self._mu:  # a reader of another thread takes the pair as one (_known_before)
+                self._last_sseq, self._last_digest = int(ack["seq"]), message_digest(headers, b"")
             if self._shared:
                 return
             self._recovery.actions.append(
@@ -2262,7 +2323,7 @@ class JetStreamJournal:
         idle_since = time.monotonic()
         wait_s = max(0.001, poll_interval_s)
         while True:  # once per consumer: a replica that served a message not the leader's ends one
-            check = _LeaderCheck(self._leader_copy, *self._known_before(start))
+            check = _LeaderCheck(self._leader_copy, start, *self._known_before(start), disowned=self._disowned)
             reader = _OrderedReader(self._c(), self._stream, self._subject, start, self._ack_timeout_s)
             diverged: _Diverged | None = None
             try:
@@ -2277,7 +2338,12 @@ class JetStreamJournal:
                         for m in got:
                             ready += check.take(m)
                         if not got:
-                            ready = check.settle()  # nothing more for now: the leader vouches for the last one
+                            # Nothing more for now: the leader vouches for the last one. Not there
+                            # (yet), or the leader not answering (an election): it stays held.
+                            try:
+                                ready = check.settle(wait_absent=True)
+                            except (_Lost, _Refused):
+                                ready = []
                     except _Diverged as exc:
                         diverged = exc  # what was ready before it is handed on first
                     if got:
@@ -2296,14 +2362,13 @@ class JetStreamJournal:
                                     yield rec
                 if diverged is None:
                     return
-                self._recovery.actions.append(
-                    f"a replica served this journal's {diverged}; followed on from the stream leader from message "
-                    f"{diverged.resume_sseq}"
-                )
+                self._note(f"a replica served this journal's {diverged}; followed on from the stream leader "
+                           f"from message {diverged.resume_sseq}")
                 # The rest up to the leader's last message, from the leader; then a new consumer.
                 last = self._subject_last()
-                ready = list(self._leader_messages(diverged.resume_sseq, last.sseq)) if last is not None else []
-                start = ready[-1].sseq + 1 if ready else diverged.resume_sseq
+                ready = list(self._leader_messages(diverged.resume_sseq, last.sseq, check.out_sseq,
+                                                   check.out_digest)) if last is not None else []
+                start = max(diverged.resume_sseq, last.sseq + 1 if last is not None else 0)
                 verified = list(self._verified(ready, expect, prev))
             except (_Lost, _Refused) as exc:
                 raise _io_error(self._where, "following the journal failed", exc, doing="reading") from exc
