@@ -78,7 +78,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -2355,11 +2355,7 @@ class JetStreamJournal:
                     if ready:
                         verified = list(self._verified(ready, expect, prev))
                         prev = ready[-1].sseq
-                        for _m, recs in verified:
-                            for rec in recs:
-                                expect = rec.seq + 1
-                                if rec.seq > after_seq:
-                                    yield rec
+                        expect = yield from _records_after(verified, expect, after_seq)
                 if diverged is None:
                     return
                 self._note(f"a replica served this journal's {diverged}; followed on from the stream leader "
@@ -2379,11 +2375,7 @@ class JetStreamJournal:
                     pass
             if ready:
                 prev = ready[-1].sseq
-            for _m, recs in verified:
-                for rec in recs:
-                    expect = rec.seq + 1
-                    if rec.seq > after_seq:
-                        yield rec
+            expect = yield from _records_after(verified, expect, after_seq)
 
     def get(self, seq: int) -> Record | None:
         self._check_open()
@@ -2570,6 +2562,18 @@ class JetStreamJournal:
             task = self._claim_task
             if task is not None:
                 task.cancel()
+
+
+def _records_after(
+    verified: list[tuple[_StoredMsg, list[Record]]], expect: int, after_seq: int
+) -> Generator[Record, None, int]:
+    """follow()'s records of ``verified`` past ``after_seq``; the seq expected after them."""
+    for _m, recs in verified:
+        for rec in recs:
+            expect = rec.seq + 1
+            if rec.seq > after_seq:
+                yield rec
+    return expect
 
 
 class _OrderedReader:
