@@ -303,6 +303,11 @@ def test_stream_leaders_killed_while_threads_append(nats: Cluster) -> None:
     failures = sum(d.failures for d in drivers)
     report_count("nats: stream-leader SIGKILLs (leaders of 5 streams gathered on one node per node kill)", kills)
     report_count("nats: node SIGKILLs in the leader test", node_kills)
+    said = [a for d in drivers for a in d.actions]
+    # Printed, not asserted: whether a kill leaves a replica or the leader holding another
+    # message is the server's timing (docs/REMOTE.md, "A replica that holds another message").
+    report_count("nats: leader test opens that met a replica's other message / a message disowned (read around)",
+                 f"{sum('a replica served' in a for a in said)} / {sum('skipped it' in a for a in said)}")
     report_count("nats: leader test records / committed / AckLost (resolved Committed) / failed appends",
                  f"{totals['records']} / {totals['committed']} / {totals['acklost']} "
                  f"({totals['resolved_committed']}) / {failures}")
