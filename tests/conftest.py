@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
 from journal.engine import format as fmt
+
+if TYPE_CHECKING:
+    from tests.nats_cluster import Cluster
 
 # No example has a deadline: timing is never asserted in tests (it belongs in benchmarks), and the
 # suite's two passes share the machine, so how long an example took says nothing about the code.
@@ -47,6 +52,21 @@ def snapshot_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "LOCK"
     }
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[Cluster]:
+    """The session's 3-node nats-server cluster (tests/nats_cluster.py), for a module's tests:
+    skipped without nats-server, unless JOURNAL_REQUIRE_SERVICES=1 (then they fail)."""
+    from tests.backends import require_services  # not at the top: tests.backends imports this module
+    from tests.nats_cluster import cluster, skip_reason
+
+    why = skip_reason()
+    if why is not None:
+        if require_services():
+            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
+        pytest.skip(why)
+    yield cluster()
 
 
 @pytest.fixture

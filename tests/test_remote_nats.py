@@ -40,9 +40,8 @@ import journal
 from journal.engine.encoding import encode_event
 from journal.engine.options import Options
 from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
-from tests.backends import require_services
 from tests.conftest import report_count
-from tests.nats_cluster import Cluster, cluster, skip_reason
+from tests.nats_cluster import Cluster
 
 LEADER_KILL_STREAMS = 5  # journals, each in its own R3 stream: one SIGKILL kills the leaders of all
 LEADER_KILLS_MIN = 20
@@ -50,16 +49,6 @@ ACKS_BEFORE_KILL = 15  # per journal, counted from the start of the round
 ACKS_AFTER_KILL = 5  # per journal, on a reopened handle, before the next round
 APPENDERS = 3
 FAULT_OPTIONS: dict[str, Any] = {"ack_timeout_s": 2.0, "connect_timeout_s": 60.0, "claim_ttl_s": 3.0}
-
-
-@pytest.fixture(scope="module")
-def nats() -> Iterator[Cluster]:
-    why = skip_reason()
-    if why is not None:
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
-        pytest.skip(why)
-    yield cluster()
 
 
 def _raw(event: Any, key: str | None) -> bytes:

@@ -22,7 +22,7 @@ import pytest
 import journal
 from tests.backends import require_services
 from tests.nats_cluster import cluster, skip_reason
-from tests.test_remote_nats_shared import OPTS, _close, _CountingOutbox, hold_bursts, nats, stream, url  # noqa: F401
+from tests.test_remote_nats_shared import OPTS, _close, _CountingOutbox, hold_bursts, stream, url  # noqa: F401
 
 ROUNDS = 12
 RACERS = 4

@@ -23,21 +23,10 @@ from journal.engine.encoding import encode_event
 from journal.engine.options import Options
 from journal.remote import jetstream, records
 from journal.remote.jetstream import H_COUNT, H_SEQ, JetStreamJournal, _OrderedReader, _StoredMsg
-from tests.backends import require_services
-from tests.nats_cluster import Cluster, cluster, skip_reason
+from tests.nats_cluster import Cluster
 
 BATCHES = 6  # messages of the journal, each of BATCH records
 BATCH = 3
-
-
-@pytest.fixture(scope="module")
-def nats() -> Iterator[Cluster]:
-    why = skip_reason()
-    if why is not None:
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
-        pytest.skip(why)
-    yield cluster()
 
 
 def _event(batch: int, i: int, ghost: bool = False) -> dict[str, Any]:

@@ -47,23 +47,12 @@ import journal
 from journal.engine.encoding import encode_event
 from journal.engine.options import Options
 from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
-from tests.backends import require_services
 from tests.conftest import report_count
-from tests.nats_cluster import Cluster, cluster, skip_reason
+from tests.nats_cluster import Cluster
 
 CLAIM_TTL_S = 4.0  # the lock bucket's max_age in this module's stream: how long a dead writer's claim lasts
 OPTS: dict[str, Any] = {"claim_ttl_s": CLAIM_TTL_S, "connect_timeout_s": 60.0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def nats() -> Iterator[Cluster]:
-    why = skip_reason()
-    if why is not None:
-        if require_services():
-            pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
-        pytest.skip(why)
-    yield cluster()
 
 
 @pytest.fixture(scope="module")
