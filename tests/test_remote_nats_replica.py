@@ -238,3 +238,43 @@ def test_a_replica_without_a_message_does_not_hide_it(nats: Cluster, replica: Re
         assert [rec.event for rec in r.read()] == events
         assert [rec.event for rec in r.read(after_seq=BATCH)] == events[BATCH:]
         assert _said(r), r.recovery.actions
+
+
+class LeaderDown:
+    """STREAM.MSG.GET of one stream sequence (the leader check's) failing as in an election:
+    the first ``fails`` calls raise _Lost (all of them when None)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fails: int | None) -> None:
+        self.fails = fails
+        self.calls = 0
+        real = JetStreamJournal._leader_copy
+
+        def leader_copy(j: JetStreamJournal, sseq: int) -> _StoredMsg | None:
+            self.calls += 1
+            if self.fails is None or self.calls <= self.fails:
+                raise jetstream._Lost("no answer from the server (injected: an election)")
+            return real(j, sseq)
+
+        monkeypatch.setattr(JetStreamJournal, "_leader_copy", leader_copy)
+
+
+def test_a_leader_check_that_gets_no_answer_is_asked_again_or_fails_the_follow(
+    nats: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader check's own I/O. A read vouches for its last message with the leader's last
+    message, which it reads anyway to know where to stop: no other call. follow() asks for the
+    leader's copy when it goes idle: it tries again at its next poll, and at its idle timeout it
+    raises JournalIOError rather than end quietly short of the message it holds."""
+    url = nats.url(f"journal=ghostl-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, _, _ = _write(url)
+    with journal.open(url, readonly=True) as r:
+        down = LeaderDown(monkeypatch, None)
+        assert [rec.event for rec in r.read()] == events
+        assert down.calls == 0
+        with pytest.raises(journal.JournalIOError, match="following the journal failed"):
+            list(r.follow(idle_timeout_s=0.3))
+        down.fails, down.calls = 2, 0
+        assert [rec.event for rec in r.follow(idle_timeout_s=0.5)] == events
+        assert down.calls > 2  # it was asked again after the failures
+        down.fails, down.calls = 0, 0
+        assert [rec.event for rec in r.read()] == events

@@ -79,7 +79,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import nats
@@ -348,6 +348,13 @@ class _StoredMsg:
     subject: str
     headers: dict[str, str]
     data: bytes
+    _digest: str = field(default="", repr=False, compare=False)
+
+    def digest(self) -> str:
+        """Its message_digest, computed once (a read asks for it at each check it passes)."""
+        if not self._digest:
+            self._digest = message_digest(self.headers, self.data)
+        return self._digest
 
 
 class _Slot:
@@ -751,15 +758,20 @@ class _LeaderCheck:
                 self._check_with_leader(self._held)  # a lost race, or an older writer: nothing else will
             out.append(self._held)
             self._held = None
-        self._prev_sseq, self._prev_digest = m.sseq, message_digest(m.headers, m.data)
+        self._prev_sseq, self._prev_digest = m.sseq, m.digest()
         if named is None:
             out.append(m)
         else:
             self._held = m
         if out:
             self.out_sseq = out[-1].sseq
-            self.out_digest = message_digest(out[-1].headers, out[-1].data)
+            self.out_digest = out[-1].digest()
         return out
+
+    @property
+    def holding(self) -> bool:
+        """Whether a message is held, waiting for the next one or the leader to vouch for it."""
+        return self._held is not None
 
     def settle(self, leader: _StoredMsg | None = None, wait_absent: bool = False) -> list[_StoredMsg]:
         """The held message, handed on once the leader's copy (``leader`` if it is that one) has
@@ -777,14 +789,14 @@ class _LeaderCheck:
                                                    "on the stream leader")
             self._check_with_leader(held, copy)
         self._held = None
-        self.out_sseq, self.out_digest = held.sseq, message_digest(held.headers, held.data)
+        self.out_sseq, self.out_digest = held.sseq, held.digest()
         return [held]
 
     def _check_with_leader(self, m: _StoredMsg, copy: _StoredMsg | None = None) -> None:
         if copy is None:
             copy = self._leader_copy(m.sseq)
         if copy is None or copy.subject != m.subject or (
-            message_digest(copy.headers, copy.data) != message_digest(m.headers, m.data)
+            copy.digest() != m.digest()
         ):
             raise _Diverged(self.out_sseq + 1, f"stream message {m.sseq} as a replica served it is not the stream "
                                                "leader's (it holds another message there, or none)")
@@ -1639,7 +1651,7 @@ class JetStreamJournal:
                     self._stored_seq = recs[-1].seq
                     came += len(recs)
                 if m.sseq > self._last_sseq:
-                    self._last_sseq, self._last_digest = m.sseq, message_digest(m.headers, m.data)
+                    self._last_sseq, self._last_digest = m.sseq, m.digest()
                 self._next_seq = max(self._next_seq, self._stored_seq + 1)
         return came
 
@@ -2351,7 +2363,17 @@ class JetStreamJournal:
                     elif not ready and diverged is None and idle_timeout_s is not None and (
                         now - idle_since >= idle_timeout_s
                     ):
-                        return
+                        if not check.holding:
+                            return
+                        # Going idle with a message held: the leader answers for it now, or the
+                        # follow ends with the error, never quietly short of it.
+                        try:
+                            ready = check.settle(wait_absent=True)
+                        except _Diverged as exc:
+                            diverged = exc
+                        if not ready and diverged is None:
+                            return  # the leader holds nothing there: not the journal's
+                        idle_since = now
                     if ready:
                         verified = list(self._verified(ready, expect, prev))
                         prev = ready[-1].sseq
