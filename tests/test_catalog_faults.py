@@ -9,7 +9,8 @@ the faulted calls so that the suite does not wait):
 
 - PostgreSQL: a statement, a BEGIN or a COMMIT on the catalog's connection, whose server session
   is ended (``pg_terminate_backend``) just before the step reaches the server ("cut-before"), or
-  just after the server did it and before its answer is read ("cut-after"); and a write waiting
+  just after the server did it and before its answer is read ("cut-after"), or the driver's error
+  with the connection left inside a command, the step never sent ("mid-command"); and a write waiting
   for a row lock another transaction holds, cancelled there (a server error) or cut.
 - JetStream: the NATS client's publish, which every request of the catalog goes through, fails
   as the client fails when its connection is lost: closed ("closed"), its buffer full while it
@@ -65,7 +66,7 @@ from tests.conftest import report_count
 from tests.session_gen import add_turns
 
 SERVERS: Final = ("postgres", "nats")
-PG_KINDS: Final = ("cut-before", "cut-after")
+PG_KINDS: Final = ("cut-before", "cut-after", "mid-command")
 NATS_KINDS: Final = ("closed", "buffer-full", "timeout", "no-answer", "no-responders")
 REACHES_SERVER: Final = frozenset({"cut-after", "no-answer"})  # the server did the faulted step
 CASES: Final = [("postgres", k) for k in PG_KINDS] + [("nats", k) for k in NATS_KINDS]
@@ -233,6 +234,15 @@ class PostgresFaults(Injector):
             self.terminate(pid)
             run()  # reaches a server session that is gone: the driver's error
             pytest.fail(f"{what!r} succeeded on a connection whose server session was ended")
+        if self.kind == "mid-command":
+            # The driver's error with libpq left inside a command on a connection it calls OK (seen
+            # once in CI after a server session was ended): a statement is on its way and its
+            # answer unread. The step's own statement is never sent.
+            import psycopg
+
+            conn.pgconn.send_query(b"SELECT 1")
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE and not conn.closed
+            raise psycopg.OperationalError(f"{what!r} failed, the connection left inside a command (injected)")
         if self.kind != "cut-after":
             raise AssertionError(f"no such fault on PostgreSQL: {self.kind!r}")
         run()  # done by the server, its answer read; then the connection is lost

@@ -601,6 +601,41 @@ def test_buffered_records_are_written_by_flush_read_and_close(pg: PostgresBacken
         assert sum(1 for _ in j.read()) == 2005  # in pages
 
 
+def test_a_reader_connection_left_inside_a_command_is_made_again(pg: PostgresBackend,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """libpq can be left inside a command after an error, on a connection it calls OK (seen once
+    in CI, on a catalog's connection whose server session was ended). A reader's connection in
+    that state is closed and made again, never sent a statement that would fail with "another
+    command is already in progress"; a read that left it so is asked again, once, on the new one."""
+    import psycopg
+
+    target = pg.target()
+    with journal.open(target, create=True) as j:
+        j.append_many([{"n": i} for i in range(1, 6)], durability="flush")
+    with journal.open(target, readonly=True) as r:
+        assert [x.seq for x in r.read()] == [1, 2, 3, 4, 5]
+        between = r._reader
+        assert between is not None
+        between.pgconn.send_query(b"SELECT 1")  # left inside a command between two reads
+        assert between.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE and not between.closed
+        assert [x.seq for x in r.read()] == [1, 2, 3, 4, 5]
+        assert r._reader is not between and between.closed
+
+        during = r._reader
+        real = psycopg.Connection.execute
+
+        def leaves_it_inside(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if conn is during:
+                conn.pgconn.send_query(b"SELECT 1")
+                raise psycopg.OperationalError("the connection left inside a command (injected)")
+            return real(conn, query, params, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", leaves_it_inside)
+        got = r.get(3)
+        assert got is not None and got.event == {"n": 3}
+        assert r._reader is not during and during is not None and during.closed
+
+
 def test_sync_is_refused_when_the_server_does_not_fsync(pg: PostgresBackend) -> None:
     from journal.remote import postgres
 

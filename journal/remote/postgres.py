@@ -296,6 +296,18 @@ class _Step:
     key: str | None = None
 
 
+def reusable(conn: Conn) -> bool:
+    """Whether a kept connection can take the next statement: open, and between transactions.
+
+    Not only a closed or broken one is done with: after an error libpq can still be inside a
+    command (asyncStatus busy, the transaction status ACTIVE) on a connection it calls OK. It was
+    seen once on a server session ended as a statement was on its way, and every later
+    statement on it then fails with "another command is already in progress". A connection
+    that can be made again (a catalog's, a reader's) is replaced when this says no; a writer's,
+    which holds the writer lock, is not replaceable and fails its journal instead."""
+    return not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def writer_lock_key(schema: str, name: str) -> int:
     """The advisory lock key a journal's writers hold (and a store's delete takes)."""
     return _hash64("journal-writer", schema, name)
@@ -1263,12 +1275,15 @@ class PostgresJournal:
         """A read on the reader's connection (made on first use; made again once if it was lost)."""
         with self._reader_mu:
             for attempt in (1, 2):
-                if self._reader is None or self._reader.closed:
+                if self._reader is not None and not reusable(self._reader):
+                    self._reader.close()
+                    self._reader = None
+                if self._reader is None:
                     self._reader = self._connect()
                 try:
                     return self._reader.execute(query, params).fetchall()
                 except psycopg.Error as exc:
-                    if self._reader.broken or self._reader.closed:
+                    if not reusable(self._reader):  # a read is asked again on a new connection, once
                         self._reader.close()
                         self._reader = None
                         if attempt == 1:

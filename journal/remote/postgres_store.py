@@ -192,9 +192,9 @@ class PostgresCatalog:
     """A ``journal.api.Catalog`` in ``<schema>.catalog``: a row per key, its value JSON text.
 
     Each call is one statement or one transaction on a connection of its own (kept, made again
-    once lost), committed before it returns, so at the server's ``synchronous_commit``. An
-    update reads the value under a row lock and writes it back in one transaction, so two
-    updaters of one key never lose each other's fields.
+    once lost or left inside a command), committed before it returns, so at the server's
+    ``synchronous_commit``. An update reads the value under a row lock and writes it back in one
+    transaction, so two updaters of one key never lose each other's fields.
     """
 
     def __init__(self, store: PostgresStore, name: str) -> None:
@@ -265,7 +265,8 @@ class PostgresCatalog:
         where = f"{self._store.location} (catalog {self._name!r}{f', key {key!r}' if key else ''})"
         with self._mu:
             try:
-                if self._conn is None or self._conn.closed or self._conn.broken:
+                self._drop_unless_reusable()
+                if self._conn is None:
                     self._conn = self._store._connect()
                     self._made = False
                 conn = self._conn
@@ -274,10 +275,16 @@ class PostgresCatalog:
                     self._made = True
                 return fn(conn)
             except psycopg.Error as exc:
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
-                    self._conn = None
+                self._drop_unless_reusable()
                 raise postgres.ServerIOError(where, doing, exc, "the catalog is as it was before this call, or holds "
                                              "its change if the commit reached the server; try again") from exc
+
+    def _drop_unless_reusable(self) -> None:
+        """Closes the kept connection unless it can take the next call (postgres.reusable): the
+        server rolls back whatever it was inside of, and the next call connects again."""
+        if self._conn is not None and not postgres.reusable(self._conn):
+            conn, self._conn = self._conn, None
+            conn.close()
 
     def _ensure_table(self, conn: postgres.Conn) -> None:
         with conn.transaction():
