@@ -225,6 +225,41 @@ def test_a_message_the_next_one_disowns_is_not_the_journals(nats: Cluster) -> No
         assert [rec.event for rec in r.follow(idle_timeout_s=0.5)] == [*events, acked, {"after": "B"}]
 
 
+def test_a_shared_writer_catching_up_skips_a_disowned_message(nats: Cluster) -> None:
+    """A shared writer whose publish is refused catches up with STREAM.MSG.GET from the leader
+    (``_catch_up_shared``): it drops a message the next one disowns, as readers do, and appends
+    after the successor. Taken in, the disowned message's seq met its successor's as "held
+    twice", and the writer failed."""
+    url = nats.url(f"journal=ghosts-{uuid.uuid4().hex[:8]}&stream=GHOST&replicas=3")
+    events, _, salt = _write(url)
+    last = len(events)
+    lost, acked = {"never": "acknowledged"}, {"acknowledged": "then lost by the server"}
+    with journal.open(url, writer="shared") as w, journal.open(url, writer="shared") as other:
+        assert isinstance(w, JetStreamJournal) and isinstance(other, JetStreamJournal)
+
+        def publish(event: dict[str, Any], chained: int, prev_digest: str) -> int:
+            body = records.frame_of(encode_event(event, None, False, Options()), last + 1, salt)
+            headers = {H_SEQ: str(last + 1), H_COUNT: "1", jetstream.H_EXPECT_STREAM: other._stream,
+                       jetstream.H_MSG_ID: jetstream.chain_id(other._journal_id, chained),
+                       jetstream.H_WRITER: jetstream.WRITER_SHARED,
+                       **jetstream.chain_headers(chained, prev_digest)}
+            ack = other._call(other._c().publish(other._subject, body, headers, other._ack_timeout_s),
+                              other._ack_timeout_s)
+            return int(ack["seq"])
+
+        # The message the server lost: acknowledged to its writer, its digest named by the next.
+        gone = {H_SEQ: str(last + 1), H_COUNT: "1", jetstream.H_WRITER: jetstream.WRITER_SHARED,
+                **jetstream.chain_headers(other._last_sseq, other._last_digest)}
+        a = publish(lost, other._last_sseq, other._last_digest)
+        publish(acked, a, jetstream.message_digest(gone, b"lost"))
+        out = w.append({"after": "B"}, durability="sync")  # refused (behind): it catches up first
+        assert isinstance(out, journal.Committed) and out.seq == last + 2, out
+        skipped = [x for x in w.recovery.actions if "skipped it" in x]
+        assert skipped and f"at {a}" in skipped[0], w.recovery.actions
+    with journal.open(url, readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [*events, acked, {"after": "B"}]
+
+
 @pytest.mark.parametrize("where", ["middle", "last"])
 def test_a_replica_without_a_message_does_not_hide_it(nats: Cluster, replica: Replica,
                                                       monkeypatch: pytest.MonkeyPatch, where: str) -> None:

@@ -1618,18 +1618,30 @@ class JetStreamJournal:
     def _catch_up_shared(self) -> int:
         """A shared writer's catch-up (with _wmu held): a refused publish is most often a message
         or two behind, read here one STREAM.MSG.GET each (a consumer costs more round trips);
-        further behind, the rest comes through a consumer. How many records came."""
-        came = 0
-        for _ in range(CATCH_UP_GETS_MAX):
-            m = self._call(
-                self._c().get_msg(self._stream, {"seq": self._last_sseq + 1, "next_by_subj": self._subject},
-                                  self._ack_timeout_s),
-                self._ack_timeout_s,
-            )
-            if m is None:
-                return came
-            came += self._take_in([m])
-        return came + self._catch_up()
+        further behind, the rest comes through a consumer. How many records came.
+
+        The GETs are answered by the leader and checked as a read from it is (_LeaderCheck,
+        ``leader``): a message the next one disowns is dropped here too, so a shared writer
+        takes in what readers return (taken in, the disowned message's seqs would meet its
+        successor's as "held twice", and fail the writer)."""
+        start = self._last_sseq + 1
+        check = _LeaderCheck(self._leader_copy, start, *self._known_before(start), leader=True,
+                             disowned=self._disowned)
+        came, at = 0, start
+        try:
+            for _ in range(CATCH_UP_GETS_MAX):
+                m = self._call(
+                    self._c().get_msg(self._stream, {"seq": at, "next_by_subj": self._subject}, self._ack_timeout_s),
+                    self._ack_timeout_s,
+                )
+                if m is None:
+                    return came + self._take_in(check.settle())
+                came += self._take_in(check.take(m))
+                at = m.sseq + 1
+        finally:
+            for why in check.dropped:
+                self._note(why)
+        return came + self._catch_up()  # a message still held is read again from there
 
     def _take_in(self, msgs: Iterable[_StoredMsg]) -> int:
         """Add ``msgs`` (this journal's messages after the last one known) to what this handle
