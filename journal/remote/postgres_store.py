@@ -280,8 +280,10 @@ class PostgresCatalog:
                                              "its change if the commit reached the server; try again") from exc
 
     def _drop_unless_reusable(self) -> None:
-        """Closes the kept connection unless it can take the next call (postgres.reusable): the
-        server rolls back whatever it was inside of, and the next call connects again."""
+        """Closes the kept connection unless it can take the next call (postgres.reusable); the
+        next call connects again. The server ends that session: a transaction it was inside of
+        is rolled back, though a statement it had already received (a COMMIT on its way) may
+        still complete, which is why the caller's error says the change may be held."""
         if self._conn is not None and not postgres.reusable(self._conn):
             conn, self._conn = self._conn, None
             conn.close()
