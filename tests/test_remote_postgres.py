@@ -717,6 +717,47 @@ def test_store_journals_share_commits(pg: PostgresBackend) -> None:
     assert commits <= appends // 4, f"{commits} COMMITs for {appends} appends: the journals did not share them"
 
 
+def test_a_writer_left_inside_its_transaction_by_a_failed_commit_is_lost(pg: PostgresBackend,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store writer's COMMIT fails with its connection still inside the transaction (an
+    error before the COMMIT was sent). The batch is AckLost, and the writer is lost with it:
+    another journal's next COMMIT on that connection would have committed the batch's rows, so
+    that the table came to hold a record the first journal's resolve had answered NotCommitted."""
+    import psycopg
+
+    store = journal.store(pg.store_location())
+    a, b = store.open("a", create=True), store.open("b", create=True)
+    assert isinstance(a.append({"n": 1}, durability="sync"), Committed)
+    assert isinstance(b.append({"n": 1}, durability="sync"), Committed)
+    writer = _store_writer(store)
+    real = psycopg.Connection.execute
+    fired: list[str] = []
+
+    def commit_fails_unsent(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if conn is writer.conn and query == "COMMIT" and not fired:
+            fired.append(str(conn.info.transaction_status))
+            raise psycopg.OperationalError("COMMIT failed before it was sent (injected)")
+        return real(conn, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", commit_fails_unsent)
+    lost = a.append({"n": 2}, durability="sync")
+    assert fired == [str(psycopg.pq.TransactionStatus.INTRANS)] and isinstance(lost, AckLost), (fired, lost)
+    try:
+        after = b.append({"n": 2}, durability="sync")
+    except journal.JournalFailStoppedError:
+        after = None
+    assert not isinstance(after, Committed), after
+    assert [seq for seq, _, _ in pg.rows(pg.target("a"))] == [1]  # the batch never committed
+    assert [seq for seq, _, _ in pg.rows(pg.target("b"))] == [1]
+    monkeypatch.setattr(psycopg.Connection, "execute", real)
+    a.close()
+    b.close()
+    with store.open("a") as again:
+        assert isinstance(again.resolve(lost), NotCommitted)
+        assert again.append({"n": 2}, durability="sync") == Committed(2, "sync")
+    assert [seq for seq, _, _ in pg.rows(pg.target("a"))] == [1, 2]
+
+
 def _multi_round(streams: list[Stream], handles: list[Any], acks_before_fault: int,
                  fault: Callable[[], None]) -> None:
     """Stream.round over many journals at once (each its own stream and threads)."""

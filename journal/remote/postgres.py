@@ -493,9 +493,8 @@ class _Writer:
                     it.result = it.fn(conn)
                 except BaseException as exc:
                     it.error = exc
-                    if conn.broken or conn.closed:
-                        self.lose(f"the connection to the server was lost, and this writer's lock with it "
-                                  f"({_words(exc)})")
+                    if not reusable(conn):
+                        self.lose(_unusable(conn, exc))
                     if not isinstance(exc, Exception):
                         raise
                 out[i] = Committed(0, eff)
@@ -684,9 +683,10 @@ class _Writer:
         except BaseException as exc:
             if committing:
                 why = f"the connection failed while COMMIT was on its way ({_words(exc)})"
-                if conn.broken or conn.closed:
-                    self.lose(f"the connection to the server was lost, and this writer's lock with it "
-                              f"({_words(exc)})")
+                # Not idle (reusable) is lost too: still inside the transaction, the next batch's
+                # COMMIT on this connection would commit this one's rows, reported AckLost.
+                if not reusable(conn):
+                    self.lose(_unusable(conn, exc))
                 return "lost", why, exc
             return "not", "", exc
 
@@ -726,9 +726,8 @@ class _Writer:
                 op.result = op.fn(conn)
             except BaseException as exc:
                 op.error = exc
-                if conn.broken or conn.closed:
-                    self.lose(f"the connection to the server was lost, and this writer's lock with it "
-                              f"({_words(exc)})")
+                if not reusable(conn):
+                    self.lose(_unusable(conn, exc))
 
 
 class StoreWriter:
@@ -1559,6 +1558,14 @@ def _raise_planned(outcomes: list[Outcome]) -> None:
     for out in outcomes:
         if isinstance(out, _Raised) and out.error is not None:
             raise out.error
+
+
+def _unusable(conn: Conn, exc: BaseException) -> str:
+    """Why a writer whose connection is not reusable after ``exc`` cannot go on."""
+    if conn.closed:
+        return f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})"
+    return (f"the connection was left inside a transaction or a command ({_words(exc)}): nothing more can be "
+            "committed on it")
 
 
 def _words(exc: BaseException) -> str:
