@@ -618,11 +618,19 @@ def test_a_reader_connection_left_inside_a_command_is_made_again(pg: PostgresBac
         assert between is not None
         between.pgconn.send_query(b"SELECT 1")  # left inside a command between two reads
         assert between.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE and not between.closed
+        real = psycopg.Connection.execute
+        sent_on: list[Any] = []
+
+        def recorded(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            sent_on.append(conn)
+            return real(conn, query, params, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", recorded)
         assert [x.seq for x in r.read()] == [1, 2, 3, 4, 5]
         assert r._reader is not between and between.closed
+        assert sent_on and between not in sent_on  # replaced before a statement was sent on it
 
         during = r._reader
-        real = psycopg.Connection.execute
 
         def leaves_it_inside(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
             if conn is during:
