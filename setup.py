@@ -1,5 +1,5 @@
-"""Build the optional C helper with cffi, and the GIL-holding zstd module; metadata lives in
-pyproject.toml.
+"""Build the optional C helper with cffi, and two small CPython modules (the GIL-holding zstd
+module, the big-float walk of a decoded record); metadata lives in pyproject.toml.
 
 The helper is an accelerator, not a requirement: if the C compiler is missing or fails,
 installation still succeeds, the pure-Python twin in journal/engine/format.py is used, and one
@@ -17,6 +17,9 @@ from setuptools.command.build_ext import build_ext
 WARNING = "journal: the C helper was not built ({}); the pure-Python path will be used"
 HELD_WARNING = "journal: the GIL-holding zstd module was not built ({}); the zstandard package compresses every payload"
 HELD_NAME = "journal.engine._zstd_held"
+FLOATS_WARNING = "journal: the big-float walk in C was not built ({}); records are checked in Python"
+FLOATS_NAME = "journal._json_floats"
+_WARNINGS = {HELD_NAME: HELD_WARNING, FLOATS_NAME: FLOATS_WARNING}
 
 
 class OptionalBuildExt(build_ext):
@@ -36,7 +39,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._warn(exc, HELD_WARNING if ext.name == HELD_NAME else WARNING)
+            self._warn(exc, _WARNINGS.get(ext.name, WARNING))
             self.failed.append(ext.name)
 
     def copy_extensions_to_source(self) -> None:
@@ -65,8 +68,17 @@ ZSTD_HELD = Extension(
     extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra"],
 )
 
+# The big-float walk of a decoded record (native/json_floats.c says why); optional: without it
+# journal/record.py walks in Python, as before.
+JSON_FLOATS = Extension(
+    FLOATS_NAME,
+    sources=["native/json_floats.c"],
+    py_limited_api=True,
+    extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra"],
+)
+
 setup(
     cffi_modules=["journal/engine/_native_build.py:ffibuilder"],
-    ext_modules=[] if sys.platform == "win32" else [ZSTD_HELD],
+    ext_modules=[] if sys.platform == "win32" else [ZSTD_HELD, JSON_FLOATS],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -4,6 +4,7 @@
     .venv/bin/python bench/ab.py /tmp/before . one-writer --rounds 8
     .venv/bin/python bench/ab.py /tmp/before . threads --rounds 8
     .venv/bin/python bench/ab.py /tmp/before . sessions --rounds 8
+    .venv/bin/python bench/ab.py /tmp/before . decode --rounds 8
 
 Each run imports journal from its checkout in a fresh subprocess (so each side runs its own
 code, and its own C helper if built there; a checkout without one runs the pure path and the
@@ -13,8 +14,10 @@ on both sides; the result is the median of each side and the ratio B/A of the me
 
 Workloads: ``one-writer`` (3,000 sync appends from one thread), ``threads`` (16,000 sync
 appends from 16 threads to one journal), ``sessions`` (6,400 sync appends from 64 threads, each
-to a journal of its own: many sessions in one process) and ``bulk`` (20,000 buffered appends,
-one sync at the end). ``--dir`` puts the scratch journals on the disk to measure.
+to a journal of its own: many sessions in one process), ``bulk`` (20,000 buffered appends,
+one sync at the end) and ``decode`` (records/s of a scan that decodes every record of a journal
+of 20,000 buffered appends, after one warm scan). ``--dir`` puts the scratch journals on the
+disk to measure.
 """
 
 from __future__ import annotations
@@ -35,6 +38,21 @@ sys.path.insert(0, sys.argv[1])
 import journal
 from journal.benchmark.events import make_events
 workload, scratch = sys.argv[2], sys.argv[3]
+if workload == "decode":  # the decode scan: every record of a buffered journal to its event
+    events = make_events(20000)
+    path = os.path.join(tempfile.mkdtemp(dir=scratch), "j")
+    with journal.open(path, create=True) as j:
+        for e in events:
+            j.append(e, durability="buffered")
+    with journal.open(path, readonly=True) as j:
+        for r in j.read():  # warm: the segment in the page cache, the reader's objects made
+            r.event
+        t0 = time.perf_counter()
+        for r in j.read():
+            r.event
+        rate = len(events) / (time.perf_counter() - t0)
+    print(rate, "native" if journal.native_available() else "pure")
+    sys.exit(0)
 threads, count = {"one-writer": (1, 3000), "threads": (16, 16000), "sessions": (64, 6400), "bulk": (1, 20000)}[workload]
 events = make_events(count)
 path = tempfile.mkdtemp(dir=scratch)
@@ -72,7 +90,7 @@ for h in handles:
 print(rate, "native" if journal.native_available() else "pure")
 """
 
-WORKLOADS = ("one-writer", "threads", "sessions", "bulk")
+WORKLOADS = ("one-writer", "threads", "sessions", "bulk", "decode")
 
 
 def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:

@@ -1,0 +1,111 @@
+/* The big-float walk of a decoded record, in C: journal._json_floats.
+ *
+ * Why: journal/record.py reads a dict event's payload with orjson, which reads an integer
+ * beyond 64 bits as the nearest float where json reads the int. So before orjson's value is
+ * handed on, every float in it, at any depth, is looked at: one at least 2**63 in magnitude may
+ * be such an integer, and the payload is then read by json instead. In Python that walk cost
+ * about a tenth of a decode scan (one call per nested dict or list, a type test per value);
+ * here it is one call per record.
+ *
+ * no_big_float(value) answers exactly what journal/record.py's pure-Python _no_big_float does,
+ * which stays as its twin (JOURNAL_PURE=1, or no compiler) and which tests/test_json_floats.py
+ * holds it equal to (hypothesis): True when no float of exact type float in ``value`` (a dict
+ * or a list of exact type) or in its dicts and lists of exact type lies outside
+ * (-2**63, 2**63); values of other types are not looked into. Dict keys are not looked at
+ * (orjson's keys are strings). A nesting deeper than the interpreter's recursion limit raises
+ * RecursionError, as the twin does, and the caller has json read the payload then.
+ *
+ * It reads objects only (no references kept, nothing allocated), on the limited API of 3.11,
+ * and holds the GIL throughout: the values it walks belong to the calling thread until it
+ * returns.
+ */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* 2**63: the smallest magnitude of a float orjson can have read from an integer literal
+ * (journal/record.py's _BIG_FLOAT; tests compare them). */
+#define BIG_FLOAT 9223372036854775808.0
+
+static int walk(PyObject *container);
+
+/* 1 if ``x`` holds no big float, 0 if it does, -1 with an exception set. */
+static int value_ok(PyObject *x) {
+    if (PyUnicode_CheckExact(x) || PyLong_CheckExact(x)) {
+        return 1;
+    }
+    if (PyFloat_CheckExact(x)) {
+        double d = PyFloat_AsDouble(x); /* an exact float: cannot fail */
+        return -BIG_FLOAT < d && d < BIG_FLOAT; /* NaN is outside, as in the twin */
+    }
+    if (PyDict_CheckExact(x) || PyList_CheckExact(x)) {
+        return walk(x);
+    }
+    return 1;
+}
+
+/* ``container`` is an exact dict or list. */
+static int walk(PyObject *container) {
+    if (Py_EnterRecursiveCall(" while looking for floats read from big integers")) {
+        return -1;
+    }
+    int ok = 1;
+    if (PyDict_CheckExact(container)) {
+        Py_ssize_t pos = 0;
+        PyObject *key;
+        PyObject *value;
+        while (ok == 1 && PyDict_Next(container, &pos, &key, &value)) {
+            ok = value_ok(value);
+        }
+    } else {
+        /* The list is not changed while this runs (the GIL is held and nothing here calls back
+         * into Python), so its length and items stay as read. */
+        Py_ssize_t n = PyList_Size(container);
+        for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
+            PyObject *item = PyList_GetItem(container, i); /* borrowed */
+            ok = item == NULL ? -1 : value_ok(item);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return ok;
+}
+
+/* no_big_float(value) -> bool, ``value`` an exact dict or list. */
+static PyObject *no_big_float(PyObject *self, PyObject *value) {
+    (void)self;
+    if (!PyDict_CheckExact(value) && !PyList_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "no_big_float takes a dict or a list (of exact type)");
+        return NULL;
+    }
+    int ok = walk(value);
+    if (ok < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(ok);
+}
+
+static PyMethodDef methods[] = {
+    {"no_big_float", no_big_float, METH_O,
+     "no_big_float(value) -> whether no float in value, at any depth, is at least 2**63 in magnitude"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_json_floats", "the big-float walk of a decoded record (journal/record.py)", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__json_floats(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    PyObject *big = PyFloat_FromDouble(BIG_FLOAT);
+    int rc = big == NULL ? -1 : PyModule_AddObjectRef(m, "BIG_FLOAT", big);
+    Py_XDECREF(big);
+    if (rc != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
