@@ -79,6 +79,6 @@ JSON_FLOATS = Extension(
 
 setup(
     cffi_modules=["journal/engine/_native_build.py:ffibuilder"],
-    ext_modules=[] if sys.platform == "win32" else [ZSTD_HELD, JSON_FLOATS],
+    ext_modules=[JSON_FLOATS] if sys.platform == "win32" else [ZSTD_HELD, JSON_FLOATS],  # zstd_held uses dlopen
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -110,10 +110,10 @@ class Record:
 
 
 def _walk_in_c() -> Callable[[Any], bool] | None:
-    """native/json_floats.c's twin of _no_big_float, where it was built; JOURNAL_PURE=1 (the
-    switch of journal/engine/native.py, PURE_ENV, which this bottom module cannot import) keeps
-    the Python walk."""
-    if os.environ.get("JOURNAL_PURE") == "1":
+    """native/json_floats.c's twin of _no_big_float, where it was built. JOURNAL_PURE keeps the
+    Python walk, read as journal/engine/native.py's forced_pure() reads it (that module is above
+    this one; tests/test_json_floats.py holds the two readings equal)."""
+    if os.environ.get("JOURNAL_PURE", "") not in ("", "0"):
         return None
     try:
         # By name: the compiled leaf imports nothing, where ``from journal import`` would read as
