@@ -15,9 +15,10 @@ on both sides; the result is the median of each side and the ratio B/A of the me
 Workloads: ``one-writer`` (3,000 sync appends from one thread), ``threads`` (16,000 sync
 appends from 16 threads to one journal), ``sessions`` (6,400 sync appends from 64 threads, each
 to a journal of its own: many sessions in one process), ``bulk`` (20,000 buffered appends,
-one sync at the end) and ``decode`` (records/s of a scan that decodes every record of a journal
-of 20,000 buffered appends, after one warm scan). ``--dir`` puts the scratch journals on the
-disk to measure.
+one sync at the end), ``decode`` (records/s of a scan that decodes every record of a journal of
+20,000 buffered appends, after one warm scan) and ``random`` (reads/s of 20,000 gets by random
+seq on the same journal, each record decoded, after one warm pass). ``--dir`` puts the scratch
+journals on the disk to measure.
 """
 
 from __future__ import annotations
@@ -38,18 +39,25 @@ sys.path.insert(0, sys.argv[1])
 import journal
 from journal.benchmark.events import make_events
 workload, scratch = sys.argv[2], sys.argv[3]
-if workload == "decode":  # the decode scan: every record of a buffered journal to its event
+if workload in ("decode", "random"):  # reads of a journal of 20,000 buffered appends
+    import random
     events = make_events(20000)
     path = os.path.join(tempfile.mkdtemp(dir=scratch), "j")
     with journal.open(path, create=True) as j:
         for e in events:
             j.append(e, durability="buffered")
+    seqs = [random.Random(11).randrange(1, len(events) + 1) for _ in range(len(events))]
     with journal.open(path, readonly=True) as j:
-        for r in j.read():  # warm: the segment in the page cache, the reader's objects made
-            r.event
+        def reads():
+            if workload == "decode":  # the decode scan: every record to its event
+                for r in j.read():
+                    r.event
+            else:  # random reads by seq, each record to its event
+                for q in seqs:
+                    j.get(q).event
+        reads()  # warm: the page cache, the reader's objects, the dense index of point reads
         t0 = time.perf_counter()
-        for r in j.read():
-            r.event
+        reads()
         rate = len(events) / (time.perf_counter() - t0)
     print(rate, "native" if journal.native_available() else "pure")
     sys.exit(0)
@@ -90,7 +98,7 @@ for h in handles:
 print(rate, "native" if journal.native_available() else "pure")
 """
 
-WORKLOADS = ("one-writer", "threads", "sessions", "bulk", "decode")
+WORKLOADS = ("one-writer", "threads", "sessions", "bulk", "decode", "random")
 
 
 def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:
