@@ -694,7 +694,7 @@ class _Writer:
         """Roll back after a failure before COMMIT; fail-stop where a journal cannot go on."""
         why = f"the transaction failed before COMMIT and was rolled back ({_words(exc)})"
         if conn.broken or conn.closed:
-            self.lose(f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})")
+            self.lose(_unusable(conn, exc))
             return f"the connection to the server was lost before COMMIT ({_words(exc)}); nothing was written"
         rolled_back = True
         if begun:
