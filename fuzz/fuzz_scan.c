@@ -12,8 +12,9 @@
  * arg says, then scanned; so the scanner also sees genuine frames, not only noise.
  *
  * Besides the sanitizers' own checks, every run asserts the scanner's contract: frames lie
- * inside the buffer, follow each other without gaps, a chunked scan and a count-only scan
- * agree, and a commit found after damage is a real frame inside the buffer.
+ * inside the buffer, follow each other without gaps, hold the records their kind says (a block
+ * its table's count) with contiguous seqs, a chunked scan and a count-only scan agree, and a
+ * commit found after damage is a real frame inside the buffer.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -57,14 +58,27 @@ static void check_scan(const uint8_t *buf, size_t size, size_t start, uint64_t s
     CHECK(stop >= JN_STOP_END && stop <= JN_STOP_SEALED);
     CHECK(st.pos <= size && st.pos >= start);
 
-    uint64_t at = start;
+    uint64_t at = start, records = 0;
     for (size_t i = 0; i < total; i++) {
         CHECK(frames[i].offset == at + 1000);
         CHECK(frames[i].stored_len <= JN_FRAME_STORED_BYTES_LIMIT);
+        /* A frame's record count: 1 for data, a block's 2..max, none for padding and seal. */
+        uint32_t kind = frames[i].flags & JN_FLAG_KIND_MASK;
+        if (kind == JN_KIND_DATA)
+            CHECK(frames[i].aux == 1);
+        else if (kind == JN_KIND_BLOCK)
+            CHECK(frames[i].aux >= 2 && frames[i].aux <= JN_BLOCK_RECORDS_MAX &&
+                  JN_BLOCK_COUNT_BYTES + (uint64_t)frames[i].aux * JN_BLOCK_ENTRY_BYTES <= frames[i].stored_len);
+        else
+            CHECK(frames[i].aux == 0);
+        /* Records are contiguous: a frame holding records ends at seq expected + records so far. */
+        if (frames[i].aux && !st.seq_exhausted) CHECK(frames[i].seq == expected + records + frames[i].aux - 1);
+        records += frames[i].aux;
         at += JN_FRAME_HEADER_BYTES + frames[i].stored_len;
         CHECK(at <= size);
     }
     CHECK(at == st.pos);
+    if (!st.seq_exhausted) CHECK(st.expected_seq == expected + records);
     if (stop == JN_STOP_END) CHECK(st.pos == size);
 
     /* The verify-only pass must reach the same verdict. */

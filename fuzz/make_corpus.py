@@ -27,6 +27,12 @@ def _frame(seq: int, flags: int, stored: bytes, salt: int, dict_id: int = 0) -> 
     return struct.pack("<Q", xxhash.xxh64_intdigest(tail, seed=salt)) + tail
 
 
+def _block(after_seq: int, lengths: list[int], salt: int) -> bytes:
+    """A genuine raw block frame of records of the given lengths after seq ``after_seq``."""
+    stored = fmt.encode_block_head(lengths, [0] * len(lengths)) + bytes(sum(lengths))
+    return fmt.encode_frame(after_seq + len(lengths), fmt.KIND_BLOCK, sum(lengths), stored, salt)
+
+
 def seeds() -> dict[str, bytes]:
     rng = random.Random(7)
     salt, base = 0x5EED5A17, 100
@@ -46,6 +52,11 @@ def seeds() -> dict[str, bytes]:
         "unknown_flags": batch + _frame(last + 1, 0x0100, b"new", salt),
         "dict_id": batch + _frame(last + 1, 0, b"dict", salt, dict_id=3),
         "damage_then_commit": batch[:40] + b"\xff" + batch[41:],
+        # Block frames (format version 2): a good one, then a gap, a count out of range, a cut table.
+        "block": batch + _block(last, [3, 0, 9], salt),
+        "block_seq_gap": batch + _block(last + 2, [1, 1], salt),
+        "block_bad_count": batch + _frame(last + 2, fmt.KIND_BLOCK, struct.pack("<I", 1) + bytes(9), salt),
+        "block_cut_table": batch + _frame(last + 3, fmt.KIND_BLOCK, struct.pack("<I", 3) + bytes(8), salt),
     }
     out = {f"raw_{name}": PARAMS.pack(salt, base, 0, 0, 0) + body for name, body in bodies.items()}
     for arg in range(0, 256, 37):

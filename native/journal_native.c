@@ -149,8 +149,19 @@ static int all_zero(const uint8_t *p, size_t n) {
 
 static int flags_supported(uint32_t flags, uint32_t dict_id) {
     uint32_t kind = flags & JN_FLAG_KIND_MASK;
-    return (flags & ~JN_FLAGS_KNOWN) == 0 && (flags & JN_FLAG_CODEC_MASK) <= 1u &&
-           (kind == JN_KIND_DATA || kind == JN_KIND_SEAL || kind == JN_KIND_PADDING) && dict_id == 0;
+    /* Every kind the two kind bits can name is known; a block frame's record flags are in its table. */
+    return (flags & ~JN_FLAGS_KNOWN) == 0 && (flags & JN_FLAG_CODEC_MASK) <= 1u && dict_id == 0 &&
+           (kind != JN_KIND_BLOCK || (flags & JN_BLOCK_FRAME_FLAGS_REFUSED) == 0);
+}
+
+/* format.block_count: the record count at the front of a genuine block frame's payload, or 0
+ * if it is out of range or the table does not fit the payload. */
+static uint32_t block_count(const uint8_t *payload, uint32_t stored_len) {
+    if (stored_len < JN_BLOCK_COUNT_BYTES) return 0;
+    uint32_t n = rd32(payload);
+    if (n < 2u || n > JN_BLOCK_RECORDS_MAX) return 0;
+    if (JN_BLOCK_COUNT_BYTES + (uint64_t)n * JN_BLOCK_ENTRY_BYTES > stored_len) return 0;
+    return n;
 }
 
 /* Whether the bytes at h (avail of them) hold a genuine frame: marker, then a length within the
@@ -178,7 +189,7 @@ int jn_verify_frame(const uint8_t *buf, size_t size, size_t pos, uint64_t salt, 
     out->flags = rd16(h + 24);
     out->raw_len = rd32(h + 12);
     out->stored_len = rd32(h + 8);
-    out->reserved = rd16(h + 26); /* the dictionary id */
+    out->aux = rd16(h + 26); /* the dictionary id */
     return 1;
 }
 
@@ -220,6 +231,7 @@ int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt
             stop_seq = seq;
             break;
         }
+        uint32_t records = 0;
         if (kind == JN_KIND_DATA) {
             if (exhausted || seq != expected) {
                 stop = JN_STOP_SEQ;
@@ -230,6 +242,24 @@ int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt
                 exhausted = 1;
             else
                 expected++;
+            records = 1;
+        } else if (kind == JN_KIND_BLOCK) {
+            records = block_count(h + JN_FRAME_HEADER_BYTES, stored_len);
+            if (records == 0) {
+                stop = JN_STOP_FLAGS;
+                stop_seq = seq;
+                break;
+            }
+            /* Its seq is its last record's; its first must be the expected one. */
+            if (exhausted || seq < records - 1u || seq - (records - 1u) != expected) {
+                stop = JN_STOP_SEQ;
+                stop_seq = seq < records - 1u ? seq : seq - (records - 1u);
+                break;
+            }
+            if (seq == UINT64_MAX)
+                exhausted = 1;
+            else
+                expected = seq + 1;
         } else if (exhausted ? seq != UINT64_MAX : (expected == 0 || seq != expected - 1)) {
             /* Padding and seal frames carry the seq of the record before them. */
             stop = JN_STOP_SEQ;
@@ -243,7 +273,7 @@ int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt
             f->flags = flags;
             f->raw_len = rd32(h + 12);
             f->stored_len = stored_len;
-            f->reserved = 0;
+            f->aux = records;
         }
         count++;
         last_seq = seq;

@@ -22,8 +22,14 @@
 #define JN_KIND_DATA 0x0000u
 #define JN_KIND_SEAL 0x0004u
 #define JN_KIND_PADDING 0x0008u
+#define JN_KIND_BLOCK 0x000Cu
 #define JN_FLAG_COMMIT 0x0010u
 #define JN_FLAGS_KNOWN 0x00FFu
+/* FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC: per record in a block's table, never on its frame */
+#define JN_BLOCK_FRAME_FLAGS_REFUSED 0x00E0u
+#define JN_BLOCK_RECORDS_MAX 4096u
+#define JN_BLOCK_COUNT_BYTES 4u
+#define JN_BLOCK_ENTRY_BYTES 5u
 
 /* Stop reasons: the values of format.Stop, plus one the Python wrapper never returns. */
 #define JN_STOP_END 0
@@ -38,11 +44,11 @@
 /* One accepted frame; the field order is format.Frame's, so a row maps onto it directly. */
 typedef struct jn_frame {
     uint64_t offset; /* of the frame header, plus the caller's base offset */
-    uint64_t seq;
+    uint64_t seq;    /* a block frame's: its last record's */
     uint32_t flags;
     uint32_t raw_len;
     uint32_t stored_len;
-    uint32_t reserved;
+    uint32_t aux; /* jn_scan: records in the frame (1, a block's N, 0); jn_verify_frame: dictionary id */
 } jn_frame;
 
 /* The scanner's position, carried across calls so a long segment can be scanned in chunks. */
@@ -68,15 +74,15 @@ size_t jn_encode_batch(uint8_t *out, size_t out_cap, const uint8_t *payloads, si
                        size_t n, uint64_t first_seq, uint64_t salt, int commit_last);
 
 /* Walk frames in buf[0, size) from state->pos, validating each exactly as format.scan does:
- * bounds before lengths, the checksum before any field is trusted, then flags, then seq
- * continuity. Accepted frames go to frames[0, frames_cap); JN_STOP_FULL means the array
+ * bounds before lengths, the checksum before any field is trusted, then flags (and a block's
+ * record count), then seq continuity (a block takes as many seqs as it holds records). Accepted frames go to frames[0, frames_cap); JN_STOP_FULL means the array
  * filled up before a stop. frames may be NULL when frames_cap is 0 and count_only is set:
  * then frames are only counted (the verify-only path). Returns state->stop. */
 int jn_scan(const uint8_t *buf, size_t size, uint64_t base_offset, uint64_t salt, jn_scan_state *state,
             jn_frame *frames, size_t frames_cap, int count_only);
 
 /* Whether a genuine frame (marker, length within the limit and the buffer, salted checksum)
- * starts at buf[pos]; if so, 1 with its fields in *out (out->offset = pos, out->reserved = its
+ * starts at buf[pos]; if so, 1 with its fields in *out (out->offset = pos, out->aux = its
  * dictionary id), whatever its seq, flags or dictionary id. 0 otherwise (format.verify_frame). */
 int jn_verify_frame(const uint8_t *buf, size_t size, size_t pos, uint64_t salt, jn_frame *out);
 

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import pathlib
+import random
 import re
 import subprocess
 import sys
@@ -261,8 +262,11 @@ WRITE_OPS = ("mkdir", "open_write", "pwrite", "short_write", "truncate", "fsync"
 
 
 def jsonl_source(path: pathlib.Path, lines: int, pad: int = 40) -> pathlib.Path:
-    path.write_text("".join(json.dumps({"type": "user_message", "text": f"m{i} " + "x" * pad}) + "\n"
-                            for i in range(lines)))
+    """Lines whose text compresses little (hex of random bytes), so that its size on disk is
+    about its size as JSONL whatever the journal's compression makes of it."""
+    rng = random.Random(lines)
+    path.write_text("".join(json.dumps({"type": "user_message", "text": f"m{i} " + rng.randbytes(pad // 2).hex()})
+                            + "\n" for i in range(lines)))
     return path
 
 
@@ -496,12 +500,13 @@ SEGMENT = 16 * 1024
 
 
 def data_ends(path: str) -> list[int]:
-    """Where the last data frame of each segment ends, the live one last."""
-    out = []
-    for seg in segments(path):
-        frames = [f for f in frames_of(seg) if f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
-        out.append(frames[-1].end)
-    return out
+    """Where the last data or block frame of each segment ends, the live one last."""
+    return [fmt.record_frames(frames_of(seg))[-1].end for seg in segments(path)]
+
+
+def frame_bytes_max(path: str) -> int:
+    """The largest data or block frame of the journal: a roll-over may come that much early."""
+    return max(f.end - f.offset for seg in segments(path) for f in fmt.record_frames(frames_of(seg)))
 
 
 # Buffered requests wait in the queue and the leader merges them into one batch of up to 4 MiB
@@ -517,24 +522,28 @@ def test_append_many_rolls_over_at_the_segment_limit(jpath: str, durability: str
     with journal.open(jpath, create=True, segment_size_bytes=SEGMENT) as j:
         for i in range(already):
             j.append({"first": i, "pad": "p" * 60}, durability="flush")
-        events = [{"i": i, "pad": "x" * (50 + i % 70)} for i in range(2000)]  # ~200 KiB: many segments
+        # ~300 KiB that compresses by half at best (hex of random bytes): many segments, blocks or not.
+        events = [{"i": i, "pad": random.Random(i).randbytes(25 + i % 35).hex()} for i in range(3000)]
         outs = j.append_many(events, durability=durability)
         assert all(isinstance(o, journal.Committed) for o in outs)
         j.sync()
         assert [r.event for r in j.read(after_seq=already)] == events
     ends = data_ends(jpath)
     assert len(ends) >= 10
-    record_max = fmt.FRAME_HEADER_SIZE_BYTES + 16 + 50 + 70 + 20
+    # A roll-over comes before the first frame that does not fit: a record's own, or a block's
+    # (records appended together share block frames, which are never split).
+    frame_max = frame_bytes_max(jpath)
+    assert frame_max < SEGMENT // 4
     for end in ends:
         assert end <= SEGMENT, f"a segment's records end at {end}, past its {SEGMENT}-byte limit"
     for end in ends[:-1]:
-        assert end > SEGMENT - record_max, f"rolled over early, at {end} of {SEGMENT} bytes"
+        assert end > SEGMENT - frame_max, f"rolled over early, at {end} of {SEGMENT} bytes"
 
 
 def test_buffered_appends_do_not_overshoot_a_small_segment(jpath: str) -> None:
     with journal.open(jpath, create=True, segment_size_bytes=SEGMENT) as j:
-        for i in range(3000):
-            j.append({"i": i, "pad": "y" * 40}, durability="buffered")
+        for i in range(5000):
+            j.append({"i": i, "pad": random.Random(i).randbytes(20).hex()}, durability="buffered")
     ends = data_ends(jpath)
     assert len(ends) >= 10 and max(ends) <= SEGMENT, ends
 

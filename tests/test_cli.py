@@ -38,7 +38,9 @@ def cli_json(*args: str, check: int = 0) -> Any:
 
 
 def make(path: pathlib.Path, n: int = RECORDS) -> list[pathlib.Path]:
-    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as j:
+    # A frame per record, so that a flipped byte costs exactly one record (a damaged block frame
+    # costs all of its records: tests/test_format_v2.py salvages one).
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES, block_bytes=0) as j:
         for i in range(0, n, 10):
             j.append_many([{"type": "tick" if k % 2 else "tock", "i": i + k, "pad": "x" * 40} for k in range(10)],
                           durability="sync")

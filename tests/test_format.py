@@ -138,8 +138,8 @@ def test_header_damage_and_newer_version_are_told_apart() -> None:
     with pytest.raises(fmt.HeaderError, match="checksum"):
         fmt.decode_segment_header(bytes(damaged))
     newer = bytearray(header)
-    struct.pack_into("<H", newer, 8, 2)
+    struct.pack_into("<H", newer, 8, fmt.FORMAT_VERSION + 1)
     struct.pack_into("<Q", newer, 56, xxhash.xxh64_intdigest(bytes(newer[:56])))
     with pytest.raises(fmt.HeaderError) as exc:
         fmt.decode_segment_header(bytes(newer))
-    assert exc.value.version == 2
+    assert exc.value.version == fmt.FORMAT_VERSION + 1

@@ -59,7 +59,7 @@ class JournalModel(RuleBasedStateMachine):
         size = seg.stat().st_size
         cut = data.draw(st.integers(min_value=64, max_value=size))
         frames = frames_of(seg)
-        kept = [f for f in frames if f.end <= cut and f.flags & 0x0C == 0]  # whole data frames
+        kept = [f for f in frames if f.end <= cut and f.flags & 0x0C in (0x0, 0xC)]  # whole data and block frames
         base_seq = int(seg.name.split(".")[0])
         with open(seg, "r+b") as f:
             f.truncate(cut)

@@ -68,6 +68,7 @@ specs_st = st.lists(
         flags=st.integers(0, fmt.FLAGS_KNOWN),
         raw_len=st.integers(0, 0xFFFFFFFF),
         stored=st.binary(max_size=300),
+        records=st.just(1),
     ),
     max_size=24,
 )
@@ -121,7 +122,25 @@ def raw_frame(seq: int, flags: int, raw_len: int, stored: bytes, salt: int, dict
     return struct.pack("<Q", xxhash.xxh64_intdigest(tail, seed=salt)) + tail
 
 
-KIND_FLAGS = [fmt.KIND_DATA, fmt.KIND_PADDING, fmt.KIND_SEAL]
+KIND_FLAGS = [fmt.KIND_DATA, fmt.KIND_PADDING, fmt.KIND_SEAL, fmt.KIND_BLOCK]
+
+
+@st.composite
+def block_payloads(draw: st.DrawFn) -> tuple[int, bytes]:
+    """(record count, stored payload) of a block frame: mostly a table that fits, sometimes a
+    count out of range or a table longer than the payload (a frame this version cannot read)."""
+    count = draw(st.integers(2, 6))
+    lengths = draw(st.lists(st.integers(0, 40), min_size=count, max_size=count))
+    record_flags = st.sampled_from([0, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC, 0xC0])
+    flags = draw(st.lists(record_flags, min_size=count, max_size=count))
+    stored = fmt.encode_block_head(lengths, flags) + draw(st.binary(max_size=64))
+    bad = draw(st.integers(0, 7))
+    if bad == 0:  # a count out of range, or one whose table runs past the payload
+        n = draw(st.sampled_from([0, 1, fmt.BLOCK_RECORDS_MAX + 1, U64_MAX >> 32, len(stored)]))
+        stored = struct.pack("<I", n) + stored[4:]
+    elif bad == 1:  # cut inside the table
+        stored = stored[: draw(st.integers(0, 4 + 5 * count - 1))]
+    return count, stored
 
 
 @st.composite
@@ -137,13 +156,18 @@ def frame_buffers(draw: st.DrawFn) -> tuple[bytes, int, int, int]:
         flags = kind | draw(st.integers(0, 0xFF)) & ~fmt.FLAG_KIND_MASK
         if draw(st.integers(0, 15)) == 0:
             flags = draw(st.integers(0, 0xFFFF))  # unknown bits, codecs or kinds
-        want = expected if kind == fmt.KIND_DATA else expected - 1
+        count = 1
+        stored = draw(st.binary(max_size=64))
+        if kind == fmt.KIND_BLOCK:
+            count, stored = draw(block_payloads())
+            if draw(st.integers(0, 3)):
+                flags &= ~fmt.BLOCK_FRAME_FLAGS_REFUSED  # mostly flags a block may carry
+        want = expected + count - 1 if kind in (fmt.KIND_DATA, fmt.KIND_BLOCK) else expected - 1
         seq = want if 0 <= want <= U64_MAX and draw(st.integers(0, 7)) else draw(u64_st)
         dict_id = 0 if draw(st.integers(0, 15)) else draw(st.integers(0, 0xFFFF))
-        stored = draw(st.binary(max_size=64))
         parts.append(raw_frame(seq, flags, draw(st.integers(0, 0xFFFFFFFF)), stored, salt, dict_id))
-        if kind == fmt.KIND_DATA and seq == expected:
-            expected += 1
+        if kind in (fmt.KIND_DATA, fmt.KIND_BLOCK) and seq == want:
+            expected += count
     buf = bytearray(b"".join(parts))
     damage = draw(st.sampled_from(["none", "truncate", "flip", "zeros", "zero_tail", "garbage", "random", "big_len"]))
     if damage == "truncate" and buf:
@@ -224,9 +248,15 @@ def test_verify_frame_same_results(args: tuple[bytes, int, int, int], at: int) -
         assert got is None or type(got) is fmt.GenuineFrame
         if want is not None:
             # Genuine means a frame the scanner would accept whole, whatever its seq.
-            res = fmt.py_scan(buf, pos, salt, want.seq if want.kind == fmt.KIND_DATA else want.seq + 1, frames_max=1)
+            count = 1
+            readable = want.supported
+            if want.kind == fmt.KIND_BLOCK:
+                count = fmt.block_count(buf, pos + fmt.FRAME_HEADER_SIZE_BYTES, want.stored_len)
+                readable = readable and count > 0  # a block whose table this version reads
+            first = want.seq + 1 - count if want.kind in (fmt.KIND_DATA, fmt.KIND_BLOCK) else want.seq + 1
+            res = fmt.py_scan(buf, pos, salt, max(first, 0), frames_max=1)
             assert res.stop_offset == pos or res.frames[0].offset == pos
-            assert want.supported == (res.stop != fmt.Stop.FLAGS)
+            assert readable == (res.stop != fmt.Stop.FLAGS)
     assert fmt.c_verify_frame(memoryview(buf), start, salt) == fmt.py_verify_frame(buf, start, salt)
 
 

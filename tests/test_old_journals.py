@@ -1,8 +1,9 @@
 """Journals written by earlier versions of the engine open and read the same with this one.
 
-The speed work changed how payloads are made (orjson in the codec, zstd with the GIL held) but
-not the format: a journal written before must read back event for event, verify clean, and take
-appends. The earlier code is taken from this repository's own history (``git archive`` of a
+The speed work changed how payloads are made (orjson in the codec, zstd with the GIL held), then
+the format (version 2: block frames): a journal written before must read back event for event,
+verify clean, and take appends, which go on in its version 1 live segment as frames of one
+record until it rolls over. The earlier code is taken from this repository's own history (``git archive`` of a
 pinned commit), so the journal is written by the engine's code as it was then (on today's
 dependencies), run in a subprocess on its pure-Python path (its compiled helper is not built
 there). A clone without that history (shallow, or no git) skips, saying so.
@@ -23,14 +24,17 @@ from typing import Any
 import pytest
 
 import journal
+from journal.engine import format as fmt
 from journal.engine.verify import CLEAN, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The commit before each change of how payloads are written: before orjson, before held zstd.
+# The commit before each change of how payloads are written: before orjson, before held zstd,
+# before format version 2 (block frames).
 COMMITS = {
     "json": "dc3be850d1dadf985020d72df9fcf1c782f84561",
     "orjson": "fdbafd987035d23bde88de0000a4da215b6e0913",
+    "format-v1": "9fc1d324dc2cf8616dcf4bc903f09e43dcae5d78",
 }
 
 # What the old code appends: the benchmark's mix, the values whose bytes changed with orjson
@@ -95,3 +99,33 @@ def test_a_journal_written_before_reads_the_same_and_takes_appends(tmp_path: Pat
     with journal.open(path, readonly=True) as j:
         assert [r.event for r in j.read()][-1] == {"after": "the change", "f": 1.5e-05}
     assert verify(str(path)).verdict == CLEAN
+
+    # Records appended together go on in the version 1 live segment a frame each (software of
+    # version 1 can still read it); once it rolls over, the next segment is of version 2 and
+    # takes block frames.
+    more = [{"together": i, "text": "words " * (i % 9)} for i in range(60)]
+    with journal.open(path) as j:
+        j.append_many(more[:30])
+        live = _segments(path)[-1]
+        assert _versions(path)[-1] == 1 and all(f.records == 1 for f in _record_frames(live))
+        j.seal()
+        j.append_many(more[30:])
+    assert _versions(path)[-2:] == [1, 2]
+    assert any(f.records > 1 for f in _record_frames(_segments(path)[-1]))
+    with journal.open(path, readonly=True) as j:
+        assert [r.event for r in j.read()][-60:] == more
+    assert verify(str(path)).verdict == CLEAN
+
+
+def _segments(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.name.endswith(fmt.SEGMENT_SUFFIX))
+
+
+def _versions(path: Path) -> list[int]:
+    return [fmt.decode_segment_header(p.read_bytes()).version for p in _segments(path)]
+
+
+def _record_frames(seg: Path) -> list[fmt.Frame]:
+    data = seg.read_bytes()
+    header = fmt.decode_segment_header(data)
+    return fmt.record_frames(fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq).frames)

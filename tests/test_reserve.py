@@ -308,7 +308,10 @@ def test_a_reservation_that_fails_after_growing_the_file_is_still_cut_at_seal(jp
 
 def test_a_refused_reservation_in_group_commits_and_roll_over(jpath: str) -> None:
     fs = FaultyFileSystem(OsFileSystem())
-    with journal.open(jpath, create=True, fs=fs, segment_size_bytes=4096, reserve_bytes=4096) as j:
+    # Small blocks: each append_many is several frames (blocks of a few records), so each batch
+    # is written header last.
+    opts = {"segment_size_bytes": 4096, "reserve_bytes": 4096, "block_bytes": 256}
+    with journal.open(jpath, create=True, fs=fs, **opts) as j:
         fs.fail("truncate", errno.ENOSPC, after=fs.calls["truncate"], times=1000)
         for k in range(20):
             outs = j.append_many(events(15, 15 * k))  # header-last batches
@@ -508,7 +511,7 @@ def test_verify_during_a_header_last_batch_reads_again(jpath: str, monkeypatch: 
 
     verifier = threading.Thread(target=lambda: reports.append(V.verify(jpath)), daemon=True)
     fs = VerifyBeforeHeader()
-    with journal.open(jpath, create=True, fs=fs) as w:
+    with journal.open(jpath, create=True, fs=fs, block_bytes=0) as w:  # five frames: header last
         w.append({"n": 0})
         fs.armed = True
         w.append_many([{"n": i} for i in range(1, 6)])

@@ -343,7 +343,7 @@ def test_follower_never_sees_a_rolled_back_record(jpath: str) -> None:
     diverges from the journal. GUARANTEES.md promises readers see records "as they are on
     disk" and NotCommitted bytes "never will be part of the journal"; neither holds."""
     fs = GateFS()
-    j = journal.open(jpath, create=True, fs=fs, compress=False)
+    j = journal.open(jpath, create=True, fs=fs, compress=False, block_bytes=0)  # a batch of two frames
     follower = Cursor(OsFileSystem(), jpath, 0, fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)
     seen: list[tuple[int, object]] = []
     try:

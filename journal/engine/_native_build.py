@@ -21,7 +21,7 @@ typedef struct jn_frame {
     uint32_t flags;
     uint32_t raw_len;
     uint32_t stored_len;
-    uint32_t reserved;
+    uint32_t aux;
 } jn_frame;
 
 typedef struct jn_scan_state {

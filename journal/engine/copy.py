@@ -10,6 +10,12 @@ header (journal id, segment number, base seq, salt), so every copied frame still
 salted checksum and the result is exactly what the writer would have left had it stopped at
 that record. The cost is one segment at most, whatever the length of the sealed history.
 
+A block frame (records appended together) cannot be cut inside its bytes: when the last wanted
+record is not a block's last, the frames before the block are copied byte for byte and the
+block's records up to that one are framed anew, with the same salt, as the writer frames
+records appended together (one frame for one record, a block for several), so the copy is
+still what a writer could have left.
+
 Every segment of the new journal carries the source's journal id, because linked segments
 cannot be rewritten and the core checks that consecutive segments share it. A journal's
 identity as a session is its events (see journal/session/fork.py), not that id.
@@ -22,7 +28,9 @@ import os
 
 from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
-from journal.engine.reader import raise_for_stop
+from journal.engine.encoding import Encoded, frame_specs
+from journal.engine.options import Options
+from journal.engine.reader import Record, decode_block, raise_for_stop
 from journal.engine.segment import list_segments, read_header, read_seal, read_start
 from journal.errors import CorruptionError, InvariantError
 from journal.fs import File, FileSystem, write_all, write_atomic, write_new
@@ -81,10 +89,10 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
             data = f.pread(limit, 0)
         finally:
             f.close()
-        end = _end_of(data, header, seg.name, src, at_seq, sealed=seal is not None)
-        write_new(fs, os.path.join(dst, seg.name), memoryview(data)[:end])
+        cut = _cut(data, header, seg.name, src, at_seq, sealed=seal is not None)
+        write_new(fs, os.path.join(dst, seg.name), cut)
         out.cut_segment = seg.name
-        out.bytes_copied += end
+        out.bytes_copied += len(cut)
         break
     if not (out.segments_linked or out.segments_copied or out.cut_segment):
         raise ValueError(f"journal {src!r} holds no record at seq {at_seq}")
@@ -92,17 +100,33 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
     return out
 
 
-def _end_of(data: bytes, header: fmt.SegmentHeader, segment: str, src: str, at_seq: int, sealed: bool) -> int:
-    """The offset just past the frame of ``at_seq`` in ``data`` (the segment from offset 0)."""
+def _cut(data: bytes, header: fmt.SegmentHeader, segment: str, src: str, at_seq: int, sealed: bool) -> memoryview:
+    """The segment ``data`` (from offset 0) cut just after the record ``at_seq``: its bytes up to
+    the end of that record's frame, or, inside a block, up to the block and the block's records
+    up to ``at_seq`` framed anew."""
     res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
-    for frame in res.frames:
-        if frame.seq == at_seq and frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
-            return frame.end
+    for frame in fmt.record_frames(res.frames):
+        if frame.seq == at_seq:
+            return memoryview(data)[: frame.end]
+        if frame.first_seq <= at_seq < frame.seq:
+            kept = decode_block(frame, data, 0, segment, fmt.FRAME_STORED_BYTES_LIMIT)[: at_seq - frame.first_seq + 1]
+            items = [
+                Encoded(fmt.FrameSpec(_record_flags(r), len(r.payload), r.payload), r.payload, None, deferred=True)
+                for r in kept
+            ]
+            # The block's own codec decides: a journal written with compression off stays so.
+            options = Options(block_bytes=fmt.BLOCK_BYTES_LIMIT, compress=frame.flags & fmt.FLAG_CODEC_MASK != 0)
+            specs = frame_specs(items, options, blocks=True)
+            return memoryview(data[: frame.offset] + fmt.encode_batch(frame.first_seq, specs, header.salt, False))
     last = res.frames[-1].seq if res.frames else header.base_seq - 1
     if sealed or res.stop in (fmt.Stop.SEQ, fmt.Stop.FLAGS):
         raise_for_stop(res, segment, src, last)
         raise CorruptionError(segment, res.stop_offset, last, f"segment ends before seq {at_seq}")
     raise ValueError(f"journal {src!r} ends at seq {last}, before seq {at_seq}")
+
+
+def _record_flags(rec: Record) -> int:
+    return (fmt.FLAG_BYTES if rec.is_bytes else 0) | (fmt.FLAG_SYNTHETIC if rec.synthetic else 0)
 
 
 def _try_link(fs: FileSystem, src: str, dst: str) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import xxhash
@@ -43,6 +44,7 @@ from journal.errors import (
     EventNotSerializableError,
     IdempotencyConflictError,
     InvalidArgumentError,
+    InvariantError,
     NonStringKeyError,
     RecordTooLargeError,
 )
@@ -56,6 +58,7 @@ ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
 # other threads should run meanwhile, so the zstandard package (which releases it) does them.
 HELD_COMPRESS_BYTES_MAX = 16 * 1024
 _HELD_COMPRESS = native.held_compress
+BLOCK_SEGMENT_SHARE = 4  # a block frame holds at most 1/4 of a segment's bytes of records
 
 _local = threading.local()
 # One encoder for every event: json.dumps with options builds a new encoder on each call.
@@ -87,15 +90,32 @@ def _compressor() -> zstandard.ZstdCompressor:
     return c
 
 
+class Block:
+    """A block frame made of consecutive records of one append_many (``pack``): each of them
+    points at it, and the writer frames it once, at the first of them."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: fmt.FrameSpec) -> None:
+        self.spec = spec
+
+
 class Encoded:
     """An event ready to frame: everything but its seq (assigned in order under the mutex)."""
 
-    __slots__ = ("key", "raw", "spec")
+    __slots__ = ("block", "deferred", "key", "nbytes", "raw", "spec")
 
-    def __init__(self, spec: fmt.FrameSpec, raw: bytes, key: str | None) -> None:
+    def __init__(self, spec: fmt.FrameSpec, raw: bytes, key: str | None, deferred: bool = False) -> None:
         self.spec = spec
         self.raw = raw  # kept (not copied) so that an AckLost can carry the payload's digest
         self.key = key
+        # Not compressed yet: it will most likely share a block with the records appended with
+        # it, which pack or frame_specs compresses together; alone, it is compressed then.
+        self.deferred = deferred
+        self.block: Block | None = None  # the block frame it is in, once pack has made one
+        # The bytes it adds to a segment: its frame's, or, in a block, the block frame's for the
+        # block's first record and 0 for the others (until compressed, an upper bound).
+        self.nbytes = len(spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
 
     @property
     def digest(self) -> int:
@@ -141,8 +161,12 @@ def repeated_keys(items: list[Encoded]) -> dict[int, int]:
     return repeats
 
 
-def encode_event(event: Any, key: str | None, synthetic: bool, options: Options) -> Encoded:
-    """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written."""
+def encode_event(event: Any, key: str | None, synthetic: bool, options: Options, together: bool = False) -> Encoded:
+    """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written.
+
+    ``together``: the event is appended with others (an append_many, a buffered append) and may
+    share a block frame with them, so its compression waits for frame_specs (an unkeyed event
+    of at most ``options.block_bytes``; a keyed one is never in a block)."""
     if type(event) is dict or isinstance(event, dict):
         raw = _encode_json(event, options.record_size_bytes_max)
         flags = 0
@@ -153,17 +177,12 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
         raise EventNotSerializableError(f"events are dicts or bytes, not {type(event).__name__}")
     if len(raw) > options.record_size_bytes_max:
         raise RecordTooLargeError(len(raw), options.record_size_bytes_max)
-    body = raw
-    if options.compress and len(raw) >= COMPRESS_MIN_BYTES:
-        if _HELD_COMPRESS is not None and len(raw) <= HELD_COMPRESS_BYTES_MAX:
-            packed = _HELD_COMPRESS(raw)
-        else:
-            packed = _compressor().compress(raw)
-        if len(packed) < len(raw):
-            body = packed
-            flags |= fmt.CODEC_ZSTD
     if synthetic:
         flags |= fmt.FLAG_SYNTHETIC
+    if together and key is None and options.block_bytes and len(raw) <= options.block_bytes:
+        return Encoded(fmt.FrameSpec(flags, len(raw), raw), raw, None, deferred=True)
+    body, codec = _compressed(raw, options.compress)
+    flags |= codec
     if key is not None:
         key_bytes = key.encode("utf-8", "surrogateescape")
         if not 1 <= len(key_bytes) <= fmt.IDEMPOTENCY_KEY_BYTES_MAX:
@@ -174,6 +193,109 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options)
         body = bytes([len(key_bytes)]) + key_bytes + body
         flags |= fmt.FLAG_KEYED
     return Encoded(fmt.FrameSpec(flags, len(raw), body), raw, key)
+
+
+def _compressed(raw: bytes, compress: bool) -> tuple[bytes, int]:
+    """(stored body, codec flag): zstd where it is asked for and makes the bytes smaller."""
+    if compress and len(raw) >= COMPRESS_MIN_BYTES:
+        if _HELD_COMPRESS is not None and len(raw) <= HELD_COMPRESS_BYTES_MAX:
+            packed = _HELD_COMPRESS(raw)
+        else:
+            packed = _compressor().compress(raw)
+        if len(packed) < len(raw):
+            return packed, fmt.CODEC_ZSTD
+    return raw, fmt.CODEC_RAW
+
+
+def pack(items: list[Encoded], options: Options, blocks: bool) -> None:
+    """Frame records appended together now, in the caller's thread: runs of records that waited
+    for it (``deferred``) become block frames (``blocks``: the journal's live segment takes them)
+    of up to ``options.block_bytes`` of payload and BLOCK_RECORDS_MAX records, compressed as one,
+    which costs one zstd call instead of one a record and finds what records repeat of each
+    other (keys, ids, text); a record left alone is compressed alone, as it would have been at
+    once. Each record's ``nbytes`` is then exact, so an append_many is cut into requests where
+    the segment really fills (writer.chunks). Nothing else changes: seqs are given later."""
+    for run in _runs(items, options, blocks):
+        if len(run) == 1:
+            it = run[0]
+            it.spec = _alone(it, options)
+            it.deferred = False
+            it.nbytes = len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+            continue
+        block = Block(_block_spec(run, options))
+        for it in run:
+            it.block, it.deferred, it.nbytes = block, False, 0
+        run[0].nbytes = len(block.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+
+
+def frame_specs(items: list[Encoded], options: Options, blocks: bool) -> list[fmt.FrameSpec]:
+    """The frames of one request's records, in order: blocks ``pack`` made, framed once each;
+    runs of records still deferred (buffered appends, which meet their neighbours only in the
+    queue) packed now, the same way; every other record's own frame."""
+    if len(items) == 1 and items[0].block is None and not items[0].deferred:
+        return [items[0].spec]
+    out: list[fmt.FrameSpec] = []
+    i, n = 0, len(items)
+    while i < n:
+        it = items[i]
+        block = it.block
+        if block is not None:
+            count = block.spec.records
+            if not blocks or not all(x.block is block for x in items[i : i + count]) or i + count > n:
+                # Never met: pack asks the same question of the live segment first, a live segment
+                # is only ever followed by a newer one, and writer.chunks never splits a block.
+                raise InvariantError("a block frame met a live segment that cannot take it, or was split")
+            out.append(block.spec)
+            i += count
+            continue
+        if not it.deferred:
+            out.append(it.spec)
+            i += 1
+            continue
+        j = i
+        while j < n and items[j].deferred:
+            j += 1
+        for run in _runs(items[i:j], options, blocks):
+            out.append(_alone(run[0], options) if len(run) == 1 else _block_spec(run, options))
+        i = j
+    return out
+
+
+def _runs(items: list[Encoded], options: Options, blocks: bool) -> Iterator[list[Encoded]]:
+    """The records still deferred, grouped into the runs that share a block (runs of one where
+    blocks are not taken); records that are not deferred end a run and are left out."""
+    run: list[Encoded] = []
+    run_bytes = 0
+    # A block takes at most a quarter of a segment: a roll-over comes before the first frame that
+    # does not fit, so a segment still ends close to its size limit (a concern of small segments
+    # only: the default block is 16 KiB, the default segment 64 MiB).
+    cap = min(options.block_bytes, options.segment_size_bytes // BLOCK_SEGMENT_SHARE)
+    for it in items:
+        if not it.deferred:
+            if run:
+                yield run
+            run, run_bytes = [], 0
+            continue
+        n = len(it.raw)
+        if run and (not blocks or run_bytes + n > cap or len(run) == fmt.BLOCK_RECORDS_MAX):
+            yield run
+            run, run_bytes = [], 0
+        run.append(it)
+        run_bytes += n
+    if run:
+        yield run
+
+
+def _alone(it: Encoded, options: Options) -> fmt.FrameSpec:
+    body, codec = _compressed(it.raw, options.compress)
+    return fmt.FrameSpec(it.spec.flags | codec, len(it.raw), body)
+
+
+def _block_spec(run: list[Encoded], options: Options) -> fmt.FrameSpec:
+    raw = b"".join([it.raw for it in run])
+    body, codec = _compressed(raw, options.compress)
+    head = fmt.encode_block_head([len(it.raw) for it in run], [it.spec.flags for it in run])
+    return fmt.FrameSpec(fmt.KIND_BLOCK | codec, len(raw), head + body, len(run))
 
 
 def _encode_json(event: dict[Any, Any], size_bytes_max: int) -> bytes:

@@ -11,6 +11,9 @@ A journal is a directory of segment files named ``<base_seq:020d>.seg``. A segme
     frame*                       each: frame header (32 bytes) + stored payload
     [seal frame]                 only in a sealed segment; its payload ends with its own offset
 
+A data frame holds one record; a block frame (format version 2) holds several records that
+were appended together, compressed as one (their table, in the clear, says where each ends).
+
 All integers are little-endian and fixed-width. The frame checksum is XXH64, seeded with the
 segment's salt, over the frame header from byte 8 on and the stored payload. The salt
 makes a frame left over from another segment (a recycled or copied file) fail its checksum
@@ -32,7 +35,15 @@ import xxhash
 from journal.engine import native as _native
 from journal.errors import InvariantError, invariant, present
 
-FORMAT_VERSION = 1
+# What this version writes in a new segment's header, and the newest it reads. Version 2 added
+# block frames (KIND_BLOCK); a version 1 segment never holds one, and software of version 1
+# refuses a version 2 segment by its header (NewerFormatError) instead of meeting a kind it does
+# not know. A writer appending to a version 1 live segment keeps writing version 1 frames in it.
+FORMAT_VERSION = 2
+FORMAT_VERSION_MIN = 1  # the oldest this version reads
+BLOCK_FORMAT_VERSION_MIN = 2  # the first segment version that may hold block frames
+# The start marker's layout has not changed since version 1, so it is still written as version 1.
+START_VERSION = 1
 
 SEGMENT_SUFFIX = ".seg"
 SEGMENT_NAME_DIGITS = 20  # a u64 base seq in decimal fits in 20 digits, so name order is seq order
@@ -136,13 +147,21 @@ FLAG_KIND_MASK = 0x000C
 KIND_DATA = 0x0000
 KIND_SEAL = 0x0004
 KIND_PADDING = 0x0008
+KIND_BLOCK = 0x000C  # several records (format version 2): see "block frames" below
 FLAG_COMMIT = 0x0010  # last frame of a batch that was fdatasync'd: marks a durable point
 FLAG_KEYED = 0x0020  # stored payload starts with u8 key length + idempotency key (not compressed)
 FLAG_BYTES = 0x0040  # payload is opaque bytes; otherwise it is UTF-8 JSON
 FLAG_SYNTHETIC = 0x0080  # written by a repair, not by the application
 FLAGS_KNOWN = FLAG_CODEC_MASK | FLAG_KIND_MASK | FLAG_COMMIT | FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC
 CODECS_KNOWN = (CODEC_RAW, CODEC_ZSTD)
-KINDS_KNOWN = (KIND_DATA, KIND_SEAL, KIND_PADDING)
+KINDS_KNOWN = (KIND_DATA, KIND_SEAL, KIND_PADDING, KIND_BLOCK)
+# A record's own flags, which a block frame keeps per record (in its table) rather than in the
+# frame header: whether it is bytes, whether a repair wrote it. A keyed record is never in a
+# block (its key must be readable without decompressing anything: the writer loads the live
+# segment's keys at open, and the seal footer's key table lists them).
+BLOCK_RECORD_FLAGS = FLAG_BYTES | FLAG_SYNTHETIC
+# Flags a block frame's header must not carry: they belong to its records.
+BLOCK_FRAME_FLAGS_REFUSED = FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC
 
 # --- limits ---------------------------------------------------------------------------------
 
@@ -156,6 +175,33 @@ INDEX_INTERVAL_BYTES_DEFAULT = 64 * 1024  # one sparse index entry per this many
 # How far past its last record the writer sets the live segment's size ahead of time. The
 # space reads as zeros until written (a Stop.ZEROS at a frame boundary: nothing written yet).
 RESERVE_BYTES_DEFAULT = 1024 * 1024
+
+# --- block frames (format version 2) --------------------------------------------------------
+#
+# A block frame's stored payload:
+#
+#     u32 record count N            2 <= N <= BLOCK_RECORDS_MAX
+#     u32 raw length x N            of each record's payload
+#     u8  record flags x N          FLAG_BYTES | FLAG_SYNTHETIC of each record; other bits 0
+#     body                          the N payloads one after the other, in the frame's codec
+#
+# The frame header's seq is the seq of the block's LAST record (as a padding or seal frame
+# carries the seq of the record before it), its raw length the body's decompressed length (the
+# sum of the records' raw lengths), its flags the kind, the body's codec and the commit flag.
+# The table is in the clear so that a scan counts records without decompressing anything.
+BLOCK_RECORDS_MAX = 4096  # a table of at most 20 KiB; the writer's batch bound is the same
+_BLOCK_COUNT = struct.Struct("<I")
+BLOCK_COUNT_SIZE_BYTES = _BLOCK_COUNT.size
+BLOCK_ENTRY_SIZE_BYTES = 5  # u32 raw length + u8 flags per record
+# How many bytes of records one block holds at most, on write (the writer's block_bytes option
+# is at most this) and on read (a body that would decompress to more is refused before it is
+# decompressed): it bounds the memory one block takes, and what a point read decodes.
+BLOCK_BYTES_LIMIT = 1024 * 1024
+# What the writer puts in one block by default: records appended together (an append_many, a
+# run of buffered appends) share a zstd frame up to this many bytes of JSON. bench/README.md,
+# "Block frames", has the measurements behind the figure: smaller blocks compress worse and
+# cost more zstd calls per record; larger ones make a point read decode more.
+BLOCK_BYTES_DEFAULT = 16 * 1024
 
 # --- seal footer ----------------------------------------------------------------------------
 
@@ -249,7 +295,7 @@ def decode_segment_header(data: bytes | memoryview) -> SegmentHeader:
         raise HeaderError("segment header checksum mismatch")
     if version > FORMAT_VERSION:
         raise HeaderError(f"segment written by format version {version}", version=version)
-    if version < 1 or header_size != SEGMENT_HEADER_SIZE_BYTES or header_flags != 0 or base_seq < 1:
+    if version < FORMAT_VERSION_MIN or header_size != SEGMENT_HEADER_SIZE_BYTES or header_flags != 0 or base_seq < 1:
         raise HeaderError("segment header fields out of range")
     return SegmentHeader(version, journal_id, number, base_seq, salt)
 
@@ -278,7 +324,7 @@ def encode_start(marker: StartMarker) -> bytes:
     if not (len(marker.journal_id) == 16 and marker.segment_number >= 0 and marker.first_seq >= 1):
         raise InvariantError("a start marker names a journal id, a segment number >= 0 and a first seq >= 1")
     body = _START_BODY.pack(
-        START_MAGIC, FORMAT_VERSION, START_SIZE_BYTES, 0, marker.journal_id, marker.segment_number, marker.first_seq
+        START_MAGIC, START_VERSION, START_SIZE_BYTES, 0, marker.journal_id, marker.segment_number, marker.first_seq
     )
     return body + _U64.pack(xxhash.xxh64_intdigest(body, seed=0))
 
@@ -294,7 +340,7 @@ def decode_start(data: bytes | memoryview) -> StartMarker:
     (checksum,) = _U64.unpack_from(data, _START_BODY.size)
     if checksum != xxhash.xxh64_intdigest(body, seed=0):
         raise HeaderError("start marker checksum mismatch")
-    if version > FORMAT_VERSION:
+    if version > START_VERSION:
         raise HeaderError(f"start marker written by format version {version}", version=version)
     if version < 1 or size != START_SIZE_BYTES or flags != 0 or first_seq < 1:
         raise HeaderError("start marker fields out of range")
@@ -306,12 +352,60 @@ def decode_start(data: bytes | memoryview) -> StartMarker:
 
 def flags_supported(flags: int, dict_id: int) -> bool:
     """Whether this version can read a frame with these flags (dictionaries are reserved)."""
+    kind = flags & FLAG_KIND_MASK
     return (
         flags & ~FLAGS_KNOWN == 0
         and (flags & FLAG_CODEC_MASK) in CODECS_KNOWN
-        and (flags & FLAG_KIND_MASK) in KINDS_KNOWN
+        and kind in KINDS_KNOWN
         and dict_id == 0
+        and (kind != KIND_BLOCK or flags & BLOCK_FRAME_FLAGS_REFUSED == 0)
     )
+
+
+def block_count(buf: bytes | memoryview, payload_offset: int, stored_len: int) -> int:
+    """The record count of the block frame whose stored payload is ``buf[payload_offset:
+    payload_offset + stored_len]``, or 0 if its table does not fit that payload or its count is
+    out of range (a frame this version cannot read). Trust it only for a genuine frame."""
+    if stored_len < BLOCK_COUNT_SIZE_BYTES:
+        return 0
+    (count,) = _BLOCK_COUNT.unpack_from(buf, payload_offset)
+    if not 2 <= count <= BLOCK_RECORDS_MAX:
+        return 0
+    if BLOCK_COUNT_SIZE_BYTES + count * BLOCK_ENTRY_SIZE_BYTES > stored_len:
+        return 0
+    return int(count)
+
+
+def encode_block_head(lengths: list[int], record_flags: list[int]) -> bytes:
+    """The table at the front of a block frame's stored payload; the body follows it."""
+    count = len(lengths)
+    if not (2 <= count <= BLOCK_RECORDS_MAX and len(record_flags) == count):
+        raise InvariantError("a block holds 2 to BLOCK_RECORDS_MAX records, one flags byte each")
+    if any(f & ~BLOCK_RECORD_FLAGS for f in record_flags) or not all(0 <= n <= 0xFFFFFFFF for n in lengths):
+        raise InvariantError("a block record's flags are FLAG_BYTES | FLAG_SYNTHETIC and its length a u32")
+    return _BLOCK_COUNT.pack(count) + struct.pack(f"<{count}I", *lengths) + bytes(record_flags)
+
+
+class BlockHead(NamedTuple):
+    lengths: tuple[int, ...]  # raw length of each record, in order
+    flags: bytes  # each record's FLAG_BYTES | FLAG_SYNTHETIC
+    body_offset: int  # where the body starts in the stored payload
+
+
+def decode_block_head(stored: bytes | memoryview, raw_len: int) -> BlockHead:
+    """The table of a genuine block frame's stored payload, checked against the frame's raw
+    length; ValueError saying what is wrong (a frame this version's writer never writes)."""
+    count = block_count(stored, 0, len(stored))
+    if count == 0:
+        raise ValueError("block table does not fit its frame, or its record count is out of range")
+    lengths: tuple[int, ...] = struct.unpack_from(f"<{count}I", stored, BLOCK_COUNT_SIZE_BYTES)
+    at = BLOCK_COUNT_SIZE_BYTES + 4 * count
+    flags = bytes(stored[at : at + count])
+    if sum(lengths) != raw_len:
+        raise ValueError(f"block records add up to {sum(lengths)} bytes, the frame says {raw_len}")
+    if any(f & ~BLOCK_RECORD_FLAGS for f in flags):
+        raise ValueError("block record flags hold bits this version does not know")
+    return BlockHead(lengths, flags, at + count)
 
 
 def frame_checksum(header_tail: bytes | memoryview, payload: bytes | memoryview, salt: int) -> int:
@@ -339,18 +433,23 @@ class FrameSpec(NamedTuple):
     flags: int
     raw_len: int
     stored: bytes
+    records: int = 1  # records in the frame: 1, or a block's N
 
 
 def encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_last: bool) -> bytes:
     """Frames for consecutive seqs from ``first_seq``; the last one carries FLAG_COMMIT if asked.
+    A block frame takes as many seqs as it holds records and carries the last of them.
 
-    This is the hot append path that the C helper replaces; the bytes must be identical.
+    This is the hot append path that the C helper replaces (for frames of one record); the
+    bytes must be identical.
     """
     parts: list[bytes] = []
     last = len(specs) - 1
+    seq = first_seq - 1
     for i, spec in enumerate(specs):
+        seq += spec.records
         flags = spec.flags | (FLAG_COMMIT if commit_last and i == last else 0)
-        parts.append(encode_frame(first_seq + i, flags, spec.raw_len, spec.stored, salt))
+        parts.append(encode_frame(seq, flags, spec.raw_len, spec.stored, salt))
     return b"".join(parts)
 
 
@@ -378,10 +477,11 @@ class Stop(enum.IntEnum):
 
 class Frame(NamedTuple):
     offset: int  # of the frame header within the segment
-    seq: int
+    seq: int  # a data frame's record; a block's last record; padding and seal: the record before
     flags: int
     raw_len: int
     stored_len: int
+    records: int = 1  # records it holds: 1 (data), N (block), 0 (padding, seal)
 
     @property
     def payload_offset(self) -> int:
@@ -390,6 +490,11 @@ class Frame(NamedTuple):
     @property
     def end(self) -> int:
         return self.offset + FRAME_HEADER_SIZE_BYTES + self.stored_len
+
+    @property
+    def first_seq(self) -> int:
+        """The seq of its first record (for a data or block frame)."""
+        return self.seq - self.records + 1
 
 
 @dataclass
@@ -402,6 +507,11 @@ class ScanResult:
     @property
     def next_seq_hint(self) -> int:
         return self.frames[-1].seq + 1 if self.frames else 0
+
+    @property
+    def record_count(self) -> int:
+        """Records in the frames found (a block counts its records; padding and seal none)."""
+        return sum(f.records for f in self.frames)
 
 
 def scan(
@@ -452,13 +562,31 @@ def scan(
             if seq != expected_seq:
                 return ScanResult(frames, Stop.SEQ, pos + base_offset, seq)
             expected_seq += 1
+            count = 1
+        elif kind == KIND_BLOCK:
+            count = block_count(mv, pos + FRAME_HEADER_SIZE_BYTES, stored_len)
+            if count == 0:  # a table this version does not know how to read
+                return ScanResult(frames, Stop.FLAGS, pos + base_offset, seq)
+            if seq + 1 - count != expected_seq:  # reported by its first seq (or its last, if < 0)
+                return ScanResult(frames, Stop.SEQ, pos + base_offset, seq + 1 - count if seq + 1 >= count else seq)
+            expected_seq = seq + 1
         elif seq != expected_seq - 1:
             return ScanResult(frames, Stop.SEQ, pos + base_offset, seq)
-        frames.append(Frame(pos + base_offset, seq, flags, raw_len, stored_len))
+        else:
+            count = 0
+        frames.append(Frame(pos + base_offset, seq, flags, raw_len, stored_len, count))
         pos = end
         if kind == KIND_SEAL:
             return ScanResult(frames, Stop.SEALED, pos + base_offset, seq)
     return ScanResult(frames, Stop.END, pos + base_offset, 0)
+
+
+RECORD_KINDS = (KIND_DATA, KIND_BLOCK)  # the kinds of frame that hold records
+
+
+def record_frames(frames: list[Frame]) -> list[Frame]:
+    """The frames of a scan that hold records (data and block frames), in order."""
+    return [fr for fr in frames if fr.flags & FLAG_KIND_MASK in RECORD_KINDS]
 
 
 class GenuineFrame(NamedTuple):
@@ -694,6 +822,10 @@ def c_encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_las
     n = len(specs)
     if n == 0 or first_seq < 0 or first_seq + n - 1 > U64_MAX or not 0 <= salt <= U64_MAX:
         return py_encode_batch(first_seq, specs, salt, commit_last)
+    if any(spec.records != 1 for spec in specs):
+        # Block frames: a few frames of many records each, framed in Python (the C encoder
+        # gives frame i seq first_seq + i, one record a frame).
+        return py_encode_batch(first_seq, specs, salt, commit_last)
     try:
         stored = list(map(_spec_stored, specs))
         lens = array("I", map(len, stored))
@@ -743,8 +875,7 @@ def verify_scan(buf: bytes | memoryview, start: int, salt: int, expected_seq: in
     mv = memoryview(buf)
     if not _native.native_available() or not _c_args_ok(mv, start, salt, expected_seq, base_offset):
         res = py_scan(buf, start, salt, expected_seq, base_offset)
-        data_count = sum(1 for f in res.frames if f.flags & FLAG_KIND_MASK == KIND_DATA)
-        return Verified(len(res.frames), res.stop, res.stop_offset, res.stop_seq, expected_seq + data_count)
+        return Verified(len(res.frames), res.stop, res.stop_offset, res.stop_seq, expected_seq + res.record_count)
     count, stop, pos, stop_seq, exhausted, next_seq = _native.count_frames(mv, start, salt, expected_seq, base_offset)
     return Verified(count, Stop(stop), pos + base_offset, stop_seq, U64_MAX + 1 if exhausted else next_seq)
 

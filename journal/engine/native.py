@@ -30,7 +30,7 @@ STOP_FULL = 7  # the C scanner's "frame array is full, call again"; never escape
 SCRATCH_BYTES_MAX = 8 * 1024 * 1024  # larger outputs get their own buffer (the writer caps a batch at 4 MiB)
 SCRATCH_BYTES_MIN = 64 * 1024  # the smallest per-thread scratch buffer, so small batches do not regrow it
 SCAN_CHUNK_FRAMES = 4096  # frames converted per C call: bounds the scratch array at 128 KiB
-FRAME_ROW_BYTES = 32  # sizeof(jn_frame): u64 offset, u64 seq, u32 flags, raw_len, stored_len, reserved
+FRAME_ROW_BYTES = 32  # sizeof(jn_frame): u64 offset, u64 seq, u32 flags, raw_len, stored_len, aux
 FRAME_HEADER_BYTES = 32  # JN_FRAME_HEADER_BYTES; format.FRAME_HEADER_SIZE_BYTES (tests compare them)
 
 _local = threading.local()
@@ -177,11 +177,11 @@ def scan(
     expected_seq: int,
     base_offset: int,
     frames_max: int,
-    make_frame: Callable[[tuple[int, int, int, int, int]], Any],
+    make_frame: Callable[[tuple[int, int, int, int, int, int]], Any],
 ) -> tuple[list[Any], int, int, int]:
     """jn_scan to a stop: (frames made by ``make_frame`` from (offset, seq, flags, raw_len,
-    stored_len) rows, stop code, stop offset without ``base_offset``, stop seq). The stop code
-    is STOP_FULL when ``frames_max`` frames were taken before any other stop."""
+    stored_len, record count) rows, stop code, stop offset without ``base_offset``, stop seq).
+    The stop code is STOP_FULL when ``frames_max`` frames were taken before any other stop."""
     size = mv.nbytes
     cbuf = _ffi.from_buffer("uint8_t[]", mv)
     state = _ffi.new("jn_scan_state *")
@@ -201,7 +201,7 @@ def scan(
             # bytes); zip reuses its tuple, so each frame costs one object and its ints.
             mem = memoryview(_ffi.buffer(rows, count * FRAME_ROW_BYTES))
             u64, u32 = mem.cast("Q"), mem.cast("I")
-            columns = zip(u64[0::4], u64[1::4], u32[4::8], u32[5::8], u32[6::8], strict=True)
+            columns = zip(u64[0::4], u64[1::4], u32[4::8], u32[5::8], u32[6::8], u32[7::8], strict=True)
             frames.extend(map(make_frame, columns))
         if stop != STOP_FULL:
             return frames, stop, state.pos, state.stop_seq
@@ -227,7 +227,7 @@ def verify_frame(mv: memoryview, pos: int, salt: int) -> tuple[int, int, int, in
     out = _ffi.new("jn_frame *")
     if not _lib.jn_verify_frame(_ffi.from_buffer("uint8_t[]", mv), mv.nbytes, pos, salt, out):
         return None
-    return out.offset, out.seq, out.flags, out.raw_len, out.stored_len, out.reserved
+    return out.offset, out.seq, out.flags, out.raw_len, out.stored_len, out.aux
 
 
 def find_later_commit(mv: memoryview, start: int, salt: int, after_seq: int) -> int:

@@ -21,6 +21,11 @@ class Options:
     # seal and close: an fdatasync after a write that does not change the file size skips the
     # metadata commit (measured ~1.3x more syncs per second on ext4). 0 turns it off.
     reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT
+    # Records appended together (append_many, a run of buffered appends) share block frames of
+    # up to this many bytes of payload, compressed as one: fewer bytes and cheaper reads than a
+    # frame each, while a point read decodes the whole block (bench/README.md, "Block frames").
+    # 0: a frame for every record, as in format version 1.
+    block_bytes: int = fmt.BLOCK_BYTES_DEFAULT
 
     def check(self) -> None:
         sector_min = fmt.SECTOR_BYTES_MIN
@@ -33,5 +38,7 @@ class Options:
             raise ValueError(f"record_size_bytes_max must be between 1 and {record_max}")
         if not 0 <= self.reserve_bytes <= fmt.RESERVE_BYTES_MAX:
             raise ValueError("reserve_bytes must be between 0 (off) and 1 GiB")
+        if not 0 <= self.block_bytes <= fmt.BLOCK_BYTES_LIMIT:
+            raise ValueError(f"block_bytes must be between 0 (off) and {fmt.BLOCK_BYTES_LIMIT}")
         if self.index_interval_bytes < fmt.INDEX_INTERVAL_BYTES_MIN:
             raise ValueError(f"index_interval_bytes must be at least {fmt.INDEX_INTERVAL_BYTES_MIN}")

@@ -32,7 +32,8 @@ from journal.fs import File, FileSystem
 from journal.record import Record as Record  # explicit re-export: engine modules import it from here
 
 READ_CHUNK_BYTES = 1024 * 1024
-_KIND_MASK, _KIND_DATA, _HEADER = fmt.FLAG_KIND_MASK, fmt.KIND_DATA, fmt.FRAME_HEADER_SIZE_BYTES
+_KIND_MASK, _KIND_DATA, _KIND_BLOCK = fmt.FLAG_KIND_MASK, fmt.KIND_DATA, fmt.KIND_BLOCK
+_HEADER = fmt.FRAME_HEADER_SIZE_BYTES
 _CODEC_MASK, _ZSTD, _BYTES, _SYNTHETIC = fmt.FLAG_CODEC_MASK, fmt.CODEC_ZSTD, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC
 _SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed, or a codec decoded elsewhere
 FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
@@ -75,6 +76,60 @@ def decode_payload(
     return Record(frame.seq, payload, bool(frame.flags & fmt.FLAG_BYTES), key, bool(frame.flags & fmt.FLAG_SYNTHETIC))
 
 
+def decode_block(
+    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+) -> list[Record]:
+    """The records of a verified block frame, in seq order (decompress the body once, cut it
+    by the table). A table or body that disagrees with the frame is CorruptionError: the frame's
+    checksum held, so its writer wrote it so, and nothing in it can be trusted to be a record."""
+    start = frame.payload_offset - buf_offset
+    stored = memoryview(buf)[start : start + frame.stored_len]
+    first = frame.first_seq
+    try:
+        head = fmt.decode_block_head(stored, frame.raw_len)
+    except ValueError as exc:
+        raise CorruptionError(segment, frame.offset, first, f"block frame: {exc}") from None
+    if frame.raw_len > fmt.BLOCK_BYTES_LIMIT:
+        raise CorruptionError(
+            segment, frame.offset, first, f"block frame of {frame.raw_len} bytes, over {fmt.BLOCK_BYTES_LIMIT}"
+        )
+    longest = max(head.lengths)
+    if longest > record_size_bytes_max:
+        raise RecordTooLargeError(longest, record_size_bytes_max, reading=True)
+    body = stored[head.body_offset :]
+    if frame.flags & _CODEC_MASK == _ZSTD:
+        try:
+            payload = _decompressor().decompress(body, max_output_size=frame.raw_len)
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(segment, frame.offset, first, f"zstd block does not decode: {exc}") from None
+    else:
+        payload = bytes(body)
+    if len(payload) != frame.raw_len:
+        raise CorruptionError(segment, frame.offset, first, "block body length differs from its header")
+    return _block_records(payload, head.lengths, head.flags, first)
+
+
+def _block_records(payload: bytes, lengths: tuple[int, ...], flags: bytes, first_seq: int) -> list[Record]:
+    """Cut a block's decoded body into its records. Most blocks hold JSON records written by the
+    application only (every flags byte 0): one loop without per-record flag tests."""
+    out: list[Record] = []
+    pos = 0
+    seq = first_seq
+    if not any(flags):
+        for n in lengths:
+            end = pos + n
+            out.append(Record(seq, payload[pos:end], False, None, False))
+            pos = end
+            seq += 1
+        return out
+    for n, f in zip(lengths, flags, strict=True):
+        end = pos + n
+        out.append(Record(seq, payload[pos:end], bool(f & _BYTES), None, bool(f & _SYNTHETIC)))
+        pos = end
+        seq += 1
+    return out
+
+
 def raise_for_stop(res: fmt.ScanResult, segment: str, path: str, last_seq: int) -> None:
     """Errors that no position in a file can excuse: seq gaps/duplicates and newer formats."""
     error = tail.stop_error(res, segment, path, last_seq)
@@ -96,9 +151,14 @@ class _OpenSegment:
         # segment's first seq on, as far as a scan has found genuine frames in sequence, and
         # where that scan stopped. Built on the first point read, extended when a read goes
         # past it (the live segment grows). Every use verifies the frame at its offset again.
-        self.offsets = array("Q")
+        self.offsets = array("Q")  # of the frame holding each record (a block's, for each of its records)
+        self.ends = array("Q")  # where that frame ends
         self.scanned_to = 0
         self.misses = 0  # point reads answered without the index, before it was worth building
+        # The block frame a point read decoded last: (offset, first seq, its records). A read of
+        # a record next to the last one then costs no decompression. Records are handed out as
+        # copies, so one caller's changes to an event never reach another.
+        self.block: tuple[int, int, list[Record]] | None = None
 
     def locate(self, seq: int, stored_bytes_max: int) -> tuple[int, int] | None:
         """(offset, bytes to read) of record ``seq``'s frame, from the dense index, or None if
@@ -116,13 +176,12 @@ class _OpenSegment:
             self.misses += 1
             if self.misses * DENSE_BUILD_BYTES_PER_MISS < self.file.size():
                 return None
-        if i + 1 >= len(self.offsets):  # the frame's end is the next one's start, or the scan's end
-            self._extend(i + 2, stored_bytes_max)
+        if i >= len(self.offsets):
+            self._extend(i + 1, stored_bytes_max)
             if i >= len(self.offsets):
                 return None
         start = self.offsets[i]
-        end = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.scanned_to
-        return start, end - start
+        return start, self.ends[i] - start
 
     def _extend(self, frames_wanted: int, stored_bytes_max: int) -> None:
         """Scan on from where the last scan stopped, a chunk at a time, until ``frames_wanted``
@@ -142,8 +201,9 @@ class _OpenSegment:
             for fr in res.frames:
                 if fr.stored_len > stored_bytes_max:
                     return
-                if fr.flags & _KIND_MASK == _KIND_DATA:
-                    self.offsets.append(fr.offset)
+                if fr.records:  # a data frame, or a block: each of its records is in this frame
+                    self.offsets.extend([fr.offset] * fr.records)
+                    self.ends.extend([fr.end] * fr.records)
                 self.scanned_to = fr.end
             if res.stop != fmt.Stop.TRUNCATED or start + len(data) >= size:
                 return  # the frames stop here for a reason other than the chunk's end
@@ -288,11 +348,12 @@ class Cursor:
         return True
 
     def _frame_at(self, offset: int, seq: int) -> bool:
-        """True if a genuine data frame carrying ``seq`` starts at ``offset`` of the current segment."""
+        """True if a genuine frame whose first record is ``seq`` starts at ``offset`` of the
+        current segment."""
         cur = present(self._cur, "a hint is checked in the segment the cursor is on")
         stored_max = min(fmt.FRAME_STORED_BYTES_LIMIT, self._max + fmt.RECORD_STORED_OVERHEAD_BYTES_MAX)
         got = _read_frame(cur, offset, stored_max)
-        return got is not None and got.supported and got.kind == fmt.KIND_DATA and got.seq == seq
+        return got is not None and got[0].supported and _first_seq(*got) == seq
 
     def read(self, limit: int = 1 << 62) -> Iterator[Record]:
         """Yield records from ``next_seq`` on, up to what is written now; resumable."""
@@ -377,8 +438,13 @@ class Cursor:
             mv = memoryview(buf)
             next_seq, size_max, decompress = self.next_seq, self._max, _decompressor().decompress
             for frame in res.frames:
-                _off, seq, flags, raw_len, stored_len = frame
-                if flags & _KIND_MASK != _KIND_DATA or seq < next_seq:
+                _off, seq, flags, raw_len, stored_len, _count = frame
+                if seq < next_seq:
+                    continue
+                kind = flags & _KIND_MASK
+                if kind != _KIND_DATA:
+                    if kind == _KIND_BLOCK:
+                        yield from decode_block(frame, mv, offset, name, size_max)
                     continue
                 if flags & _SLOW_FLAGS or raw_len > size_max:
                     yield decode_payload(frame, mv, offset, name, size_max)
@@ -462,20 +528,35 @@ class Cursor:
         # Only the format's hard cap: a frame over this reader's record size limit is still a
         # whole frame (the next read raises RecordTooLargeError for it, not corruption).
         got = _read_frame(cur, offset, fmt.FRAME_STORED_BYTES_LIMIT)
-        if got is None or not got.supported:
+        if got is None or not got[0].supported:
             return False
-        # The frame the scan expected there: the next data frame, or padding after the last one.
-        return got.seq == (self._expected if got.kind == fmt.KIND_DATA else self._expected - 1)
+        # The frame the scan expected there: the next data or block frame, or padding after the
+        # last one.
+        if got[0].kind in fmt.RECORD_KINDS:
+            return _first_seq(*got) == self._expected
+        return got[0].seq == self._expected - 1
 
 
-def _read_frame(cur: _OpenSegment, offset: int, stored_bytes_max: int) -> fmt.GenuineFrame | None:
+def _first_seq(frame: fmt.GenuineFrame, data: bytes) -> int | None:
+    """The seq of the first record of a genuine frame read whole into ``data`` (from offset 0):
+    None for a frame that holds no record, or a block whose table this version cannot read."""
+    if frame.kind == fmt.KIND_DATA:
+        return frame.seq
+    if frame.kind == fmt.KIND_BLOCK:
+        count = fmt.block_count(data, fmt.FRAME_HEADER_SIZE_BYTES, frame.stored_len)
+        return frame.seq + 1 - count if count else None
+    return None
+
+
+def _read_frame(cur: _OpenSegment, offset: int, stored_bytes_max: int) -> tuple[fmt.GenuineFrame, bytes] | None:
     """The genuine frame at ``offset`` of a segment, read afresh (header first, so a damaged
-    length is never used to size a read past ``stored_bytes_max``), or None."""
+    length is never used to size a read past ``stored_bytes_max``), with its bytes; or None."""
     head = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
     if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
         return None
     stored_len = fmt.read_frame_header(head, 0)[1]
     if stored_len > stored_bytes_max:
         return None
-    got = fmt.verify_frame(cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset), 0, cur.header.salt)
-    return None if got is None else got._replace(offset=offset)
+    data = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
+    got = fmt.verify_frame(data, 0, cur.header.salt)
+    return None if got is None else (got._replace(offset=offset), data)

@@ -27,7 +27,7 @@ from typing import Any
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import tail
-from journal.engine.reader import Record, decode_payload
+from journal.engine.reader import Record, decode_block, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR
 from journal.engine.segment import TMP_SUFFIX, read_start
 from journal.errors import (
@@ -102,19 +102,23 @@ class SegmentWalk:
     # The live segment's last loss when nothing genuine follows it: a torn tail, which recovery
     # cuts (it was never acknowledged as durable unless durable_after says otherwise).
     tail: Loss | None = None
-    frames: list[fmt.Frame] = field(default_factory=list)  # every genuine data frame, in file order
-    spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) of each record's frame
+    frames: list[fmt.Frame] = field(default_factory=list)  # every genuine data or block frame, in file order
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) of each record's frame (a block's)
     misplaced: set[int] = field(default_factory=set)  # offsets of genuine frames found out of sequence
 
     def add(self, frame: fmt.Frame, data: bytes, record_size_bytes_max: int) -> None:
         self.frames.append(frame)
         try:
-            rec = decode_payload(frame, data, 0, self.name, record_size_bytes_max)
+            if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_BLOCK:
+                recs = decode_block(frame, data, 0, self.name, record_size_bytes_max)
+            else:
+                recs = [decode_payload(frame, data, 0, self.name, record_size_bytes_max)]
         except (CorruptionError, RecordTooLargeError) as exc:
-            self.losses.append(Loss(self.name, frame.offset, frame.end - frame.offset, str(exc), frame.seq, frame.seq))
+            length = frame.end - frame.offset
+            self.losses.append(Loss(self.name, frame.offset, length, str(exc), frame.first_seq, frame.seq))
             return
-        self.records.append(rec)
-        self.spans.append((frame.offset, frame.end - frame.offset))
+        self.records.extend(recs)
+        self.spans.extend([(frame.offset, frame.end - frame.offset)] * len(recs))
 
     @property
     def last_seq(self) -> int | None:
@@ -194,7 +198,7 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
         res = fmt.scan(data, pos, salt, expected)
         for fr in res.frames:
             kind = fr.flags & fmt.FLAG_KIND_MASK
-            if kind == fmt.KIND_DATA:
+            if kind in fmt.RECORD_KINDS:
                 walk.add(fr, data, record_size_bytes_max)
                 expected = fr.seq + 1
             elif kind == fmt.KIND_SEAL:
@@ -215,15 +219,17 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
             seq, flags, end = got.seq, got.flags, got.end
             kind = flags & fmt.FLAG_KIND_MASK
             pos = end
+            count = _records_in(got, data)
             if res.stop == fmt.Stop.FLAGS:
-                walk.losses.append(Loss(name, at, end - at, "frame written by a newer format", seq, seq))
-            elif kind == fmt.KIND_DATA:
-                # Genuine but out of order: keep it under its own seq (walk_journal drops a second
+                first = seq + 1 - count if count else seq
+                walk.losses.append(Loss(name, at, end - at, "frame written by a newer format", first, seq))
+            elif kind in fmt.RECORD_KINDS:
+                # Genuine but out of order: keep it under its own seqs (walk_journal drops a second
                 # copy of a seq and reports the seqs nobody holds) and follow the frames after it.
-                walk.losses.append(Loss(name, at, 0, f"frame out of sequence: seq {seq} where seq {expected} "
-                                        "was expected", seq, seq - 1))
-                raw_len = fmt.read_frame_header(data, at)[2]
-                fr = fmt.Frame(at, seq, flags, raw_len, end - at - fmt.FRAME_HEADER_SIZE_BYTES)
+                first = seq + 1 - count
+                walk.losses.append(Loss(name, at, 0, f"frame out of sequence: seq {first} where seq {expected} "
+                                        "was expected", first, first - 1))
+                fr = fmt.Frame(at, seq, flags, got.raw_len, got.stored_len, count)
                 walk.add(fr, data, record_size_bytes_max)
                 walk.misplaced.add(at)
                 expected = seq + 1
@@ -241,8 +247,9 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
                         walk.losses.append(Loss(name, end, size - end, "bytes after the seal footer"))
                     return walk
             follow = fmt.verify_frame(data, pos, salt)
-            if follow is not None and follow.kind == fmt.KIND_DATA:
-                expected = follow.seq  # re-anchor on the frame that follows, whatever it carries
+            if follow is not None and follow.kind in fmt.RECORD_KINDS and _records_in(follow, data):
+                # Re-anchor on the frame that follows, whatever it carries.
+                expected = follow.seq + 1 - _records_in(follow, data)
             continue
         # TRUNCATED, ZEROS or CHECKSUM: skip to the next frame that proves itself genuine.
         reason = {fmt.Stop.TRUNCATED: "frame runs past the end of the file", fmt.Stop.ZEROS: "zeroed bytes",
@@ -258,13 +265,23 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
             return walk
         nxt, seq, flags = found.offset, found.seq, found.flags
         kind = flags & fmt.FLAG_KIND_MASK
-        last_lost = seq - 1 if kind == fmt.KIND_DATA else seq
-        walk.losses.append(Loss(name, at, nxt - at, reason, expected, last_lost, _durable_after(data, at, salt)))
-        if kind == fmt.KIND_DATA and seq >= expected:
-            expected = seq
-        elif kind != fmt.KIND_DATA and seq >= expected:
-            expected = seq + 1
+        count = _records_in(found, data)
+        holds = kind in fmt.RECORD_KINDS and count > 0
+        first = seq + 1 - count if holds else seq + 1  # the seq the found frame's records start at
+        walk.losses.append(Loss(name, at, nxt - at, reason, expected, first - 1, _durable_after(data, at, salt)))
+        if first >= expected:
+            expected = first
         pos = nxt
+
+
+def _records_in(frame: fmt.GenuineFrame, data: bytes) -> int:
+    """How many records a genuine frame found in ``data`` holds: 1 for a data frame, a block's
+    count (0 if its table cannot be read), 0 for padding and seal frames."""
+    if frame.kind == fmt.KIND_DATA:
+        return 1
+    if frame.kind == fmt.KIND_BLOCK:
+        return fmt.block_count(data, frame.offset + fmt.FRAME_HEADER_SIZE_BYTES, frame.stored_len)
+    return 0
 
 
 def _kind(kind: int) -> str:

@@ -145,8 +145,8 @@ def read_start(fs: FileSystem, dirpath: str) -> fmt.StartMarker | None:
     try:
         return fmt.decode_start(data)
     except fmt.HeaderError as exc:
-        if exc.version > fmt.FORMAT_VERSION:
-            raise NewerFormatError(path, f"start marker format version {exc.version}", fmt.FORMAT_VERSION) from None
+        if exc.version > fmt.START_VERSION:
+            raise NewerFormatError(path, f"start marker format version {exc.version}", fmt.START_VERSION) from None
         raise CorruptionError(fmt.START_FILE, 0, None, exc.reason) from None
 
 

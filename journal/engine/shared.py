@@ -169,19 +169,19 @@ def catch_up(w: Journal, dirty: bool) -> None:
         return
     data = f.pread(size - start, start)
     res = fmt.scan(data, 0, header.salt, w._last_seq + 1, base_offset=start)
-    data_frames = [fr for fr in res.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+    data_frames = fmt.record_frames(res.frames)
     last_seq = data_frames[-1].seq if data_frames else w._last_seq
     found = tail.classify(res, data[res.stop_offset - start :], header, last.name, f.path, last_seq=last_seq)
     found.raise_if_refused()
     for frame in data_frames:
-        w._note_frame(frame.seq, frame.offset)
-        if frame.flags & fmt.FLAG_KEYED:
+        w._note_frame(frame.first_seq, frame.offset)
+        if frame.flags & fmt.FLAG_KEYED:  # a data frame: a keyed record is never in a block
             # The record's digest too: a retry under its key with another event is a conflict.
             rec = decode_payload(frame, data, start, last.name, fmt.FRAME_STORED_BYTES_LIMIT)
             key = present(rec.key, "a keyed frame has a key")
             w._keys[key] = frame.seq
             w._note_digest(key, frame.seq, xxhash.xxh64_intdigest(rec.payload))
-    w._active_count += len(data_frames)
+    w._active_count += sum(fr.records for fr in data_frames)
     w._last_seq = last_seq
     w._active_size = res.stop_offset
     w._reserved_end = size

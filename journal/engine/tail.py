@@ -69,8 +69,9 @@ class Tail:
 
 
 def last_data_seq(res: fmt.ScanResult, header: fmt.SegmentHeader) -> int:
+    """The seq of the last record the scan found (a block's last), else the header's base - 1."""
     for frame in reversed(res.frames):
-        if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
+        if frame.flags & fmt.FLAG_KIND_MASK in fmt.RECORD_KINDS:
             return frame.seq
     return header.base_seq - 1
 

@@ -121,13 +121,14 @@ def _check_seal(fs: FileSystem, path: str, seg: SegmentWalk, problems: list[Loss
         problems.append(Loss(seg.name, seg.size_bytes, 0, "segment before the live one has no valid seal footer"))
         return
     frames = seg.frames
-    first = frames[0].seq if frames else None
+    first = frames[0].first_seq if frames else None
     last = frames[-1].seq if frames else None
-    if (seal.record_count, seal.first_seq, seal.last_seq) != (len(frames), first, last):
+    count = sum(fr.records for fr in frames)
+    if (seal.record_count, seal.first_seq, seal.last_seq) != (count, first, last):
         problems.append(Loss(seg.name, seal.seal_offset, 0,
                              f"seal footer says {seal.record_count} records, seqs {seal.first_seq}-{seal.last_seq}; "
-                             f"the segment holds {len(frames)}, seqs {first}-{last}"))
-    at = {fr.offset: fr.seq for fr in frames}
+                             f"the segment holds {count}, seqs {first}-{last}"))
+    at = {fr.offset: fr.first_seq for fr in frames}  # an index entry names a frame's first record
     bad = [(s, o) for s, o in seal.entries if at.get(o) != s]
     if bad:
         s, o = bad[0]
@@ -195,12 +196,12 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
                 f"space reserved by the writer that has the journal open (pid {holder}), not damage"
             )
         elif decision.cut:
-            data_frames = [fr for fr in decision.frames if fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA]
+            data_frames = fmt.record_frames(decision.frames)
             tail_first = data_frames[-1].seq + 1 if data_frames else live.header.base_seq
             rep.torn_tail = Loss(live.name, decision.valid_end, len(data) - decision.valid_end,
                                  f"{decision.tail} tail", tail_first, None)
             # Records past a torn tail were never acknowledged as durable; recovery cuts them.
-            rep.records = sum(len(s.records) for s in walk.segments[:-1]) + len(data_frames)
+            rep.records = sum(len(s.records) for s in walk.segments[:-1]) + sum(fr.records for fr in data_frames)
             rep.last_seq = max((r.seq for s in walk.segments for r in s.records
                                 if s is not live or r.seq < tail_first), default=0)
         else:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import shared
-from journal.engine.encoding import Encoded
+from journal.engine.encoding import Encoded, frame_specs
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
@@ -58,10 +58,7 @@ class Request:
         self.items = items
         self.first_seq = first_seq
         self.durability = durability
-        if len(items) == 1:
-            self.nbytes = len(items[0].spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
-        else:
-            self.nbytes = sum(len(it.spec.stored) for it in items) + fmt.FRAME_HEADER_SIZE_BYTES * len(items)
+        self.nbytes = items[0].nbytes if len(items) == 1 else sum(it.nbytes for it in items)
         self.outcomes: list[Outcome] | None = None
         self.acked = durability == "buffered"  # the caller already holds Committed(buffered)
         self.wake: threading.Lock | None = None
@@ -89,16 +86,21 @@ def chunks(
     room = room_bytes
     chunk: list[Encoded] = []
     size = 0
-    for it in items:
-        nbytes = len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
-        if chunk and (size + nbytes > min(BATCH_BYTES_MAX, room) or len(chunk) == BATCH_RECORDS_MAX):
+    i, n = 0, len(items)
+    while i < n:
+        # A unit: one record, or every record of a block frame (never split between requests).
+        block = items[i].block
+        j = i + (block.spec.records if block is not None else 1)
+        nbytes = items[i].nbytes  # a block's first record carries the whole frame's bytes
+        if chunk and (size + nbytes > min(BATCH_BYTES_MAX, room) or len(chunk) + j - i > BATCH_RECORDS_MAX):
             yield chunk
             room -= size  # what this request takes of the segment it goes into
             chunk, size = [], 0
         if not chunk and nbytes > room:
             room = segment_room_bytes  # the leader rolls over before this request
-        chunk.append(it)
+        chunk.extend(items[i:j])
         size += nbytes
+        i = j
     if chunk:
         yield chunk
 
@@ -190,7 +192,7 @@ class Writer:
         Consecutive buffered appends share one queued request, so a bulk load costs a list
         append per record. None when the general path must run (closed, failed, buffer full).
         """
-        nbytes = len(enc.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
+        nbytes = enc.nbytes
         with self._mu:
             if self._closed or self._failed is not None or self.readonly or self.shared:
                 return None
@@ -595,11 +597,16 @@ class Writer:
         """The leader's I/O for a batch, outside the mutex. Returns (status, reason, errno)."""
         if batch[0].seal:
             return self._seal_now()
+        # Records appended together (one request) may share block frames; only a live segment of
+        # format version 2 takes them (one of version 1 keeps its version's frames until it rolls).
+        header = self._active_header
+        blocks = header is None or header.version >= fmt.BLOCK_FORMAT_VERSION_MIN
+        options = self.options
         if len(batch) == 1:
-            specs = [it.spec for it in batch[0].items]
+            specs = frame_specs(batch[0].items, options, blocks) if batch[0].items else []
             want_sync = batch[0].durability == "sync"
         else:
-            specs = [it.spec for r in batch for it in r.items]
+            specs = [spec for r in batch if r.items for spec in frame_specs(r.items, options, blocks)]
             want_sync = any(r.durability == "sync" for r in batch)
         if not specs:
             if want_sync and self._active is not None and self._unsynced:
@@ -614,7 +621,12 @@ class Writer:
         first_seq = batch[0].first_seq if batch[0].items else next(r.first_seq for r in batch if r.items)
         if first_seq != self._last_seq + 1:
             raise InvariantError(f"batch starts at seq {first_seq}, after seq {self._last_seq}")
-        nbytes = sum(r.nbytes for r in batch)
+        records = sum(spec.records for spec in specs)
+        if records != sum(len(r.items) for r in batch):
+            raise InvariantError(f"a batch of {sum(len(r.items) for r in batch)} records was framed as {records}")
+        # The frames' own size (compressed late, records that waited for a block are smaller
+        # than the request's estimate): the roll-over falls where the bytes do.
+        nbytes = sum(len(spec.stored) for spec in specs) + fmt.FRAME_HEADER_SIZE_BYTES * len(specs)
         try:
             if (
                 self._active is not None
@@ -634,13 +646,13 @@ class Writer:
             # One frame: a struct pack and a hash beat the setup of a batch call into C.
             spec = specs[0]
             flags = spec.flags | fmt.FLAG_COMMIT if want_sync else spec.flags
-            data = fmt.encode_frame(first_seq, flags, spec.raw_len, spec.stored, salt)
+            data = fmt.encode_frame(first_seq + spec.records - 1, flags, spec.raw_len, spec.stored, salt)
         else:
             data = fmt.encode_batch(first_seq, specs, salt, commit_last=want_sync)
         start = self._active_size
         data_end = start + len(data)
         if want_sync and self.options.sector_bytes:
-            data += self._padding(data_end, first_seq + len(specs) - 1)
+            data += self._padding(data_end, first_seq + records - 1)
         # Several frames (padding counts): the first frame's header goes last. A lock-free
         # reader then sees none of the batch until all of it is there, so a write that fails
         # part way and is rolled back never showed it a record that will not exist.
@@ -710,7 +722,7 @@ class Writer:
                         del self._pending_keys[key]
                 r.full, r.late = r.items, late
                 r.items = [it for k, it in enumerate(r.items) if k not in late]
-                r.nbytes = sum(len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES for it in r.items)
+                r.nbytes = sum(it.nbytes for it in r.items)
             r.first_seq = first
             first += len(r.items)
         for q in self._queue:
@@ -748,15 +760,19 @@ class Writer:
         return WRITTEN
 
     def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], start: int, end: int) -> None:
-        """Account for frames written at [start, end): index points, sizes, the last seq."""
+        """Account for frames written at [start, end): index points (a frame's first seq and its
+        offset), sizes, the last seq."""
+        records = len(specs) if len(specs) == 1 and specs[0].records == 1 else sum(spec.records for spec in specs)
         if end >= self._next_index_at:
             offset = start
-            for i, spec in enumerate(specs):
-                self._note_frame(first_seq + i, offset)
+            seq = first_seq
+            for spec in specs:
+                self._note_frame(seq, offset)
                 offset += fmt.FRAME_HEADER_SIZE_BYTES + len(spec.stored)
+                seq += spec.records
         self._active_size = end
-        self._active_count += len(specs)
-        self._last_seq = first_seq + len(specs) - 1
+        self._active_count += records
+        self._last_seq = first_seq + records - 1
 
     def _padding(self, end: int, seq: int | None = None) -> bytes:
         """A padding frame that makes ``end`` a multiple of sector_bytes (b"" if it is one)."""
