@@ -105,10 +105,6 @@ class Record:
             self._event = decode_json(self.payload)
         return self._event
 
-    def copy(self) -> Record:
-        """The same record, not yet decoded: its event is a new object when it is read."""
-        return Record(self.seq, self.payload, self.is_bytes, self.key, self.synthetic)
-
     def __repr__(self) -> str:
         return f"Record(seq={self.seq}, {len(self.payload)} bytes{', synthetic' if self.synthetic else ''})"
 

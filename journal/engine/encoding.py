@@ -268,7 +268,7 @@ def _runs(items: list[Encoded], options: Options, blocks: bool) -> Iterator[list
     run_bytes = 0
     # A block takes at most a quarter of a segment: a roll-over comes before the first frame that
     # does not fit, so a segment still ends close to its size limit (a concern of small segments
-    # only: the default block is 16 KiB, the default segment 64 MiB).
+    # only: the default block is 32 KiB, the default segment 64 MiB).
     cap = min(options.block_bytes, options.segment_size_bytes // BLOCK_SEGMENT_SHARE)
     for it in items:
         if not it.deferred:

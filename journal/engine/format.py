@@ -201,7 +201,7 @@ BLOCK_BYTES_LIMIT = 1024 * 1024
 # run of buffered appends) share a zstd frame up to this many bytes of JSON. bench/README.md,
 # "Block frames", has the measurements behind the figure: smaller blocks compress worse and
 # cost more zstd calls per record; larger ones make a point read decode more.
-BLOCK_BYTES_DEFAULT = 16 * 1024
+BLOCK_BYTES_DEFAULT = 32 * 1024
 
 # --- seal footer ----------------------------------------------------------------------------
 
@@ -403,9 +403,13 @@ def decode_block_head(stored: bytes | memoryview, raw_len: int) -> BlockHead:
     flags = bytes(stored[at : at + count])
     if sum(lengths) != raw_len:
         raise ValueError(f"block records add up to {sum(lengths)} bytes, the frame says {raw_len}")
-    if any(f & ~BLOCK_RECORD_FLAGS for f in flags):
+    if flags.translate(None, _BLOCK_RECORD_FLAG_VALUES):  # a byte that is none of them, found in C
         raise ValueError("block record flags hold bits this version does not know")
     return BlockHead(lengths, flags, at + count)
+
+
+# Every value a block record's flags byte may take: none, bytes, synthetic, both.
+_BLOCK_RECORD_FLAG_VALUES = bytes(sorted({0, FLAG_BYTES, FLAG_SYNTHETIC, BLOCK_RECORD_FLAGS}))
 
 
 def frame_checksum(header_tail: bytes | memoryview, payload: bytes | memoryview, salt: int) -> int:

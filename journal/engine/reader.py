@@ -14,6 +14,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
+from itertools import accumulate
 
 import zstandard
 
@@ -82,6 +83,39 @@ def decode_block(
     """The records of a verified block frame, in seq order (decompress the body once, cut it
     by the table). A table or body that disagrees with the frame is CorruptionError: the frame's
     checksum held, so its writer wrote it so, and nothing in it can be trusted to be a record."""
+    payload, head = block_body(frame, buf, buf_offset, segment, record_size_bytes_max)
+    return _block_records(payload, head.lengths, head.flags, frame.first_seq)
+
+
+class DecodedBlock:
+    """A block frame decoded once for point reads (Journal.get): its body and where each of its
+    records starts, so that a read of any of them cuts one record out."""
+
+    __slots__ = ("first_seq", "flags", "offset", "payload", "starts")
+
+    def __init__(self, frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, size_max: int):
+        self.payload, head = block_body(frame, buf, buf_offset, segment, size_max)
+        self.offset = frame.offset
+        self.first_seq = frame.first_seq
+        self.flags = head.flags
+        self.starts = [0, *accumulate(head.lengths)]
+
+    def holds(self, offset: int, seq: int) -> bool:
+        return offset == self.offset and self.first_seq <= seq < self.first_seq + len(self.flags)
+
+    def record(self, seq: int) -> Record:
+        """A new Record for ``seq`` (each read gets its own: one caller's changes to an event
+        never reach another)."""
+        i = seq - self.first_seq
+        f = self.flags[i]
+        payload = self.payload[self.starts[i] : self.starts[i + 1]]
+        return Record(seq, payload, bool(f & _BYTES), None, bool(f & _SYNTHETIC))
+
+
+def block_body(
+    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+) -> tuple[bytes, fmt.BlockHead]:
+    """(decoded body, table) of a verified block frame; CorruptionError as decode_block says."""
     start = frame.payload_offset - buf_offset
     stored = memoryview(buf)[start : start + frame.stored_len]
     first = frame.first_seq
@@ -106,7 +140,7 @@ def decode_block(
         payload = bytes(body)
     if len(payload) != frame.raw_len:
         raise CorruptionError(segment, frame.offset, first, "block body length differs from its header")
-    return _block_records(payload, head.lengths, head.flags, first)
+    return payload, head
 
 
 def _block_records(payload: bytes, lengths: tuple[int, ...], flags: bytes, first_seq: int) -> list[Record]:
@@ -155,10 +189,9 @@ class _OpenSegment:
         self.ends = array("Q")  # where that frame ends
         self.scanned_to = 0
         self.misses = 0  # point reads answered without the index, before it was worth building
-        # The block frame a point read decoded last: (offset, first seq, its records). A read of
-        # a record next to the last one then costs no decompression. Records are handed out as
-        # copies, so one caller's changes to an event never reach another.
-        self.block: tuple[int, int, list[Record]] | None = None
+        # The block frame a point read decoded last: a read of a record next to the last one
+        # then costs no decompression.
+        self.block: DecodedBlock | None = None
 
     def locate(self, seq: int, stored_bytes_max: int) -> tuple[int, int] | None:
         """(offset, bytes to read) of record ``seq``'s frame, from the dense index, or None if
