@@ -126,10 +126,17 @@ class Store:
 
 
 class JournalStore(Store):
-    def __init__(self, durability: str = "sync", compress: bool = True) -> None:
+    def __init__(self, durability: str = "sync", compress: bool = True, block_bytes: int | None = None) -> None:
         self.durability = durability
         self.compress = compress
-        self.name = f"journal {durability}" + ("" if compress else ", compress=False")
+        # None: the default. 0: a frame for every record, as the records a runtime appends one
+        # by one are stored (block frames hold records appended together: docs/FORMAT.md).
+        self.block_bytes = fmt.BLOCK_BYTES_DEFAULT if block_bytes is None else block_bytes
+        self.name = (
+            f"journal {durability}"
+            + ("" if compress else ", compress=False")
+            + ("" if block_bytes is None else f", block_bytes={block_bytes}")
+        )
         self.durable = durability == "sync"
         self.concurrency = "group commit (one write + one fdatasync per batch)"
         self.j: journal.Journal | None = None
@@ -137,7 +144,7 @@ class JournalStore(Store):
 
     def open(self, path: str) -> None:
         self.path = path
-        self.j = journal.Journal.open(path, create=True, compress=self.compress)
+        self.j = journal.Journal.open(path, create=True, compress=self.compress, block_bytes=self.block_bytes)
 
     def open_read(self, path: str) -> None:
         self.path = path

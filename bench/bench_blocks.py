@@ -1,0 +1,154 @@
+"""What the size of a block frame changes: bytes, decode scan, point reads and bulk appends.
+
+    .venv/bin/python bench/bench_blocks.py                         # block_bytes 0, 8, 16, 32, 64 KiB
+    .venv/bin/python bench/bench_blocks.py --corpus ../shared/corpus --sizes 0,16384,32768
+    .venv/bin/python bench/bench_blocks.py --dir /tmp/w --rounds 7
+
+For each ``block_bytes`` (0: a frame per record, as format version 1 wrote every record), the
+benchmark's event mix (journal/benchmark/events.py, 20,000 events) is appended buffered with one
+sync at the end, as ``journal bench`` writes its read data set, and measured in CPU time (user +
+system of the process; best of ``--rounds``):
+
+- bulk append: CPU per event of the appends and the sync;
+- bytes: the journal's files against the same events as compact JSONL;
+- decode scan: CPU per record of ``for rec in j.read(): rec.event``, against JSONL read with
+  ``json.loads`` in the same run (the target of the speed issue is 1.2x);
+- point reads: CPU per ``j.get(seq).event`` over 2,000 random seqs, after one untimed pass of
+  the same seqs (steady state, as ``journal bench`` measures them), against JSONL with an
+  offset index.
+
+With ``--corpus DIR`` the bytes of the real session files there (``*.jsonl``, read in place) are
+measured too, written the same way: the target is 0.35x of their JSONL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import journal
+from journal.benchmark.events import make_events, real_session_events
+
+EVENTS = 20_000
+READS = 2_000
+
+
+def _best_cpu(fn: Callable[[], int], rounds: int) -> float:
+    """CPU seconds per op of the best round (fn returns how many ops it did)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.process_time()
+        n = fn()
+        best = min(best, (time.process_time() - t0) / n)
+    return best
+
+
+def _jsonl(path: str, events: list[Any]) -> int:
+    with open(path, "wb") as f:
+        for e in events:
+            f.write(json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+    return os.path.getsize(path)
+
+
+def _journal(path: str, events: list[Any], block_bytes: int) -> int:
+    with journal.open(path, create=True, block_bytes=block_bytes) as j:
+        for e in events:
+            j.append(e, durability="buffered")
+        j.sync()
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="0,8192,16384,32768,65536", help="block_bytes values, comma-separated")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    ap.add_argument("--corpus", default=None, help="a folder of real session files (*.jsonl) for their bytes")
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    scratch = tempfile.mkdtemp(prefix="bench-blocks-", dir=args.dir)
+    try:
+        events = make_events(EVENTS)
+        jsonl_path = os.path.join(scratch, "events.jsonl")
+        jsonl_bytes = _jsonl(jsonl_path, events)
+        with open(jsonl_path, "rb") as f:
+            offsets = [0]
+            for line in f:
+                offsets.append(offsets[-1] + len(line))
+        rng = random.Random(11)
+        seqs = [rng.randrange(1, EVENTS + 1) for _ in range(READS)]
+
+        def jsonl_decode() -> int:
+            n = 0
+            with open(jsonl_path, "rb") as f:
+                for line in f:
+                    json.loads(line)
+                    n += 1
+            return n
+
+        def jsonl_get() -> int:
+            with open(jsonl_path, "rb") as f:
+                for q in seqs:
+                    f.seek(offsets[q - 1])
+                    json.loads(f.readline())
+            return len(seqs)
+
+        jsonl_decode_s = _best_cpu(jsonl_decode, args.rounds)
+        jsonl_get_s = _best_cpu(jsonl_get, args.rounds)
+        corpus = real_session_events(args.corpus) if args.corpus else []
+        corpus_jsonl = _jsonl(os.path.join(scratch, "corpus.jsonl"), corpus) if corpus else 0
+        print(f"{EVENTS:,} events of the bench mix ({jsonl_bytes / EVENTS:.0f} B each as JSONL); CPU, best of "
+              f"{args.rounds}; JSONL + json.loads {jsonl_decode_s * 1e6:.2f} us a record, JSONL get by offset "
+              f"{jsonl_get_s * 1e6:.2f} us")
+        head = "| block_bytes | bulk append, us/event | bytes vs JSONL | decode, us/record | decode vs JSONL |"
+        head += " get, us | get vs JSONL |" + (" real files, bytes vs JSONL |" if corpus else "")
+        print(head)
+        print("|" + "---:|" * (head.count("|") - 1))
+        for size in sizes:
+            path = os.path.join(scratch, f"j{size}")
+
+            def write(size: int = size, path: str = path) -> int:
+                shutil.rmtree(path, ignore_errors=True)
+                _journal(path, events, size)
+                return EVENTS
+
+            append_s = _best_cpu(write, args.rounds)
+            nbytes = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+            with journal.open(path, readonly=True) as r:
+
+                def decode(r: Any = r) -> int:
+                    return sum(1 for rec in r.read() if rec.event is not None)
+
+                def get(r: Any = r) -> int:
+                    for q in seqs:
+                        rec = r.get(q)
+                        assert rec is not None and rec.event is not None
+                    return len(seqs)
+
+                get()  # the untimed pass: the point-read index, the page cache
+                decode_s = _best_cpu(decode, args.rounds)
+                get_s = _best_cpu(get, args.rounds)
+            row = (f"| {size:,} | {append_s * 1e6:.2f} | {nbytes / jsonl_bytes:.3f} | {decode_s * 1e6:.2f} | "
+                   f"{jsonl_decode_s / decode_s:.2f}x | {get_s * 1e6:.1f} | {jsonl_get_s / get_s:.2f}x |")
+            if corpus:
+                cpath = os.path.join(scratch, f"c{size}")
+                row += f" {_journal(cpath, corpus, size) / corpus_jsonl:.3f} |"
+                with journal.open(cpath, readonly=True) as r:
+                    assert [rec.event for rec in r.read()] == corpus  # every event reads back equal
+            print(row, flush=True)
+            shutil.rmtree(path, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
