@@ -46,7 +46,8 @@ if workload in ("decode", "random"):  # reads of a journal of 20,000 buffered ap
     with journal.open(path, create=True) as j:
         for e in events:
             j.append(e, durability="buffered")
-    seqs = [random.Random(11).randrange(1, len(events) + 1) for _ in range(len(events))]
+    rng = random.Random(11)  # one generator: a new one per seq would give the same seq every time
+    seqs = [rng.randrange(1, len(events) + 1) for _ in range(len(events))]
     with journal.open(path, readonly=True) as j:
         def reads():
             if workload == "decode":  # the decode scan: every record to its event
