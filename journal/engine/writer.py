@@ -269,7 +269,7 @@ class Writer:
             )
             results = self._write_frames(active, data, start, sync, header_last=False)
             if results is WRITTEN:
-                self._advance(seq, (spec,), start, start + len(data))
+                self._advance(seq, (spec,), 1, start, start + len(data))
                 outcome = Committed(seq, level)
         finally:
             with self._mu:
@@ -659,7 +659,7 @@ class Writer:
         header_last = len(data) > data_end - start or len(specs) > 1
         results = self._write_frames(active, data, start, want_sync, header_last)
         if results is WRITTEN:
-            self._advance(first_seq, specs, start, start + len(data))
+            self._advance(first_seq, specs, records, start, start + len(data))
         return results
 
     def _shared_write(self, batch: list[Request]) -> Results:
@@ -759,10 +759,9 @@ class Writer:
             self._unsynced = False
         return WRITTEN
 
-    def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], start: int, end: int) -> None:
-        """Account for frames written at [start, end): index points (a frame's first seq and its
-        offset), sizes, the last seq."""
-        records = len(specs) if len(specs) == 1 and specs[0].records == 1 else sum(spec.records for spec in specs)
+    def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], records: int, start: int, end: int) -> None:
+        """Account for ``records`` records in frames written at [start, end): index points (a
+        frame's first seq and its offset), sizes, the last seq."""
         if end >= self._next_index_at:
             offset = start
             seq = first_seq
