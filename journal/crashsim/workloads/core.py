@@ -325,6 +325,8 @@ def _torn_start(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
         j.append(ctx.payload(), durability="sync")
     for _ in range(ctx.rng.randint(1, 3)):
         j.append(ctx.payload(ctx.rng.choice((100, 700, 1500))), durability="flush")
+    if ctx.rng.random() < 0.5:  # records appended together: the torn tail is then a block frame
+        j.append_many([ctx.payload(ctx.rng.choice((100, 700))) for _ in range(ctx.rng.randint(2, 4))], "flush")
     replay = Replay(fs.log, fs.base, fs.base_inodes)
     while replay.point < len(fs.log):
         replay.advance()
@@ -347,6 +349,9 @@ def recovery_then_append(ctx: Ctx) -> None:
     j = ctx.open(create=False)
     for _ in range(ctx.rng.randint(1, 3)):
         j.append(ctx.payload(), durability=ctx.durability(0.8))
+    if ctx.rng.random() < 0.5:  # a block frame after the recovered tail
+        j.append_many([ctx.payload(ctx.rng.choice((100, 700))) for _ in range(ctx.rng.randint(2, 4))],
+                      durability=ctx.durability(0.8))
     j.close()
 
 
