@@ -229,9 +229,9 @@ def pack(items: list[Encoded], options: Options, blocks: bool) -> None:
 
 
 def frame_specs(items: list[Encoded], options: Options, blocks: bool) -> list[fmt.FrameSpec]:
-    """The frames of one request's records, in order: blocks ``pack`` made, framed once each;
-    runs of records still deferred (buffered appends, which meet their neighbours only in the
-    queue) packed now, the same way; every other record's own frame."""
+    """The frames of a batch's records, in order: blocks ``pack`` made, framed once each; runs
+    of records still deferred (buffered appends, which meet their neighbours only in the queue)
+    packed now, the same way; every other record's own frame."""
     if len(items) == 1 and items[0].block is None and not items[0].deferred:
         return [items[0].spec]
     out: list[fmt.FrameSpec] = []

@@ -597,17 +597,19 @@ class Writer:
         """The leader's I/O for a batch, outside the mutex. Returns (status, reason, errno)."""
         if batch[0].seal:
             return self._seal_now()
-        # Records appended together (one request) may share block frames; only a live segment of
-        # format version 2 takes them (one of version 1 keeps its version's frames until it rolls).
+        # Records appended together may share block frames: those an append_many packed, and runs
+        # of buffered records, which meet here (one write, so one fate, even across requests).
+        # Only a live segment of format version 2 takes them (one of version 1 keeps its
+        # version's frames until it rolls over).
         header = self._active_header
         blocks = header is None or header.version >= fmt.BLOCK_FORMAT_VERSION_MIN
-        options = self.options
         if len(batch) == 1:
-            specs = frame_specs(batch[0].items, options, blocks) if batch[0].items else []
+            items = batch[0].items
             want_sync = batch[0].durability == "sync"
         else:
-            specs = [spec for r in batch if r.items for spec in frame_specs(r.items, options, blocks)]
+            items = [it for r in batch for it in r.items]
             want_sync = any(r.durability == "sync" for r in batch)
+        specs = frame_specs(items, self.options, blocks) if items else []
         if not specs:
             if want_sync and self._active is not None and self._unsynced:
                 # sync() with nothing new: pad (with sector_bytes) and fdatasync. A failure here
@@ -622,8 +624,8 @@ class Writer:
         if first_seq != self._last_seq + 1:
             raise InvariantError(f"batch starts at seq {first_seq}, after seq {self._last_seq}")
         records = sum(spec.records for spec in specs)
-        if records != sum(len(r.items) for r in batch):
-            raise InvariantError(f"a batch of {sum(len(r.items) for r in batch)} records was framed as {records}")
+        if records != len(items):
+            raise InvariantError(f"a batch of {len(items)} records was framed as {records}")
         # The frames' own size (compressed late, records that waited for a block are smaller
         # than the request's estimate): the roll-over falls where the bytes do.
         nbytes = sum(len(spec.stored) for spec in specs) + fmt.FRAME_HEADER_SIZE_BYTES * len(specs)
