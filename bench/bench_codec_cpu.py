@@ -16,6 +16,9 @@ the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to
 - ``event``: ``rec.event`` alone, on records already read (decompressed) and not yet decoded.
 - ``append-buffered``: ``j.append(event, durability="buffered")``, the journal closed at the end.
 - ``append-sync``: ``j.append(event, durability="sync")``, an fdatasync per append.
+- ``append-sync-raw``: the same with ``compress=False``: what zstd costs a durable append.
+- ``jsonl-sync``: ``json.dumps``, ``write`` and ``fdatasync`` of each event to a JSONL file, the
+  peer of ``journal bench``'s many-sessions workload.
 - ``encode``: ``encode_event`` alone (JSON, the key check, zstd), nothing written.
 
 Every run does the same set-up (the events made; for ``read`` and ``event`` the journal written
@@ -46,7 +49,7 @@ sys.path.insert(0, HERE)  # callgrind_ir, beside this script
 
 from callgrind_ir import callgrind_ir  # noqa: E402
 
-OPS = ("read", "event", "append-buffered", "append-sync", "encode")
+OPS = ("read", "event", "append-buffered", "append-sync", "append-sync-raw", "jsonl-sync", "encode")
 
 
 def corpus_events(root: str, count: int) -> list[dict[str, Any]]:
@@ -98,9 +101,15 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
             options = journal.Options()
             for e in events[:ops]:
                 encoding.encode_event(e, None, False, options)
+        elif op == "jsonl-sync":  # the peer of many sessions: json.dumps, write and fdatasync per event
+            with open(path + ".jsonl", "ab") as f:
+                for e in events[:ops]:
+                    f.write(json.dumps(e, separators=(",", ":")).encode() + b"\n")
+                    f.flush()
+                    os.fdatasync(f.fileno())
         else:
             durability = "buffered" if op == "append-buffered" else "sync"
-            with journal.open(path, create=True) as j:
+            with journal.open(path, create=True, compress=op != "append-sync-raw") as j:
                 for e in events[:ops]:
                     j.append(e, durability=durability)
     finally:
