@@ -72,11 +72,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--corpus", default=None, help="a folder of real session files (*.jsonl) for their bytes")
+    ap.add_argument("--events", type=int, default=EVENTS, help=f"events of the mix (default {EVENTS:,})")
     args = ap.parse_args(argv)
+    if args.events < 1 or args.rounds < 1:
+        ap.error("need --events >= 1 and --rounds >= 1")
+    count = args.events
     sizes = [int(x) for x in args.sizes.split(",")]
     scratch = tempfile.mkdtemp(prefix="bench-blocks-", dir=args.dir)
     try:
-        events = make_events(EVENTS)
+        events = make_events(count)
         jsonl_path = os.path.join(scratch, "events.jsonl")
         jsonl_bytes = _jsonl(jsonl_path, events)
         with open(jsonl_path, "rb") as f:
@@ -84,7 +88,7 @@ def main(argv: list[str]) -> int:
             for line in f:
                 offsets.append(offsets[-1] + len(line))
         rng = random.Random(11)
-        seqs = [rng.randrange(1, EVENTS + 1) for _ in range(READS)]
+        seqs = [rng.randrange(1, count + 1) for _ in range(READS)]
 
         def jsonl_decode() -> int:
             n = 0
@@ -105,7 +109,7 @@ def main(argv: list[str]) -> int:
         jsonl_get_s = _best_cpu(jsonl_get, args.rounds)
         corpus = real_session_events(args.corpus) if args.corpus else []
         corpus_jsonl = _jsonl(os.path.join(scratch, "corpus.jsonl"), corpus) if corpus else 0
-        print(f"{EVENTS:,} events of the bench mix ({jsonl_bytes / EVENTS:.0f} B each as JSONL); CPU, best of "
+        print(f"{count:,} events of the bench mix ({jsonl_bytes / count:.0f} B each as JSONL); CPU, best of "
               f"{args.rounds}; JSONL + json.loads {jsonl_decode_s * 1e6:.2f} us a record, JSONL get by offset "
               f"{jsonl_get_s * 1e6:.2f} us")
         head = "| block_bytes | bulk append, us/event | bytes vs JSONL | decode, us/record | decode vs JSONL |"
@@ -118,7 +122,7 @@ def main(argv: list[str]) -> int:
             def write(size: int = size, path: str = path) -> int:
                 shutil.rmtree(path, ignore_errors=True)
                 _journal(path, events, size)
-                return EVENTS
+                return count
 
             append_s = _best_cpu(write, args.rounds)
             nbytes = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))

@@ -72,3 +72,22 @@ def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "not a checkout of journal" in bad.stderr
+
+
+def test_bench_blocks_sweeps_block_sizes(tmp_path: Path) -> None:
+    """bench/bench_blocks.py writes the mix with each block size and reports a row each; blocks
+    store the same events in fewer bytes than a frame per record (the figure it exists for)."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_blocks.py"), "--events", "400", "--sizes", "0,8192",
+         "--rounds", "1", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [ln.split("|")[1:-1] for ln in proc.stdout.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert [r[0].strip() for r in rows] == ["0", "8,192"]
+    frame_each, blocks = (float(r[2]) for r in rows)
+    assert 0 < blocks < frame_each < 1
+    assert os.listdir(tmp_path) == []  # the scratch journals are removed
