@@ -4,6 +4,7 @@
     .venv/bin/python bench/ab.py /tmp/before . one-writer --rounds 8
     .venv/bin/python bench/ab.py /tmp/before . threads --rounds 8
     .venv/bin/python bench/ab.py /tmp/before . sessions --rounds 8
+    .venv/bin/python bench/ab.py /tmp/before . new-sessions --rounds 8
     .venv/bin/python bench/ab.py /tmp/before . decode --rounds 8
 
 Each run imports journal from its checkout in a fresh subprocess (so each side runs its own
@@ -14,7 +15,9 @@ on both sides; the result is the median of each side and the ratio B/A of the me
 
 Workloads: ``one-writer`` (3,000 sync appends from one thread), ``threads`` (16,000 sync
 appends from 16 threads to one journal), ``sessions`` (6,400 sync appends from 64 threads, each
-to a journal of its own: many sessions in one process), ``bulk`` (20,000 buffered appends,
+to a journal of its own: many sessions in one process), ``new-sessions`` (4 sync appends to
+each of 1,000 journals just created, from 64 threads, the first append of each timed: the
+many-sessions workload of ``journal bench``), ``bulk`` (20,000 buffered appends,
 one sync at the end), ``decode`` (records/s of a scan that decodes every record of a journal of
 20,000 buffered appends, after one warm scan) and ``random`` (reads/s of 20,000 gets by random
 seq on the same journal, each record decoded, after one warm pass). ``--dir`` puts the scratch
@@ -62,9 +65,34 @@ if workload in ("decode", "random"):  # reads of a journal of 20,000 buffered ap
         rate = len(events) / (time.perf_counter() - t0)
     print(rate, "native" if journal.native_available() else "pure")
     sys.exit(0)
-threads, count = {"one-writer": (1, 3000), "threads": (16, 16000), "sessions": (64, 6400), "bulk": (1, 20000)}[workload]
+threads, count = {"one-writer": (1, 3000), "threads": (16, 16000), "sessions": (64, 6400), "bulk": (1, 20000),
+                  "new-sessions": (64, 4000)}[workload]
 events = make_events(count)
 path = tempfile.mkdtemp(dir=scratch)
+if workload == "new-sessions":  # 1,000 journals just created, 4 sync appends each, the first timed
+    handles = [journal.open(os.path.join(path, f"j{i}"), create=True) for i in range(1000)]
+    barrier = threading.Barrier(threads + 1)
+
+    def work_sessions(t):
+        barrier.wait()
+        mine = handles[t::threads]
+        for k in range(4):
+            for n, h in enumerate(mine):
+                out = h.append(events[(t + threads * (n + k * len(mine))) % count])
+                assert isinstance(out, journal.Committed), out
+
+    ts = [threading.Thread(target=work_sessions, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    rate = 4 * len(handles) / (time.perf_counter() - t0)
+    for h in handles:
+        h.close()
+    print(rate, "native" if journal.native_available() else "pure")
+    sys.exit(0)
 # "sessions": a journal per thread (64 sessions in one process); the others share one journal.
 n_journals = threads if workload == "sessions" else 1
 handles = [journal.open(os.path.join(path, f"j{i}"), create=True) for i in range(n_journals)]
@@ -99,7 +127,7 @@ for h in handles:
 print(rate, "native" if journal.native_available() else "pure")
 """
 
-WORKLOADS = ("one-writer", "threads", "sessions", "bulk", "decode", "random")
+WORKLOADS = ("one-writer", "threads", "sessions", "new-sessions", "bulk", "decode", "random")
 
 
 def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:

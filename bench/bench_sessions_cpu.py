@@ -8,10 +8,10 @@ per session, per round, with CPU per event.
 Each round runs the three sides of ``journal.benchmark.sessions.run_side`` (the workload of
 ``journal bench``: ``min(N, 64)`` threads, each appending to its share of the sessions in turn,
 every append durable before the next) in an order that rotates, and prints each side's events/s,
-its CPU per event (user + system of the process over the events) and journal's ratio to JSONL
-in that round. With many threads on two cores the run is CPU-bound (most of it the kernel's
-fdatasync), so the ratio follows the CPU per event; ``compress=False`` shows what compression
-costs on top (bench/README.md, "Compression with the GIL held").
+its CPU per event (user + system of the process over the events, and each of the two) and
+journal's ratio to JSONL in that round. With many threads on two cores the run is CPU-bound
+(most of it the kernel's fdatasync), so the ratio follows the CPU per event; ``compress=False``
+shows what compression costs on top (bench/README.md, "Compression with the GIL held").
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ def main(argv: list[str]) -> int:
                     ratios[side].append(got[side].events_per_s / got[sess.JSONL].events_per_s)
                     ratio = f"  journal ÷ JSONL {ratios[side][-1]:.2f}x"
                 print(f"round {r + 1}: {side:45s} {got[side].events_per_s:8,.0f} events/s, "
-                      f"CPU {got[side].cpu_s_per_event * 1e3:.4f} ms/event{ratio}", flush=True)
+                      f"CPU {got[side].cpu_s_per_event * 1e3:.4f} ms/event "
+                      f"(user {got[side].user_s_per_event * 1e6:.1f} µs, "
+                      f"system {got[side].system_s_per_event * 1e6:.1f} µs)"
+                      f"{ratio}", flush=True)
         for side, rs in ratios.items():
             print(f"{side}: median journal ÷ JSONL {statistics.median(rs):.2f}x over {len(rs)} rounds "
                   f"({args.sessions} sessions, {'native' if journal.native_available() else 'pure'} path)")
