@@ -245,15 +245,17 @@ def test_append_many_writes_blocks_that_read_back_event_for_event(tmp_path: path
     assert verify(str(tmp_path / "j")).verdict == CLEAN
 
 
-def test_buffered_appends_share_blocks_and_a_sync_append_stands_alone(tmp_path: pathlib.Path) -> None:
+def test_buffered_appends_share_blocks_and_a_sync_append_alone_stands_alone(tmp_path: pathlib.Path) -> None:
     with journal.open(tmp_path / "j", create=True) as j:
         for e in _events(50):
             j.append(e, durability="buffered")
-        j.append({"type": "tool.requested"}, durability="sync")
-        j.sync()
+        j.append({"type": "tool.requested"}, durability="sync")  # queued behind them: one batch
+        j.append({"type": "tool.result"}, durability="sync")  # nothing queued: written alone
     kinds = [(f.flags & fmt.FLAG_KIND_MASK, f.records) for f in _frames(tmp_path / "j")]
-    assert kinds[-1] == (fmt.KIND_DATA, 1) and sum(n for _, n in kinds) == 51
-    assert any(k == fmt.KIND_BLOCK for k, _ in kinds)
+    assert kinds[-1] == (fmt.KIND_DATA, 1) and sum(n for _, n in kinds) == 52
+    assert all(k == fmt.KIND_BLOCK for k, _ in kinds[:-1])
+    with journal.open(tmp_path / "j", readonly=True) as r:
+        assert [rec.event for rec in r.read(after_seq=50)] == [{"type": "tool.requested"}, {"type": "tool.result"}]
 
 
 def test_block_bytes_zero_writes_a_frame_per_record(tmp_path: pathlib.Path) -> None:

@@ -618,3 +618,99 @@ def test_contended_sync_appends_all_commit_in_order(jpath: str) -> None:
             assert [r.event["i"] for r in records if r.event["t"] == n] == list(range(60))
     finally:
         j.close()
+
+
+@pytest.mark.parametrize("fault", [None, "the block's write"])
+def test_sync_appends_that_wait_for_one_group_commit_share_a_block(jpath: str, fault: str | None) -> None:
+    """the writer (_append_alone, _write_batch): a sync append compresses its record once it
+    knows whether it writes alone. One that leads at once gets a frame of its own; the ones that
+    queue behind it meet in the next batch and share a block frame, compressed once (one write,
+    one fdatasync, so one fate: with the write failing, none of them is committed and the
+    journal goes on)."""
+    gate = GateFS()
+    fs = FaultyFileSystem(gate)
+    j = journal.open(jpath, create=True, fs=fs)
+    queued = watch_queue(j)
+    waiting = [f"w{n}" for n in range(4)]
+    box: list = []
+    try:
+        assert j.append({"first": True}) == journal.Committed(1, "sync")
+        gate.arm()
+        lead = _run(lambda: j.append({"lead": True, "text": "l" * 300}), box, "lead")
+        assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
+        threads = []
+        for n, name in enumerate(waiting):
+            threads.append(_run(lambda n=n: j.append({"n": n, "text": "w" * 300}), box, name))
+            assert queued_event(queued, name).wait(WAIT_S), f"{name} never queued"
+        if fault is not None:
+            fs.fail("pwrite", errno.EIO, after=fs.calls["pwrite"])  # the next write: the leader's is counted
+        gate.release.set()
+        for t in [lead, *threads]:
+            t.join(WAIT_S)
+            assert not t.is_alive(), "an append never returned"
+        got = dict(box)
+        assert got["lead"] == journal.Committed(2, "sync")
+        if fault is None:
+            assert sorted(got[name].seq for name in waiting) == [3, 4, 5, 6]
+            assert all(got[name] == journal.Committed(got[name].seq, "sync") for name in waiting)
+        else:
+            assert fs.injected, "the block's write was never failed"
+            assert all(isinstance(got[name], journal.NotCommitted) for name in waiting)
+        after = j.append({"after": True})
+        assert isinstance(after, journal.Committed)
+    finally:
+        j.close()
+    frames = frames_of(live_segment(jpath))
+    kinds = [(f.flags & fmt.FLAG_KIND_MASK, f.records) for f in frames]
+    if fault is None:
+        assert kinds == [(fmt.KIND_DATA, 1), (fmt.KIND_DATA, 1), (fmt.KIND_BLOCK, 4), (fmt.KIND_DATA, 1)]
+        assert frames[2].flags & fmt.FLAG_COMMIT and frames[2].flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD
+    else:
+        assert kinds == [(fmt.KIND_DATA, 1)] * 3
+    with journal.open(jpath) as r:
+        events = [rec.event for rec in r.read()]
+        assert r.recovery.actions == []
+    expected_waiting = [] if fault else sorted(({"n": n, "text": "w" * 300} for n in range(4)), key=lambda e: e["n"])
+    assert events[:2] == [{"first": True}, {"lead": True, "text": "l" * 300}]
+    assert sorted(events[2:-1], key=lambda e: e["n"]) == expected_waiting and events[-1] == {"after": True}
+
+
+def test_a_sync_append_deferred_for_a_group_commit_that_ended_is_compressed_alone(jpath: str) -> None:
+    """the writer (Journal.append, _append_alone): whether to defer compression is decided from
+    a look at the group commit without the mutex. A record deferred because a commit was under
+    way, whose caller then finds nobody leading, is written alone: compressed alone, in a data
+    frame of its own, never stored raw."""
+    gate = GateFS()
+    j = journal.open(jpath, create=True, fs=gate)
+    proceed = threading.Event()
+    arrived = threading.Event()
+    append_alone = j._append_alone
+
+    def late(enc, level):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "late":
+            arrived.set()
+            assert proceed.wait(WAIT_S), "the test never let the late append go on"
+        return append_alone(enc, level)
+
+    j._append_alone = late  # type: ignore[method-assign]
+    box: list = []
+    text = "z" * 400
+    try:
+        gate.arm()
+        lead = _run(lambda: j.append({"lead": True, "text": text}), box, "lead")
+        assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
+        t = _run(lambda: j.append({"late": True, "text": text}), box, "late")
+        assert arrived.wait(WAIT_S), "the late append never got past encoding"
+        gate.release.set()
+        lead.join(WAIT_S)
+        assert not lead.is_alive() and dict(box)["lead"] == journal.Committed(1, "sync")
+        proceed.set()
+        t.join(WAIT_S)
+        assert not t.is_alive() and dict(box)["late"] == journal.Committed(2, "sync")
+    finally:
+        j.close()
+    frames = frames_of(live_segment(jpath))
+    assert [(f.flags & fmt.FLAG_KIND_MASK, f.records) for f in frames] == [(fmt.KIND_DATA, 1)] * 2
+    assert all(f.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD for f in frames)
+    with journal.open(jpath, readonly=True) as r:
+        assert [rec.event for rec in r.read()] == [{"lead": True, "text": text}, {"late": True, "text": text}]

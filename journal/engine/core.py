@@ -601,8 +601,15 @@ class Journal(Writer):
     ) -> Outcome:
         """Append one event (a JSON-serializable dict, or bytes); returns its outcome."""
         level = check_durability(durability)
-        # A buffered record is written with the ones appended after it: it may share a block.
-        enc = encode_event(event, idempotency_key, synthetic, self.options, together=level == "buffered")
+        # Records written together may share a block, so their compression waits for the
+        # batch: a buffered record is written with the ones appended after it, and a sync or
+        # flush one that arrives while a group commit is under way is written in the next batch
+        # with the others that queue meanwhile. (Read without the mutex, a hint: a record
+        # deferred and then written alone is compressed alone by _append_alone, and one
+        # compressed at once that meets others keeps a frame of its own. An uncontended append
+        # thus compresses at once, as cheaply as before.)
+        together = level == "buffered" or self._leader or bool(self._queue)
+        enc = encode_event(event, idempotency_key, synthetic, self.options, together)
         if idempotency_key is None:
             out = self._append_buffered(enc) if level == "buffered" else self._append_alone(enc, level)
             if out is not None:

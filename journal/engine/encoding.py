@@ -164,9 +164,11 @@ def repeated_keys(items: list[Encoded]) -> dict[int, int]:
 def encode_event(event: Any, key: str | None, synthetic: bool, options: Options, together: bool = False) -> Encoded:
     """JSON (or bytes) -> stored payload. Raises typed errors; nothing is written.
 
-    ``together``: the event is appended with others (an append_many, a buffered append) and may
-    share a block frame with them, so its compression waits for frame_specs (an unkeyed event
-    of at most ``options.block_bytes``; a keyed one is never in a block)."""
+    ``together``: the event may be written with others (an append_many, a buffered append, or
+    a sync or flush append that may meet others in the group-commit queue) and share a block
+    frame with them, so its compression waits for pack, frame_specs or, written alone,
+    alone_spec (an unkeyed event of at most ``options.block_bytes``; a keyed one is never in a
+    block)."""
     if type(event) is dict or isinstance(event, dict):
         raw = _encode_json(event, options.record_size_bytes_max)
         flags = 0
@@ -218,7 +220,7 @@ def pack(items: list[Encoded], options: Options, blocks: bool) -> None:
     for run in _runs(items, options, blocks):
         if len(run) == 1:
             it = run[0]
-            it.spec = _alone(it, options)
+            it.spec = alone_spec(it, options)
             it.deferred = False
             it.nbytes = len(it.spec.stored) + fmt.FRAME_HEADER_SIZE_BYTES
             continue
@@ -256,7 +258,7 @@ def frame_specs(items: list[Encoded], options: Options, blocks: bool) -> list[fm
         while j < n and items[j].deferred:
             j += 1
         for run in _runs(items[i:j], options, blocks):
-            out.append(_alone(run[0], options) if len(run) == 1 else _block_spec(run, options))
+            out.append(alone_spec(run[0], options) if len(run) == 1 else _block_spec(run, options))
         i = j
     return out
 
@@ -286,7 +288,8 @@ def _runs(items: list[Encoded], options: Options, blocks: bool) -> Iterator[list
         yield run
 
 
-def _alone(it: Encoded, options: Options) -> fmt.FrameSpec:
+def alone_spec(it: Encoded, options: Options) -> fmt.FrameSpec:
+    """The frame of a deferred record that is written alone: compressed alone, where that pays."""
     body, codec = _compressed(it.raw, options.compress)
     return fmt.FrameSpec(it.spec.flags | codec, len(it.raw), body)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import shared
-from journal.engine.encoding import Encoded, frame_specs
+from journal.engine.encoding import Encoded, alone_spec, frame_specs
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
@@ -226,9 +226,11 @@ class Writer:
         """One unkeyed record at "flush" or "sync", with one hold of the mutex; None when the
         general path must run (closed, failed, read-only, sector padding or roll-over due).
 
-        Contended, it joins the queue. Uncontended, it leads at once and writes one frame with
-        as little Python as possible: after an fdatasync the CPU's caches are cold, and every
-        instruction on this path then costs several times what it does in a warm loop.
+        Contended, it joins the queue, its record (if Journal.append deferred it) compressed
+        with the others' by the batch it is written in (a block frame). Uncontended, it leads at
+        once and writes one frame with as little Python as possible: after an fdatasync the
+        CPU's caches are cold, and every instruction on this path then costs several times what
+        it does in a warm loop.
         Failures go through the group-commit settle step, so their outcomes are exactly those
         of a one-record batch.
         """
@@ -262,6 +264,11 @@ class Writer:
         if queued is not None:
             return self._await_turn(queued, leading)[0]
         active = present(active, "a lone append leads with a live segment")
+        if enc.deferred:
+            # Alone after all: compressed now, as the leader. Callers that come meanwhile queue,
+            # and the next batch compresses their records together.
+            spec = enc.spec = alone_spec(enc, self.options)
+            enc.deferred = False
         header = present(self._active_header, "a live segment has a header")
         sync = level == "sync"
         start = self._active_size
@@ -602,7 +609,8 @@ class Writer:
         if batch[0].seal:
             return self._seal_now()
         # Records appended together may share block frames: those an append_many packed, and runs
-        # of buffered records, which meet here (one write, so one fate, even across requests).
+        # of buffered records and of the records of callers queued for this group commit, which
+        # meet here (one write, so one fate, even across requests).
         # Only a live segment of format version 2 takes them (one of version 1 keeps its
         # version's frames until it rolls over).
         header = self._active_header
