@@ -26,6 +26,9 @@ the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to
   ``json.dumps``, ``os.write`` and ``fdatasync``; four appends to each in the set-up. Callgrind
   runs the threads one at a time, so the count includes what handing the GIL over costs in
   instructions, not what it costs in cache misses and waiting.
+- ``threads-sync``: THREADS threads appending durably to one journal (the group commit of
+  ``journal bench``'s 16-thread workload); callgrind runs them one at a time, switching at a
+  blocking call, so callers still queue while the leader's fdatasync runs.
 
 Every run does the same set-up (the events made; for ``read`` and ``event`` the journal written
 and, for ``event``, every record read) and then the op on ``--ops`` of them. ``--callgrind`` runs
@@ -57,8 +60,9 @@ sys.path.insert(0, HERE)  # callgrind_ir, beside this script
 from callgrind_ir import callgrind_ir  # noqa: E402
 
 OPS = ("read", "event", "append-buffered", "append-sync", "append-sync-raw", "jsonl-sync", "encode",
-       "sessions-sync", "sessions-sync-raw", "sessions-jsonl")
+       "sessions-sync", "sessions-sync-raw", "sessions-jsonl", "threads-sync")
 SESSIONS = 64  # the sessions-* ops' threads, each with a journal (or JSONL file) of its own
+THREADS = 16  # the threads-sync op's threads, on one journal
 
 
 def corpus_events(root: str, count: int) -> list[dict[str, Any]]:
@@ -118,6 +122,21 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
                     os.fdatasync(f.fileno())
         elif op.startswith("sessions-"):
             sessions(op, events, ops, where, journal)
+        elif op == "threads-sync":
+            with journal.open(path, create=True) as j:
+                j.append_many(events[:4])  # created, reserved, warm: not the steady state
+                start = threading.Barrier(THREADS)
+
+                def worker(t: int) -> None:
+                    start.wait()
+                    for e in events[t:ops:THREADS]:
+                        j.append(e, durability="sync")
+
+                threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
         else:
             durability = "buffered" if op == "append-buffered" else "sync"
             with journal.open(path, create=True, compress=op != "append-sync-raw") as j:
