@@ -217,7 +217,7 @@ def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     original = segment.create_segment
 
-    def create_segment(fs: Any, dirpath: str, header: Any, sector_bytes: int = 0, reserve_to: int = 0) -> Any:
+    def create_segment(fs: Any, dirpath: str, header: Any, sector_bytes: int = 0) -> Any:
         class NoDirSync:
             def __getattr__(self, name: str) -> Any:
                 return getattr(fs, name)
@@ -225,7 +225,7 @@ def no_dir_fsync_on_roll(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             def fsync_dir(self, path: str) -> None:
                 pass
 
-        return original(NoDirSync(), dirpath, header, sector_bytes, reserve_to)
+        return original(NoDirSync(), dirpath, header, sector_bytes)
 
     monkeypatch.setattr(writer, "create_segment", create_segment)
     yield

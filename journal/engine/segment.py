@@ -46,18 +46,11 @@ def new_header(journal_id: bytes, segment_number: int, base_seq: int) -> fmt.Seg
     )
 
 
-def create_segment(
-    fs: FileSystem, dirpath: str, header: fmt.SegmentHeader, sector_bytes: int = 0, reserve_to: int = 0
-) -> tuple[File, int]:
-    """Make a segment durable under its final name; return it open for writing, and its size.
+def create_segment(fs: FileSystem, dirpath: str, header: fmt.SegmentHeader, sector_bytes: int = 0) -> File:
+    """Make a segment durable under its final name and return it open for writing.
 
     With ``sector_bytes``, a padding frame after the header fills its sector, so the first
     batch never shares a sector with the synced header (storage without powersafe overwrite).
-    With ``reserve_to``, the file is grown to that many bytes (zeros, the writer's reserved
-    space) before the fsync that makes the header durable: the fdatasync of the first records
-    then changes no file size, which spares it a metadata commit (with many short sessions, a
-    journal's first append is a large share of all its appends). If the file system refuses to
-    grow the file, the returned size is the header's and the segment is made all the same.
     """
     name = fmt.segment_name(header.base_seq)
     final = os.path.join(dirpath, name)
@@ -68,18 +61,7 @@ def create_segment(
         fs.unlink(tmp)  # a previous attempt's temp file holds only a header
     f = fs.open_write(tmp, create=True)
     try:
-        head = fmt.encode_segment_header(header) + header_padding(header, sector_bytes)
-        write_all(f, head, 0)
-        size = len(head)
-        if reserve_to > size:
-            try:
-                f.truncate(reserve_to)
-                size = reserve_to
-            except OSError:
-                # A full disk: the writer grows the file as it writes, as without reserving.
-                # Whatever size the failed call left is cut at seal and close, which look at
-                # the file's real size.
-                pass
+        write_all(f, fmt.encode_segment_header(header) + header_padding(header, sector_bytes), 0)
         f.fsync()
         fs.rename(tmp, final)
         fs.fsync_dir(dirpath)
@@ -87,7 +69,7 @@ def create_segment(
         f.close()
         raise
     f.path = final
-    return f, size
+    return f
 
 
 def header_padding(header: fmt.SegmentHeader, sector_bytes: int) -> bytes:

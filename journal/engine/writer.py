@@ -160,9 +160,12 @@ class Writer:
         """
         if not (self._active is not None and end > self._reserved_end):
             raise InvariantError('self._active is not None and end > self._reserved_end')
-        if not self.options.reserve_bytes or self._reserve_refused:
+        step = self.options.reserve_bytes
+        if not step or self._reserve_refused:
             return
-        want = self._reserve_size(end)
+        want = max(end, self._active_size + step)
+        want += -want % fmt.RESERVE_ROUND_BYTES
+        want = max(end, min(want, self.options.segment_size_bytes))  # never past a full segment
         try:
             self._active.truncate(want)
         except OSError:
@@ -171,13 +174,6 @@ class Writer:
             self._reserve_refused = True
             return
         self._reserved_end = want
-
-    def _reserve_size(self, end: int) -> int:
-        """The live segment's size a reservation for a write that ends at ``end`` asks for:
-        ``reserve_bytes`` past the last frame, rounded up, never past a full segment."""
-        want = max(end, self._active_size + self.options.reserve_bytes)
-        want += -want % fmt.RESERVE_ROUND_BYTES
-        return max(end, min(want, self.options.segment_size_bytes))
 
     def _unreserve(self) -> bool:
         """Cut whatever follows the last frame off the live segment (seal and close): a segment at
@@ -850,13 +846,10 @@ class Writer:
     def _start_segment(self, base_seq: int) -> None:
         self._segment_number += 1
         header = new_header(self._journal_id, self._segment_number, base_seq)
-        self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
-        # The first reservation is made with the header, synced with it (create_segment says why).
-        reserve_to = self._reserve_size(self._active_size) if self.options.reserve_bytes else 0
-        self._active, self._reserved_end = create_segment(
-            self._fs, self.path, header, self.options.sector_bytes, reserve_to
-        )
+        self._active = create_segment(self._fs, self.path, header, self.options.sector_bytes)
         self._active_header = header
+        self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
+        self._reserved_end = self._active_size
         self._reserve_refused = False
         self._active_count = 0
         self._index = []
