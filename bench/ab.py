@@ -17,7 +17,8 @@ Workloads: ``one-writer`` (3,000 sync appends from one thread), ``threads`` (16,
 appends from 16 threads to one journal), ``sessions`` (6,400 sync appends from 64 threads, each
 to a journal of its own: many sessions in one process), ``new-sessions`` (4 sync appends to
 each of 1,000 journals just created, from 64 threads, the first append of each timed: the
-many-sessions workload of ``journal bench``), ``bulk`` (20,000 buffered appends,
+many-sessions workload of ``journal bench``), ``first-append`` (the first sync append of
+each of 200 journals just created, from one thread), ``bulk`` (20,000 buffered appends,
 one sync at the end), ``decode`` (records/s of a scan that decodes every record of a journal of
 20,000 buffered appends, after one warm scan) and ``random`` (reads/s of 20,000 gets by random
 seq on the same journal, each record decoded, after one warm pass). ``--dir`` puts the scratch
@@ -66,9 +67,20 @@ if workload in ("decode", "random"):  # reads of a journal of 20,000 buffered ap
     print(rate, "native" if journal.native_available() else "pure")
     sys.exit(0)
 threads, count = {"one-writer": (1, 3000), "threads": (16, 16000), "sessions": (64, 6400), "bulk": (1, 20000),
-                  "new-sessions": (64, 4000)}[workload]
+                  "new-sessions": (64, 4000), "first-append": (1, 200)}[workload]
 events = make_events(count)
 path = tempfile.mkdtemp(dir=scratch)
+if workload == "first-append":  # the first sync append of each of 200 journals just created, one thread
+    handles = [journal.open(os.path.join(path, f"j{i}"), create=True) for i in range(200)]
+    t0 = time.perf_counter()
+    for h, e in zip(handles, events):
+        out = h.append(e)
+        assert isinstance(out, journal.Committed), out
+    rate = len(handles) / (time.perf_counter() - t0)
+    for h in handles:
+        h.close()
+    print(rate, "native" if journal.native_available() else "pure")
+    sys.exit(0)
 if workload == "new-sessions":  # 1,000 journals just created, 4 sync appends each, the first timed
     handles = [journal.open(os.path.join(path, f"j{i}"), create=True) for i in range(1000)]
     barrier = threading.Barrier(threads + 1)
@@ -127,7 +139,7 @@ for h in handles:
 print(rate, "native" if journal.native_available() else "pure")
 """
 
-WORKLOADS = ("one-writer", "threads", "sessions", "new-sessions", "bulk", "decode", "random")
+WORKLOADS = ("one-writer", "threads", "sessions", "new-sessions", "first-append", "bulk", "decode", "random")
 
 
 def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:

@@ -44,7 +44,7 @@ def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
     assert os.listdir(scratch) == []  # the stores' files are removed
 
 
-@pytest.mark.parametrize("workload", ["one-writer", "decode", "random"])
+@pytest.mark.parametrize("workload", ["one-writer", "decode", "random", "first-append", "new-sessions"])
 def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
     """bench/ab.py runs each side from its own checkout and reports both medians and B/A, for an
     append workload and for the read ones (a journal written, then read every record or by
@@ -91,3 +91,35 @@ def test_bench_blocks_sweeps_block_sizes(tmp_path: Path) -> None:
     frame_each, blocks = (float(r[2]) for r in rows)
     assert 0 < blocks < frame_each < 1
     assert os.listdir(tmp_path) == []  # the scratch journals are removed
+
+
+@pytest.mark.parametrize("op", ["sessions-sync", "sessions-sync-raw", "sessions-jsonl", "threads-sync"])
+def test_codec_cpu_runs_the_threaded_ops(tmp_path: Path, op: str) -> None:
+    """bench/bench_codec_cpu.py's ops with threads (the many-sessions and 16-thread workloads
+    whose instructions bench/README.md quotes) run to the end and leave nothing behind."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_codec_cpu.py"), "--op", op, "--count", "160",
+         "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith(f"{op}: 160 of 160 events"), proc.stdout
+    assert os.listdir(tmp_path) == []
+
+
+def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_sessions_cpu.py"), "--sessions", "4", "--events", "40",
+         "--rounds", "1", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rounds = [ln for ln in proc.stdout.splitlines() if ln.startswith("round 1:")]
+    assert len(rounds) == 3 and all("(user " in ln and ", system " in ln for ln in rounds), proc.stdout
+    assert "median journal ÷ JSONL" in proc.stdout
