@@ -682,28 +682,11 @@ def test_a_sync_append_deferred_for_a_group_commit_that_ended_is_compressed_alon
     frame of its own, never stored raw."""
     gate = GateFS()
     j = journal.open(jpath, create=True, fs=gate)
-    proceed = threading.Event()
-    arrived = threading.Event()
-    append_alone = j._append_alone
-
-    def late(enc, level):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name == "late":
-            arrived.set()
-            assert proceed.wait(WAIT_S), "the test never let the late append go on"
-        return append_alone(enc, level)
-
-    j._append_alone = late  # type: ignore[method-assign]
     box: list = []
     text = "z" * 400
     try:
-        gate.arm()
-        lead = _run(lambda: j.append({"lead": True, "text": text}), box, "lead")
-        assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
-        t = _run(lambda: j.append({"late": True, "text": text}), box, "late")
-        assert arrived.wait(WAIT_S), "the late append never got past encoding"
-        gate.release.set()
-        lead.join(WAIT_S)
-        assert not lead.is_alive() and dict(box)["lead"] == journal.Committed(1, "sync")
+        t, proceed = _late_deferred_append(j, gate, {"lead": True, "text": text}, {"late": True, "text": text}, box)
+        assert dict(box)["lead"] == journal.Committed(1, "sync")
         proceed.set()
         t.join(WAIT_S)
         assert not t.is_alive() and dict(box)["late"] == journal.Committed(2, "sync")
@@ -714,3 +697,112 @@ def test_a_sync_append_deferred_for_a_group_commit_that_ended_is_compressed_alon
     assert all(f.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD for f in frames)
     with journal.open(jpath, readonly=True) as r:
         assert [rec.event for rec in r.read()] == [{"lead": True, "text": text}, {"late": True, "text": text}]
+
+
+def _late_deferred_append(
+    j, gate: GateFS, lead_event: dict, event: dict, box: list
+) -> tuple[threading.Thread, threading.Event]:
+    """Start an append named "late" that encodes while a leading append is in its write (so its
+    record is deferred), then waits before it takes the mutex until the returned event is set;
+    the leader is let go and has returned by then."""
+    proceed = threading.Event()
+    arrived = threading.Event()
+    append_alone = j._append_alone
+
+    def late(enc, level):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "late":
+            arrived.set()
+            assert proceed.wait(WAIT_S), "the test never let the late append go on"
+        return append_alone(enc, level)
+
+    j._append_alone = late
+    gate.arm()
+    lead = _run(lambda: j.append(lead_event), box, "lead")
+    assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
+    t = _run(lambda: j.append(event), box, "late")
+    assert arrived.wait(WAIT_S), "the late append never got past encoding"
+    gate.release.set()
+    lead.join(WAIT_S)
+    assert not lead.is_alive()
+    return t, proceed
+
+
+def test_a_failure_compressing_a_lone_deferred_record_gives_its_seq_back(
+    jpath: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """the writer (_append_alone): a deferred record whose caller leads alone is compressed after
+    the caller took the leader's role and a seq. An exception there (MemoryError, or Ctrl-C in
+    the zstd call) must end the role and give the seq back, as any failure before the write
+    does: left as it was, every later append and close() waited for a leader that had gone."""
+    import journal.engine.writer as writer_mod
+
+    gate = GateFS()
+    j = journal.open(jpath, create=True, fs=gate)
+    box: list = []
+    hung = False
+    try:
+        t, proceed = _late_deferred_append(j, gate, {"lead": True}, {"late": True, "text": "z" * 400}, box)
+
+        def failing(enc, options):  # type: ignore[no-untyped-def]
+            raise MemoryError("injected while compressing")
+
+        monkeypatch.setattr(writer_mod, "alone_spec", failing)
+        proceed.set()
+        t.join(WAIT_S)
+        assert not t.is_alive()
+        assert isinstance(dict(box)["late"], MemoryError)
+        monkeypatch.undo()
+        after = _run(lambda: j.append({"after": True}), box, "after")
+        after.join(WAIT_S)
+        hung = after.is_alive()
+        assert not hung, "an append after the failure waited for a leader that had gone"
+        assert dict(box)["after"] == journal.Committed(2, "sync")  # the failed record's seq, given back
+    finally:
+        if not hung:
+            j.close()
+    with journal.open(jpath) as r:
+        assert [rec.event for rec in r.read()] == [{"lead": True}, {"after": True}]
+
+
+def test_a_failure_compressing_a_batch_rolls_it_back_and_the_journal_goes_on(
+    jpath: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """the writer (_write_batch): the leader compresses the deferred records of a batch before
+    anything is written. An exception there is a batch that was never written: its callers get
+    NotCommitted and the journal goes on (it fail-stopped, calling the records AckLost)."""
+    import journal.engine.writer as writer_mod
+
+    gate = GateFS()
+    j = journal.open(jpath, create=True, fs=gate)
+    queued = watch_queue(j)
+    box: list = []
+    try:
+        gate.arm()
+        lead = _run(lambda: j.append({"lead": True}), box, "lead")
+        assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
+        waiting = []
+        for n in range(3):
+            waiting.append(_run(lambda n=n: j.append({"n": n, "text": "w" * 300}), box, f"w{n}"))
+            assert queued_event(queued, f"w{n}").wait(WAIT_S), f"w{n} never queued"
+        real = writer_mod.frame_specs
+        calls: list[int] = []
+
+        def failing(items, options, blocks):  # type: ignore[no-untyped-def]
+            calls.append(len(items))
+            if len(calls) == 1:
+                raise MemoryError("injected while compressing the batch")
+            return real(items, options, blocks)
+
+        monkeypatch.setattr(writer_mod, "frame_specs", failing)
+        gate.release.set()
+        for t in [lead, *waiting]:
+            t.join(WAIT_S)
+            assert not t.is_alive(), "an append never returned"
+        got = dict(box)
+        assert got["lead"] == journal.Committed(1, "sync") and calls[0] == 3
+        assert all(isinstance(got[f"w{n}"], journal.NotCommitted) for n in range(3)), got
+        assert j.append({"after": True}) == journal.Committed(2, "sync")
+    finally:
+        j.close()
+    with journal.open(jpath) as r:
+        assert [rec.event for rec in r.read()] == [{"lead": True}, {"after": True}]

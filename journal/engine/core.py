@@ -2,7 +2,9 @@
 
 Life of an append (the writer and recovery are mirror images; see docs/GUARANTEES.md):
 
-1. The caller's thread encodes the event (JSON, zstd, key) outside any lock.
+1. The caller's thread encodes the event (JSON, key; zstd too, unless the record may share a
+   block with others written in the same batch: then the leader compresses it with them)
+   outside any lock.
 2. Under the journal mutex it gets the next seq and joins the queue. A buffered append returns
    Committed(buffered) here: its bytes sit in memory until a later write carries them.
 3. If no thread is writing, this one becomes the leader: it takes a bounded batch from the
@@ -178,9 +180,9 @@ class Journal(Writer):
         ``first_seq``: the seq of the first record of a journal this call creates (salvage of a
         journal whose prefix was dropped keeps its seqs); ignored when the journal exists.
 
-        ``block_bytes``: records appended together (append_many, a run of buffered appends)
-        share block frames of up to this many bytes of payload, compressed together (0: a frame
-        per record); docs/FORMAT.md, "Block frames".
+        ``block_bytes``: records appended together (append_many, a run of buffered appends, sync
+        appends that meet in one group commit) may share block frames of up to this many bytes
+        of payload, compressed together (0: a frame per record); docs/FORMAT.md, "Block frames".
 
         ``writer="shared"`` lets several processes append to the journal: the lock is taken
         per batch, not for the life of the handle (journal/engine/shared.py). A shared batch
@@ -636,7 +638,7 @@ class Journal(Writer):
         together = len(events) > 1  # written together: they may share block frames
         encoded = [encode_event(e, k, synthetic, self.options, together) for e, k in zip(events, keys, strict=True)]
         if together:
-            # Framed here, in the caller's thread like every record's compression, so the requests
+            # Framed here, in the caller's thread (an append_many knows its records), so the requests
             # below are cut where the segment really fills. Read without the mutex: a live
             # segment of version 1 is only ever followed by one of version 2.
             header = self._active_header

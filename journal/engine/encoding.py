@@ -1,7 +1,8 @@
 """Events to stored payloads: JSON or bytes, zstd when it pays, the idempotency key in front.
 
 Runs in the caller's thread, outside every lock, so concurrent appenders encode in parallel
-with the leader's I/O. Nothing here touches a file.
+with the leader's I/O; the zstd of a record that may share a block with others written in the
+same batch waits for the batch (pack, frame_specs). Nothing here touches a file.
 
 The JSON of an event is the standard library's ``json`` encoding (compact, UTF-8, no NaN): that
 is what payloads have held since the first format, and what decides which events are accepted
@@ -232,8 +233,9 @@ def pack(items: list[Encoded], options: Options, blocks: bool) -> None:
 
 def frame_specs(items: list[Encoded], options: Options, blocks: bool) -> list[fmt.FrameSpec]:
     """The frames of a batch's records, in order: blocks ``pack`` made, framed once each; runs
-    of records still deferred (buffered appends, which meet their neighbours only in the queue)
-    packed now, the same way; every other record's own frame."""
+    of records still deferred (buffered appends, and sync or flush appends whose callers
+    queued for this group commit: they meet their neighbours only in the queue) packed now, the
+    same way; every other record's own frame."""
     if len(items) == 1 and items[0].block is None and not items[0].deferred:
         return [items[0].spec]
     out: list[fmt.FrameSpec] = []

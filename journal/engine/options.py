@@ -21,9 +21,10 @@ class Options:
     # seal and close: an fdatasync after a write that does not change the file size skips the
     # metadata commit (measured ~1.3x more syncs per second on ext4). 0 turns it off.
     reserve_bytes: int = fmt.RESERVE_BYTES_DEFAULT
-    # Records appended together (append_many, a run of buffered appends) share block frames of
-    # up to this many bytes of payload, compressed as one: fewer bytes and cheaper reads than a
-    # frame each, while a point read decodes the whole block (bench/README.md, "Block frames").
+    # Records appended together (append_many, a run of buffered appends, sync appends that meet
+    # in one group commit) may share block frames of up to this many bytes of payload,
+    # compressed as one: fewer bytes and cheaper reads than a frame each, while a point read
+    # decodes the whole block (bench/README.md, "Block frames").
     # 0: a frame for every record, as in format version 1.
     block_bytes: int = fmt.BLOCK_BYTES_DEFAULT
 

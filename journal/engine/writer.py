@@ -260,20 +260,23 @@ class Writer:
         if queued is not None:
             return self._await_turn(queued, leading)[0]
         active = present(active, "a lone append leads with a live segment")
-        if enc.deferred:
-            # Alone after all: compressed now, as the leader. Callers that come meanwhile queue,
-            # and the next batch compresses their records together.
-            spec = enc.spec = alone_spec(enc, self.options)
-            enc.deferred = False
         header = present(self._active_header, "a live segment has a header")
         sync = level == "sync"
         start = self._active_size
-        results: Results = ("failed", "interrupted before the write finished", None)
+        # Until the write begins nothing is in the file: a failure or an interrupt before it
+        # (while the record is compressed, say) gives the seq back and ends the leader's role.
+        results: Results = ("rolled_back", "compressing or framing the record failed before its write", None)
         outcome: Outcome | None = None
         try:
+            if enc.deferred:
+                # Alone after all: compressed now, as the leader. Callers that come meanwhile
+                # queue, and the next batch compresses their records together.
+                spec = enc.spec = alone_spec(enc, self.options)
+                enc.deferred = False
             data = fmt.encode_frame(
                 seq, spec.flags | fmt.FLAG_COMMIT if sync else spec.flags, spec.raw_len, spec.stored, header.salt
             )
+            results = ("failed", "interrupted before the write finished", None)
             results = self._write_frames(active, data, start, sync, header_last=False)
             if results is WRITTEN:
                 self._advance(seq, (spec,), 1, start, start + len(data))
@@ -617,7 +620,15 @@ class Writer:
         else:
             items = [it for r in batch for it in r.items]
             want_sync = any(r.durability == "sync" for r in batch)
-        specs = frame_specs(items, self.options, blocks) if items else []
+        try:
+            specs = frame_specs(items, self.options, blocks) if items else []
+        except InvariantError:
+            raise
+        except Exception as exc:
+            # The deferred records' compression failed (MemoryError, a zstd error) before
+            # anything was written: the batch is rolled back, and the journal fail-stops only
+            # if acknowledged buffered records were in it (_settle_batch).
+            return ("rolled_back", f"compressing the batch failed before its write: {exc!r}", None)
         if not specs:
             if want_sync and self._active is not None and self._unsynced:
                 # sync() with nothing new: pad (with sector_bytes) and fdatasync. A failure here
