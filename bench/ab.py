@@ -43,6 +43,24 @@ sys.path.insert(0, sys.argv[1])
 import journal
 from journal.benchmark.events import make_events
 workload, scratch = sys.argv[2], sys.argv[3]
+
+
+def timed(ts, barrier, n, handles):
+    # Start the threads ts (each waits on barrier), time them from the barrier to the last
+    # join, close handles, print the rate of n appends and the frame path, and exit.
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    rate = n / (time.perf_counter() - t0)
+    for h in handles:
+        h.close()
+    print(rate, "native" if journal.native_available() else "pure")
+    sys.exit(0)
+
+
 if workload in ("decode", "random"):  # reads of a journal of 20,000 buffered appends
     import random
     events = make_events(20000)
@@ -93,18 +111,8 @@ if workload == "new-sessions":  # 1,000 journals just created, 4 sync appends ea
                 out = h.append(events[(t + threads * (n + k * len(mine))) % count])
                 assert isinstance(out, journal.Committed), out
 
-    ts = [threading.Thread(target=work_sessions, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in ts:
-        t.join()
-    rate = 4 * len(handles) / (time.perf_counter() - t0)
-    for h in handles:
-        h.close()
-    print(rate, "native" if journal.native_available() else "pure")
-    sys.exit(0)
+    timed([threading.Thread(target=work_sessions, args=(t,)) for t in range(threads)], barrier, 4 * len(handles),
+          handles)
 # "sessions": a journal per thread (64 sessions in one process); the others share one journal.
 n_journals = threads if workload == "sessions" else 1
 handles = [journal.open(os.path.join(path, f"j{i}"), create=True) for i in range(n_journals)]
@@ -126,17 +134,8 @@ def work(chunk, h):
         out = h.append(e)
         assert isinstance(out, journal.Committed), out
 
-ts = [threading.Thread(target=work, args=(c, handles[i % len(handles)])) for i, c in enumerate(chunks)]
-for t in ts:
-    t.start()
-barrier.wait()
-t0 = time.perf_counter()
-for t in ts:
-    t.join()
-rate = count / (time.perf_counter() - t0)
-for h in handles:
-    h.close()
-print(rate, "native" if journal.native_available() else "pure")
+timed([threading.Thread(target=work, args=(c, handles[i % len(handles)])) for i, c in enumerate(chunks)], barrier,
+      count, handles)
 """
 
 WORKLOADS = ("one-writer", "threads", "sessions", "new-sessions", "first-append", "bulk", "decode", "random")
