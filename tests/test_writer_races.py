@@ -620,6 +620,21 @@ def test_contended_sync_appends_all_commit_in_order(jpath: str) -> None:
         j.close()
 
 
+def _queue_behind_a_gated_leader(
+    j, gate: GateFS, queued: dict[str, threading.Event], lead_event: dict, names: list[str], box: list
+) -> list[threading.Thread]:
+    """Start an append named "lead" and hold it in its write (the gate), then one append per
+    name in ``names`` ({"n": i, "text": ...}), each seen queued behind it before the next
+    starts. The threads, lead first; the test releases the gate."""
+    gate.arm()
+    threads = [_run(lambda: j.append(lead_event), box, "lead")]
+    assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
+    for n, name in enumerate(names):
+        threads.append(_run(lambda n=n: j.append({"n": n, "text": "w" * 300}), box, name))
+        assert queued_event(queued, name).wait(WAIT_S), f"{name} never queued"
+    return threads
+
+
 @pytest.mark.parametrize("fault", [None, "the block's write"])
 def test_sync_appends_that_wait_for_one_group_commit_share_a_block(jpath: str, fault: str | None) -> None:
     """the writer (_append_alone, _write_batch): a sync append compresses its record once it
@@ -635,17 +650,11 @@ def test_sync_appends_that_wait_for_one_group_commit_share_a_block(jpath: str, f
     box: list = []
     try:
         assert j.append({"first": True}) == journal.Committed(1, "sync")
-        gate.arm()
-        lead = _run(lambda: j.append({"lead": True, "text": "l" * 300}), box, "lead")
-        assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
-        threads = []
-        for n, name in enumerate(waiting):
-            threads.append(_run(lambda n=n: j.append({"n": n, "text": "w" * 300}), box, name))
-            assert queued_event(queued, name).wait(WAIT_S), f"{name} never queued"
+        threads = _queue_behind_a_gated_leader(j, gate, queued, {"lead": True, "text": "l" * 300}, waiting, box)
         if fault is not None:
             fs.fail("pwrite", errno.EIO, after=fs.calls["pwrite"])  # the next write: the leader's is counted
         gate.release.set()
-        for t in [lead, *threads]:
+        for t in threads:
             t.join(WAIT_S)
             assert not t.is_alive(), "an append never returned"
         got = dict(box)
@@ -777,13 +786,7 @@ def test_a_failure_compressing_a_batch_rolls_it_back_and_the_journal_goes_on(
     queued = watch_queue(j)
     box: list = []
     try:
-        gate.arm()
-        lead = _run(lambda: j.append({"lead": True}), box, "lead")
-        assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
-        waiting = []
-        for n in range(3):
-            waiting.append(_run(lambda n=n: j.append({"n": n, "text": "w" * 300}), box, f"w{n}"))
-            assert queued_event(queued, f"w{n}").wait(WAIT_S), f"w{n} never queued"
+        threads = _queue_behind_a_gated_leader(j, gate, queued, {"lead": True}, ["w0", "w1", "w2"], box)
         real = writer_mod.frame_specs
         calls: list[int] = []
 
@@ -795,7 +798,7 @@ def test_a_failure_compressing_a_batch_rolls_it_back_and_the_journal_goes_on(
 
         monkeypatch.setattr(writer_mod, "frame_specs", failing)
         gate.release.set()
-        for t in [lead, *waiting]:
+        for t in threads:
             t.join(WAIT_S)
             assert not t.is_alive(), "an append never returned"
         got = dict(box)

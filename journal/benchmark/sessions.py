@@ -5,7 +5,8 @@ Each session is its own journal (``journal.open(dir, create=True)``) or its own 
 keeping one log per session does. ``min(N, SESSION_THREADS_MAX)`` worker threads each own an
 equal share of the sessions and append one event to each of them in turn, every append durable
 before the next. Besides events/s, each side's CPU per event (user + system seconds of the
-process over the events, and each of the two) is kept: with many sessions the GIL, not the disk, is what bounds.
+process over the events, and each of the two) is kept: with many sessions the GIL, not the
+disk, is what bounds.
 """
 
 from __future__ import annotations

@@ -199,9 +199,9 @@ BLOCK_ENTRY_SIZE_BYTES = 5  # u32 raw length + u8 flags per record
 BLOCK_BYTES_LIMIT = 1024 * 1024
 # What the writer puts in one block by default: records appended together (an append_many, a
 # run of buffered appends, the records of one group commit) share a zstd frame up to this many
-# bytes of JSON. bench/README.md,
-# "Block frames", has the measurements behind the figure: smaller blocks compress worse and
-# cost more zstd calls per record; larger ones make a point read decode more.
+# bytes of JSON. bench/README.md, "Block frames", has the measurements behind the figure:
+# smaller blocks compress worse and cost more zstd calls per record; larger ones make a point
+# read decode more.
 BLOCK_BYTES_DEFAULT = 32 * 1024
 
 # --- seal footer ----------------------------------------------------------------------------
