@@ -26,18 +26,23 @@ the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to
   ``json.dumps``, ``os.write`` and ``fdatasync``; four appends to each in the set-up. Callgrind
   runs the threads one at a time, so the count includes what handing the GIL over costs in
   instructions, not what it costs in cache misses and waiting.
+- ``get``, ``get-frames`` and ``jsonl-get``: point reads at random seqs (a fixed seed), each
+  decoded: ``j.get(seq).event`` over a journal written buffered (its records share block frames,
+  as the read data set of ``journal bench``), the same with ``block_bytes=0`` (a frame per
+  record), and JSONL with a line-offset index (``pread`` of the line, ``json.loads``). The set-up
+  reads every seq once first, which builds journal's dense index and JSONL's, and warms both.
 - ``threads-sync``: THREADS threads appending durably to one journal (the group commit of
   ``journal bench``'s 16-thread workload); callgrind runs them one at a time, switching at a
   blocking call, so callers still queue while the leader's fdatasync runs.
 
-Every run does the same set-up (the events made; for ``read`` and ``event`` the journal written
-and, for ``event``, every record read) and then the op on ``--ops`` of them. ``--callgrind`` runs
-each op under callgrind twice, with ``--ops 0`` and ``--ops COUNT``, and reports
-(Ir(COUNT) - Ir(0)) / COUNT: start-up, imports and set-up cancel out. The journal lives on tmpfs
-(/dev/shm when there is one), and callgrind counts user-space instructions only, so an fdatasync
-costs its system call and nothing of the disk. Instruction counts are what codec changes are
-decided with: timings on this shared machine vary ~20% from run to run, these counts by well
-under 1%.
+Every run does the same set-up (the events made; for ``read``, ``event`` and the reads by seq
+the journal or file written and, for ``event`` and the reads by seq, every record read) and then
+the op on ``--ops`` of them. ``--callgrind`` runs each op under callgrind twice, with ``--ops 0``
+and ``--ops COUNT``, and reports (Ir(COUNT) - Ir(0)) / COUNT: start-up, imports and set-up cancel
+out. The journal lives on tmpfs (/dev/shm when there is one), and callgrind counts user-space
+instructions only, so an fdatasync costs its system call and nothing of the disk. Instruction
+counts are what codec changes are decided with: timings on this shared machine vary ~20% from
+run to run, these counts by well under 1%.
 
 ``--checkout`` imports journal (and its event mix) from another checkout: the figure for the code
 before a change, from a ``git worktree`` of it.
@@ -48,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -60,7 +66,7 @@ sys.path.insert(0, HERE)  # callgrind_ir, beside this script
 from callgrind_ir import callgrind_ir  # noqa: E402
 
 OPS = ("read", "event", "append-buffered", "append-sync", "append-sync-raw", "jsonl-sync", "encode",
-       "sessions-sync", "sessions-sync-raw", "sessions-jsonl", "threads-sync")
+       "sessions-sync", "sessions-sync-raw", "sessions-jsonl", "get", "get-frames", "jsonl-get", "threads-sync")
 SESSIONS = 64  # the sessions-* ops' threads, each with a journal (or JSONL file) of its own
 THREADS = 16  # the threads-sync op's threads, on one journal
 
@@ -110,6 +116,8 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
                     recs = list(j.read())
                     for rec in recs[:ops]:
                         rec.event  # noqa: B018 - decoding is what is measured
+        elif op in ("get", "get-frames", "jsonl-get"):
+            point_reads(op, events, ops, path, journal)
         elif op == "encode":
             options = journal.Options()
             for e in events[:ops]:
@@ -145,6 +153,48 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
     finally:
         shutil.rmtree(where, ignore_errors=True)
     return str(getattr(encoding, "JSON_CODEC", "json"))
+
+
+def point_reads(op: str, events: list[dict[str, Any]], ops: int, path: str, journal: Any) -> None:
+    """``ops`` reads by random seq, each decoded, after one untimed read of every seq; a read
+    that misses or returns another event stops the run (the op would measure nothing)."""
+    seqs = random.Random(7).sample(range(1, len(events) + 1), len(events))
+    if op == "jsonl-get":
+        with open(path + ".jsonl", "wb") as f:
+            for e in events:
+                f.write(json.dumps(e, separators=(",", ":")).encode() + b"\n")
+        fd = os.open(path + ".jsonl", os.O_RDONLY)
+        try:
+            spans: list[tuple[int, int]] = []
+            offset = 0
+            with open(path + ".jsonl", "rb") as f:
+                for line in f:
+                    spans.append((offset, len(line)))
+                    offset += len(line)
+
+            def get(seq: int) -> Any:
+                at, size = spans[seq - 1]
+                return json.loads(os.pread(fd, size, at))
+
+            for seq in seqs:
+                get(seq)
+            for seq in seqs[:ops]:
+                if get(seq) != events[seq - 1]:
+                    raise SystemExit(f"line {seq} does not read back as its event")
+        finally:
+            os.close(fd)
+        return
+    block_bytes = 0 if op == "get-frames" else journal.Options().block_bytes
+    with journal.open(path, create=True, block_bytes=block_bytes) as j:
+        for e in events:
+            j.append(e, durability="buffered")
+    with journal.open(path, readonly=True, block_bytes=block_bytes) as j:
+        for seq in seqs:
+            j.get(seq)
+        for seq in seqs[:ops]:
+            rec = j.get(seq)
+            if rec is None or rec.event != events[seq - 1]:
+                raise SystemExit(f"seq {seq} does not read back as its event")
 
 
 def sessions(op: str, events: list[dict[str, Any]], ops: int, where: str, journal: Any) -> None:

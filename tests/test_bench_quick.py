@@ -110,6 +110,23 @@ def test_codec_cpu_runs_the_threaded_ops(tmp_path: Path, op: str) -> None:
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("op", ["get", "get-frames", "jsonl-get"])
+def test_codec_cpu_point_reads_read_back_every_event(tmp_path: Path, op: str) -> None:
+    """bench/bench_codec_cpu.py's reads by seq (whose instructions bench/README.md quotes for
+    the random-read bound) read back the event appended at each seq, or the run fails."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_codec_cpu.py"), "--op", op, "--count", "300",
+         "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith(f"{op}: 300 of 300 events"), proc.stdout
+    assert os.listdir(tmp_path) == []
+
+
 def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
