@@ -10,6 +10,17 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_bench(script: str, *args: str) -> str:
+    """bench/<script> with ``args``: its output, once it has exited 0 (the end of its errors if not)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
 
 def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
     out = tmp_path / "results"
@@ -49,16 +60,7 @@ def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
     """bench/ab.py runs each side from its own checkout and reports both medians and B/A, for an
     append workload and for the read ones (a journal written, then read every record or by
     random seq, each record decoded)."""
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(
-        [sys.executable, str(root / "bench" / "ab.py"), str(root), str(root), workload, "--rounds", "1",
-         "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
+    lines = run_bench("ab.py", str(ROOT), str(ROOT), workload, "--rounds", "1", "--dir", str(tmp_path)).splitlines()
     assert lines[-1].startswith("B/A ") and f"({workload}, 1 rounds)" in lines[-1]
     rates = [float(ln.split("median ")[1].split()[0].replace(",", "")) for ln in lines if "median" in ln]
     assert len(rates) == 2 and all(r > 0 for r in rates), lines
@@ -66,7 +68,7 @@ def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
     if workload != "one-writer":
         return
     bad = subprocess.run(
-        [sys.executable, str(root / "bench" / "ab.py"), str(tmp_path), str(root), workload],
+        [sys.executable, str(ROOT / "bench" / "ab.py"), str(tmp_path), str(ROOT), workload],
         capture_output=True,
         text=True,
         timeout=60,
@@ -77,16 +79,8 @@ def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
 def test_bench_blocks_sweeps_block_sizes(tmp_path: Path) -> None:
     """bench/bench_blocks.py writes the mix with each block size and reports a row each; blocks
     store the same events in fewer bytes than a frame per record (the figure it exists for)."""
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(
-        [sys.executable, str(root / "bench" / "bench_blocks.py"), "--events", "400", "--sizes", "0,8192",
-         "--rounds", "1", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [ln.split("|")[1:-1] for ln in proc.stdout.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    out = run_bench("bench_blocks.py", "--events", "400", "--sizes", "0,8192", "--rounds", "1", "--dir", str(tmp_path))
+    rows = [ln.split("|")[1:-1] for ln in out.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
     assert [r[0].strip() for r in rows] == ["0", "8,192"]
     frame_each, blocks = (float(r[2]) for r in rows)
     assert 0 < blocks < frame_each < 1
@@ -101,29 +95,15 @@ def test_codec_cpu_runs_the_threaded_ops_and_point_reads(tmp_path: Path, op: str
     and its reads by seq (the random-read bound), whose instructions bench/README.md quotes, run
     to the end and leave nothing behind; a read by seq that does not give back the event
     appended at that seq stops its run with an error."""
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(
-        [sys.executable, str(root / "bench" / "bench_codec_cpu.py"), "--op", op, "--count", "160",
-         "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith(f"{op}: 160 of 160 events"), proc.stdout
+    out = run_bench("bench_codec_cpu.py", "--op", op, "--count", "160", "--dir", str(tmp_path))
+    assert out.startswith(f"{op}: 160 of 160 events"), out
     assert os.listdir(tmp_path) == []
 
 
 def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(
-        [sys.executable, str(root / "bench" / "bench_sessions_cpu.py"), "--sessions", "4", "--events", "40",
-         "--rounds", "1", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = run_bench(
+        "bench_sessions_cpu.py", "--sessions", "4", "--events", "40", "--rounds", "1", "--dir", str(tmp_path)
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rounds = [ln for ln in proc.stdout.splitlines() if ln.startswith("round 1:")]
-    assert len(rounds) == 3 and all("(user " in ln and ", system " in ln for ln in rounds), proc.stdout
-    assert "median journal ÷ JSONL" in proc.stdout
+    rounds = [ln for ln in out.splitlines() if ln.startswith("round 1:")]
+    assert len(rounds) == 3 and all("(user " in ln and ", system " in ln for ln in rounds), out
+    assert "median journal ÷ JSONL" in out
