@@ -1,5 +1,6 @@
-"""Build the optional C helper with cffi, and two small CPython modules (the GIL-holding zstd
-module, the big-float walk of a decoded record); metadata lives in pyproject.toml.
+"""Build the optional C helper with cffi, and three small CPython modules (the GIL-holding zstd
+module, the big-float walk of a decoded record, a durable write under one release of the GIL);
+metadata lives in pyproject.toml.
 
 The helper is an accelerator, not a requirement: if the C compiler is missing or fails,
 installation still succeeds, the pure-Python twin in journal/engine/format.py is used, and one
@@ -19,7 +20,9 @@ HELD_WARNING = "journal: the GIL-holding zstd module was not built ({}); the zst
 HELD_NAME = "journal.engine._zstd_held"
 FLOATS_WARNING = "journal: the big-float walk in C was not built ({}); records are checked in Python"
 FLOATS_NAME = "journal._json_floats"
-_WARNINGS = {HELD_NAME: HELD_WARNING, FLOATS_NAME: FLOATS_WARNING}
+WRITE_SYNC_WARNING = "journal: the one-call durable write was not built ({}); pwrite and fdatasync are called apart"
+WRITE_SYNC_NAME = "journal._write_sync"
+_WARNINGS = {HELD_NAME: HELD_WARNING, FLOATS_NAME: FLOATS_WARNING, WRITE_SYNC_NAME: WRITE_SYNC_WARNING}
 
 
 class OptionalBuildExt(build_ext):
@@ -77,8 +80,18 @@ JSON_FLOATS = Extension(
     extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra"],
 )
 
+# A pwrite and an fdatasync under one release of the GIL (native/write_sync.c says why);
+# optional: without it, journal/fs.py calls them one by one, as before. POSIX only.
+WRITE_SYNC = Extension(
+    WRITE_SYNC_NAME,
+    sources=["native/write_sync.c"],
+    py_limited_api=True,
+    extra_compile_args=["-O2", "-Wall", "-Wextra"],
+)
+
 setup(
     cffi_modules=["journal/engine/_native_build.py:ffibuilder"],
-    ext_modules=[JSON_FLOATS] if sys.platform == "win32" else [ZSTD_HELD, JSON_FLOATS],  # zstd_held uses dlopen
+    # zstd_held uses dlopen, write_sync pwrite and fdatasync: neither is built on Windows
+    ext_modules=[JSON_FLOATS] if sys.platform == "win32" else [ZSTD_HELD, JSON_FLOATS, WRITE_SYNC],
     cmdclass={"build_ext": OptionalBuildExt},
 )

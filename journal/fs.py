@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 FILE_MODE = 0o600  # agent logs carry prompts, secrets and tool output: owner-only by default
@@ -76,6 +78,9 @@ class OsFile:
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self._fd, size, offset)
@@ -240,6 +245,65 @@ def write_all(f: File, data: bytes | memoryview, offset: int) -> None:
         if n <= 0:
             raise OSError(errno.ENOSPC, "short write made no progress", f.path)
         done += n
+
+
+class SyncError(OSError):
+    """An fdatasync failed after the write before it went through (write_all_synced).
+
+    Never retried: after a failed fdatasync the kernel may have dropped the dirty pages and
+    marked them clean, so a second one could report success for data that never reached the
+    disk. The writer fails stop on it."""
+
+
+def _write_sync_in_c() -> Callable[[int, bytes | memoryview, int], int] | None:
+    """native/write_sync.c's write_all_sync, where it was built. JOURNAL_PURE keeps the two
+    calls, read as journal/engine/native.py's forced_pure() reads it (that module is above this
+    one; tests/test_write_sync.py holds the two readings equal)."""
+    if os.environ.get("JOURNAL_PURE", "") not in ("", "0"):
+        return None
+    try:
+        # By name: the compiled leaf imports nothing, where ``from journal import`` would read as
+        # an edge to the root package (above every layer) to the import contracts.
+        mod = importlib.import_module("journal._write_sync")
+    except ImportError:  # not built (no compiler, or Windows): the two calls
+        return None
+    call: Callable[[int, bytes | memoryview, int], int] = mod.write_all_sync
+    return call
+
+
+# The one-call durable write where it was built: a pwrite and an fdatasync under one release
+# of the GIL instead of two (native/write_sync.c says why).
+_WRITE_ALL_SYNC = _write_sync_in_c()
+
+# OsFile's methods that write_all_synced stands for: a file whose own attribute replaces one of
+# them (a test counting or failing fdatasyncs) is written and synced through them, one by one.
+_STANDS_FOR = frozenset(("pwrite", "fdatasync"))
+
+
+def write_all_synced(f: File, data: bytes | memoryview, offset: int) -> None:
+    """write_all, then fdatasync: the durable write of a record or a batch.
+
+    A failed write raises OSError (nothing was synced: the caller may roll it back); a failed
+    fdatasync raises SyncError. On a plain OsFile the two run in one C call that releases the
+    GIL once, where the two calls from Python release it twice and, with many threads
+    appending, each release is a context switch; on any other file (the crash simulator's, a
+    fault injector's, one whose pwrite or fdatasync is wrapped) they run one by one through its
+    own methods, so whatever wraps them sees every call."""
+    c_call = _WRITE_ALL_SYNC
+    if c_call is not None and type(f) is OsFile and _STANDS_FOR.isdisjoint(f.__dict__):
+        rc = c_call(f.fileno(), data, offset)
+        # Raised as os.pwrite and os.fdatasync raise them (no file name), so an outcome's
+        # reason reads the same on both paths.
+        if rc > 0:
+            raise OSError(rc, os.strerror(rc))
+        if rc < 0:
+            raise SyncError(-rc, os.strerror(-rc))
+        return
+    write_all(f, data, offset)
+    try:
+        f.fdatasync()
+    except OSError as exc:
+        raise SyncError(exc.errno, exc.strerror, exc.filename) from exc
 
 
 def write_new(fs: FileSystem, path: str, data: bytes | memoryview) -> None:

@@ -36,18 +36,22 @@ def test_build_with_a_failing_compiler_warns_and_succeeds(tmp_path: Path) -> Non
     floats = [ln for ln in res.stderr.splitlines() if "the big-float walk in C was not built" in ln]
     assert len(floats) == 1, res.stderr
     assert not list((tmp_path / "journal").rglob("_json_floats*"))
+    write_sync = [ln for ln in res.stderr.splitlines() if "the one-call durable write was not built" in ln]
+    assert len(write_sync) == 1, res.stderr
+    assert not list((tmp_path / "journal").rglob("_write_sync*"))
 
 
 def test_missing_module_falls_back_to_pure_with_one_warning_line(tmp_path: Path) -> None:
     # A copy of the package without the compiled module: what a compiler-less install leaves.
     shutil.copytree(ROOT / "journal", tmp_path / "journal", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    code = ("import journal, journal.engine.format as f, journal.record as r; "
-            "print(journal.native_available(), f.scan is f.py_scan, r._NO_BIG_FLOAT is r._no_big_float)")
+    code = ("import journal, journal.engine.format as f, journal.record as r, journal.fs as fs; "
+            "print(journal.native_available(), f.scan is f.py_scan, r._NO_BIG_FLOAT is r._no_big_float,"
+            " fs._WRITE_ALL_SYNC is None)")
     env = {k: v for k, v in os.environ.items() if k != "JOURNAL_PURE"}
     # -S skips the .pth files, so the editable install's finder cannot map journal back here.
     paths = sysconfig.get_paths()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), paths["purelib"], paths["platlib"]])
     res = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["False", "True", "True"]
+    assert res.stdout.split() == ["False", "True", "True", "True"]
     assert len(res.stderr.strip().splitlines()) == 1 and "C helper not available" in res.stderr

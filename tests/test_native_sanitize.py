@@ -67,8 +67,9 @@ def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("std", ["c99", "c11"])
 def test_c_sources_compile_without_warnings(tmp_path: Path, std: str) -> None:
     cc = _compiler()
-    python_h = sysconfig.get_paths()["include"]  # zstd_held.c and json_floats.c are CPython extensions
-    for src in (C_SOURCE, NATIVE / "zstd_held.c", NATIVE / "json_floats.c", FUZZ / "fuzz_scan.c", FUZZ / "driver.c"):
+    python_h = sysconfig.get_paths()["include"]  # zstd_held.c, json_floats.c, write_sync.c: CPython extensions
+    sources = ("zstd_held.c", "json_floats.c", "write_sync.c")
+    for src in (C_SOURCE, *(NATIVE / s for s in sources), FUZZ / "fuzz_scan.c", FUZZ / "driver.c"):
         cmd = [cc, f"-std={std}", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{NATIVE}", f"-I{python_h}"]
         res = _run([*cmd, "-c", str(src), "-o", str(tmp_path / (src.stem + ".o"))])
         assert res.returncode == 0, f"{src.name} ({std}):\n{res.stderr}"
