@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,3 +56,16 @@ def test_missing_module_falls_back_to_pure_with_one_warning_line(tmp_path: Path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "True", "True", "True"]
     assert len(res.stderr.strip().splitlines()) == 1 and "C helper not available" in res.stderr
+
+
+def test_every_c_source_the_build_names_ships_in_the_sdist() -> None:
+    # setup.py's Extension sources and the cffi builder's; MANIFEST.in must carry each, or an
+    # install from the sdist builds without that module and only warns.
+    named = set(re.findall(r'"(native/[\w.]+\.[ch])"', (ROOT / "setup.py").read_text()))
+    named |= {"native/journal_native.c", "native/journal_native.h"}
+    assert "native/write_sync.c" in named
+    shipped = set()
+    for line in (ROOT / "MANIFEST.in").read_text().splitlines():
+        if line.startswith("include "):
+            shipped.update(line.split()[1:])
+    assert named <= shipped, f"MANIFEST.in lacks {sorted(named - shipped)}"
