@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,14 @@ from hypothesis import strategies as hs
 
 from journal import record
 from journal.engine import native
+from tests.native_modules import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = float(2**63)
 
 
 def _module() -> Any:
-    try:
-        return importlib.import_module("journal._json_floats")
-    except ImportError as exc:
-        if os.environ.get("JOURNAL_REQUIRE_NATIVE") == "1":
-            pytest.fail(f"the big-float walk in C does not import ({exc}) and JOURNAL_REQUIRE_NATIVE=1")
-        pytest.skip(f"the big-float walk in C does not import here: {exc}")
+    return compiled("journal._json_floats", "the big-float walk in C")
 
 
 class Dict(dict):  # type: ignore[type-arg]

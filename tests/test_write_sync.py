@@ -12,7 +12,6 @@ while its rollback's ftruncate still works.
 from __future__ import annotations
 
 import errno
-import importlib
 import json
 import os
 import subprocess
@@ -30,17 +29,13 @@ import journal
 from journal import fs
 from journal.engine import native
 from journal.fs import File, OsFile, OsFileSystem, SyncError, write_all_synced
+from tests.native_modules import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module() -> Any:
-    try:
-        return importlib.import_module("journal._write_sync")
-    except ImportError as exc:
-        if os.environ.get("JOURNAL_REQUIRE_NATIVE") == "1":
-            pytest.fail(f"the one-call durable write does not import ({exc}) and JOURNAL_REQUIRE_NATIVE=1")
-        pytest.skip(f"the one-call durable write does not import here: {exc}")
+    return compiled("journal._write_sync", "the one-call durable write")
 
 
 @pytest.fixture(params=["c", "python"])

@@ -9,8 +9,6 @@ turns the skip into a failure so the module cannot quietly stop being used there
 
 from __future__ import annotations
 
-import importlib
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,17 +21,13 @@ from hypothesis import strategies as hs
 import journal
 from journal.engine import encoding, native
 from journal.engine.options import Options
+from tests.native_modules import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module() -> Any:
-    try:
-        return importlib.import_module(native.HELD_MODULE_NAME)
-    except ImportError as exc:
-        if os.environ.get("JOURNAL_REQUIRE_NATIVE") == "1":
-            pytest.fail(f"the GIL-holding zstd module does not import ({exc}) and JOURNAL_REQUIRE_NATIVE=1")
-        pytest.skip(f"the GIL-holding zstd module does not import here: {exc}")
+    return compiled(native.HELD_MODULE_NAME, "the GIL-holding zstd module")
 
 
 def _package_compress(data: bytes) -> bytes:
