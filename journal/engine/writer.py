@@ -765,10 +765,10 @@ class Writer:
         if sync and data and not header_last:
             # The common durable write: both calls at once (one release of the GIL on a plain
             # file; fs.write_all_synced), with the same outcomes as the calls one by one below.
+            self._unsynced = True  # until the fdatasync returns, whatever stops this call
             try:
                 write_all_synced(active, data, start)
             except SyncError as exc:
-                self._unsynced = True
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
             except OSError as exc:
                 return self._roll_back(start, f"write failed: {exc}", exc.errno)
