@@ -255,7 +255,7 @@ class SyncError(OSError):
     disk. The writer fails stop on it."""
 
 
-def _write_sync_in_c() -> Callable[[int, bytes | memoryview, int], int] | None:
+def _write_sync_in_c() -> Callable[[int, bytes | memoryview, int, int], int] | None:
     """native/write_sync.c's write_all_sync, where it was built. JOURNAL_PURE keeps the two
     calls, read as journal/engine/native.py's forced_pure() reads it (that module is above this
     one; tests/test_write_sync.py holds the two readings equal)."""
@@ -267,43 +267,60 @@ def _write_sync_in_c() -> Callable[[int, bytes | memoryview, int], int] | None:
         mod = importlib.import_module("journal._write_sync")
     except ImportError:  # not built (no compiler, or Windows): the two calls
         return None
-    call: Callable[[int, bytes | memoryview, int], int] = mod.write_all_sync
+    call: Callable[[int, bytes | memoryview, int, int], int] = mod.write_all_sync
     return call
 
 
 # The one-call durable write where it was built: a pwrite and an fdatasync under one release
 # of the GIL instead of two (native/write_sync.c says why).
 _WRITE_ALL_SYNC = _write_sync_in_c()
+_NO_PROGRESS = 0x10000  # its answer for a pwrite that wrote nothing (NO_PROGRESS in the C file)
 
 # OsFile's methods that write_all_synced stands for: a file whose own attribute replaces one of
 # them (a test counting or failing fdatasyncs) is written and synced through them, one by one.
 _STANDS_FOR = frozenset(("pwrite", "fdatasync"))
 
 
-def write_all_synced(f: File, data: bytes | memoryview, offset: int) -> None:
-    """write_all, then fdatasync: the durable write of a record or a batch.
+def write_all_synced(f: File, data: bytes | memoryview, offset: int, first_last: int = 0) -> None:
+    """write_all, then fdatasync: every durable write of the writer.
 
-    A failed write raises OSError (nothing was synced: the caller may roll it back); a failed
-    fdatasync raises SyncError. On a plain OsFile the two run in one C call that releases the
-    GIL once, where the two calls from Python release it twice and, with many threads
+    ``first_last``: the first so many bytes are written after the rest (a batch of several
+    frames goes down with its first header last, so a reader that sees it sees them all). A
+    failed write raises OSError (nothing was synced: the caller may roll it back); a failed
+    fdatasync raises SyncError. On a plain OsFile it is one C call that releases the GIL once,
+    where the calls from Python release it at each pwrite and fdatasync and, with many threads
     appending, each release is a context switch; on any other file (the crash simulator's, a
-    fault injector's, one whose pwrite or fdatasync is wrapped) they run one by one through its
-    own methods, so whatever wraps them sees every call."""
+    fault injector's, one whose pwrite or fdatasync is wrapped) the calls run one by one through
+    its own methods, so whatever wraps them sees every call."""
     c_call = _WRITE_ALL_SYNC
     if c_call is not None and type(f) is OsFile and _STANDS_FOR.isdisjoint(f.__dict__):
-        rc = c_call(f.fileno(), data, offset)
+        rc = c_call(f.fileno(), data, offset, first_last)
         # Raised as os.pwrite and os.fdatasync raise them (no file name), so an outcome's
         # reason reads the same on both paths.
+        if rc == _NO_PROGRESS:
+            raise OSError(errno.ENOSPC, "short write made no progress", f.path)  # as write_all
         if rc > 0:
             raise OSError(rc, os.strerror(rc))
         if rc < 0:
             raise SyncError(-rc, os.strerror(-rc))
         return
-    write_all(f, data, offset)
+    if first_last:
+        view = memoryview(data)
+        write_all(f, view[first_last:], offset + first_last)
+        write_all(f, view[:first_last], offset)
+    else:
+        write_all(f, data, offset)
     try:
         f.fdatasync()
     except OSError as exc:
-        raise SyncError(exc.errno, exc.strerror, exc.filename) from exc
+        raise _as_sync_error(exc) from exc
+
+
+def _as_sync_error(exc: OSError) -> SyncError:
+    """``exc`` as a SyncError that reads as it did: the same errno, text and file names."""
+    if exc.errno is None or exc.strerror is None:
+        return SyncError(*exc.args)
+    return SyncError(exc.errno, exc.strerror, exc.filename, None, exc.filename2)
 
 
 def write_new(fs: FileSystem, path: str, data: bytes | memoryview) -> None:

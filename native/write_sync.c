@@ -5,18 +5,21 @@
  * or the callers of one journal's group commit) every give-up lets another thread in: two GIL
  * hand-offs an event, each a context switch. Here both calls run under one release of the GIL.
  * On tmpfs, 64 threads each appending durably to a journal of their own made 3.1 voluntary
- * context switches an event with the two calls and 1.0 with this one (bench/README.md,
+ * context switches an event with the two calls and 1.1 with this one (bench/README.md,
  * "Engine changes").
  *
- * write_all_sync(fd, data, offset) -> int does what journal/fs.py's write_all and then
- * OsFile.fdatasync do, which stay as its twin (JOURNAL_PURE=1, no compiler, or a file whose
- * pwrite or fdatasync a test wrapped) and which tests/test_write_sync.py holds it equal to:
- * pwrite until every byte is written (a call interrupted by a signal, EINTR, is made again, as
- * CPython's os.pwrite and os.fdatasync do; a write that makes no progress is ENOSPC), then one
- * fdatasync. It returns 0 when both succeeded, the errno of a failed write as a positive
- * number (nothing was synced: the caller may roll the write back), or the errno of a failed
- * fdatasync as a negative number (the write went through; the caller fails stop, never
- * retries: the kernel may have dropped the pages).
+ * write_all_sync(fd, data, offset, first_last) -> int does what journal/fs.py's write_all and
+ * then OsFile.fdatasync do, which stay as its twin (JOURNAL_PURE=1, no compiler, or a file
+ * whose pwrite or fdatasync a test wrapped) and which tests/test_write_sync.py holds it equal
+ * to: pwrite until every byte is written (the first ``first_last`` bytes after the rest, as the
+ * writer lays down a batch of several frames: its first header last), then one fdatasync. A
+ * call interrupted by a signal (EINTR) is made again, as CPython's os.pwrite and os.fdatasync
+ * do, though without running Python's signal handlers in between (they run once the call
+ * returns). It returns 0 when both succeeded; the errno of a failed write as a positive
+ * number, or NO_PROGRESS for a pwrite that wrote nothing (nothing was synced: the caller may
+ * roll the write back); or the errno of a failed fdatasync as a negative number (the write
+ * went through; the caller fails stop, never retries: the kernel may have dropped the pages).
+ * A bad descriptor or offset is pwrite's to refuse (EBADF, EINVAL), as it is os.pwrite's.
  *
  * The data is held through the buffer protocol while the GIL is released, so it cannot move
  * or be freed meanwhile. It does no other I/O and keeps no state.
@@ -26,11 +29,16 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-/* 0, a write's errno (> 0) or an fdatasync's errno negated (< 0); runs without the GIL. */
-static int write_then_sync(int fd, const char *buf, size_t size, long long offset) {
+/* The answer for a pwrite that wrote nothing: above every errno, so fs.py can raise what
+ * write_all raises then (journal/fs.py's _NO_PROGRESS; tests compare them). */
+#define NO_PROGRESS 0x10000
+
+/* pwrite all of buf[0, size) at offset: 0, a write's errno or NO_PROGRESS. */
+static int write_all(int fd, const char *buf, size_t size, long long offset) {
     size_t done = 0;
     while (done < size) {
         ssize_t n = pwrite(fd, buf + done, size - done, (off_t)(offset + (long long)done));
@@ -41,9 +49,26 @@ static int write_then_sync(int fd, const char *buf, size_t size, long long offse
             return errno;
         }
         if (n == 0) {
-            return ENOSPC; /* a short write that made no progress: the disk is full */
+            return NO_PROGRESS;
         }
         done += (size_t)n;
+    }
+    return 0;
+}
+
+/* The bytes after the first first_last ones, then those, then an fdatasync: 0, a write's errno
+ * or NO_PROGRESS (> 0), or an fdatasync's errno negated (< 0). Runs without the GIL. */
+static int write_then_sync(int fd, const char *buf, size_t size, long long offset, size_t first_last) {
+    if (offset > 0 && (long long)size > LLONG_MAX - offset) {
+        return EFBIG; /* the end would not fit an offset: past any file's size */
+    }
+    size_t head = first_last < size ? first_last : size;
+    int rc = write_all(fd, buf + head, size - head, offset + (long long)head);
+    if (rc == 0) {
+        rc = write_all(fd, buf, head, offset);
+    }
+    if (rc != 0) {
+        return rc;
     }
     while (fdatasync(fd) != 0) {
         if (errno != EINTR) {
@@ -53,23 +78,24 @@ static int write_then_sync(int fd, const char *buf, size_t size, long long offse
     return 0;
 }
 
-/* write_all_sync(fd, data, offset) -> 0, a write's errno, or minus an fdatasync's errno. */
+/* write_all_sync(fd, data, offset, first_last) -> as write_then_sync. */
 static PyObject *write_all_sync(PyObject *self, PyObject *args) {
     (void)self;
     int fd;
     Py_buffer data;
     long long offset;
-    if (!PyArg_ParseTuple(args, "iy*L:write_all_sync", &fd, &data, &offset)) {
+    Py_ssize_t first_last;
+    if (!PyArg_ParseTuple(args, "iy*Ln:write_all_sync", &fd, &data, &offset, &first_last)) {
         return NULL;
     }
-    if (fd < 0 || offset < 0) {
+    if (first_last < 0) {
         PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_ValueError, "write_all_sync needs a file descriptor and an offset of 0 or more");
+        PyErr_SetString(PyExc_ValueError, "write_all_sync: first_last is a count of bytes, 0 or more");
         return NULL;
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = write_then_sync(fd, (const char *)data.buf, (size_t)data.len, offset);
+    rc = write_then_sync(fd, (const char *)data.buf, (size_t)data.len, offset, (size_t)first_last);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     return PyLong_FromLong(rc);
@@ -77,7 +103,8 @@ static PyObject *write_all_sync(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"write_all_sync", write_all_sync, METH_VARARGS,
-     "write_all_sync(fd, data, offset) -> 0, the errno of a failed write, or minus the errno of a failed fdatasync"},
+     "write_all_sync(fd, data, offset, first_last) -> 0, a failed write's errno or NO_PROGRESS, or minus a failed "
+     "fdatasync's errno"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -86,4 +113,11 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__write_sync(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__write_sync(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "NO_PROGRESS", NO_PROGRESS) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

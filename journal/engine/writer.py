@@ -762,15 +762,17 @@ class Writer:
         the fdatasync could report success for data that never reached the disk."""
         if start + len(data) > self._reserved_end:
             self._reserve(start + len(data))
-        if sync and data and not header_last:
-            # The common durable write: both calls at once (one release of the GIL on a plain
-            # file; fs.write_all_synced), with the same outcomes as the calls one by one below.
+        if sync and data:
+            # A durable write: its calls at once (one release of the GIL on a plain file;
+            # fs.write_all_synced), with the same outcomes as the calls one by one below.
+            was_unsynced = self._unsynced
             self._unsynced = True  # until the fdatasync returns, whatever stops this call
             try:
-                write_all_synced(active, data, start)
+                write_all_synced(active, data, start, fmt.FRAME_HEADER_SIZE_BYTES if header_last else 0)
             except SyncError as exc:
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
             except OSError as exc:
+                self._unsynced = was_unsynced  # the write failed: nothing of it is left to sync
                 return self._roll_back(start, f"write failed: {exc}", exc.errno)
             self._unsynced = False
             return WRITTEN
