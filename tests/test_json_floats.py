@@ -10,7 +10,6 @@ C one cannot answer differently wherever it is called.
 
 from __future__ import annotations
 
-import importlib
 import math
 import sys
 from pathlib import Path
@@ -133,24 +132,6 @@ def test_a_nesting_too_deep_raises_recursion_error_as_the_twin_does() -> None:
         with pytest.raises(RecursionError):
             record._no_big_float(deep)
     assert mod.no_big_float([[[[1.0]]]]) is True  # it goes on after one
-
-
-@pytest.mark.parametrize("setting", ["1", "true", "yes", "0", ""])
-def test_journal_pure_is_read_as_the_engine_reads_it(monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
-    monkeypatch.setenv("JOURNAL_PURE", setting)
-    walk = record._walk_in_c()
-    if native.forced_pure():
-        assert walk is None
-    elif _built():
-        assert walk is not None
-
-
-def _built() -> bool:
-    try:
-        importlib.import_module("journal._json_floats")
-    except ImportError:
-        return False
-    return True
 
 
 def test_it_takes_a_dict_or_a_list_only() -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+
+from journal import fs, record
+from journal.engine import native
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,3 +76,29 @@ def test_every_c_source_the_build_names_ships_in_the_sdist() -> None:
         if line.startswith("include "):
             shipped.update(line.split()[1:])
     assert named <= shipped, f"MANIFEST.in lacks {sorted(named - shipped)}"
+
+
+# The bottom layer's compiled leaves, each loaded by its own module, which reads JOURNAL_PURE by
+# name as journal/engine/native.py's forced_pure() does (that module is above them).
+LEAF_LOADERS = [
+    ("journal._json_floats", "no_big_float", lambda: record._walk_in_c()),
+    ("journal._write_sync", "write_all_sync", lambda: fs._write_sync_in_c()),
+]
+
+
+@pytest.mark.parametrize("setting", ["1", "true", "yes", "0", ""])
+@pytest.mark.parametrize(("name", "function", "load"), LEAF_LOADERS)
+def test_journal_pure_is_read_as_the_engine_reads_it(
+    monkeypatch: pytest.MonkeyPatch, setting: str, name: str, function: str, load: Callable[[], object]
+) -> None:
+    monkeypatch.setenv("JOURNAL_PURE", setting)
+    got = load()
+    if native.forced_pure():
+        assert got is None
+    else:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # not built here: the loader must say so
+            assert got is None
+        else:
+            assert got is getattr(mod, function)

@@ -85,16 +85,6 @@ def test_its_use_follows_journal_pure() -> None:
         assert fs._WRITE_ALL_SYNC is mod.write_all_sync
 
 
-@pytest.mark.parametrize("setting", ["1", "true", "yes", "0", ""])
-def test_journal_pure_is_read_as_the_engine_reads_it(monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
-    monkeypatch.setenv("JOURNAL_PURE", setting)
-    call = fs._write_sync_in_c()
-    if native.forced_pure():
-        assert call is None
-    else:
-        assert call is _module().write_all_sync
-
-
 def test_a_plain_file_takes_the_c_call_and_a_wrapped_one_its_own_methods(tmp_path: Path, path_kind: PathKind) -> None:
     f = _open(tmp_path / "plain")
     write_all_synced(f, b"abc", 5)
