@@ -258,7 +258,7 @@ class SyncError(OSError):
 def _write_sync_in_c() -> Callable[[int, bytes | memoryview, int, int], int] | None:
     """native/write_sync.c's write_all_sync, where it was built. JOURNAL_PURE keeps the two
     calls, read as journal/engine/native.py's forced_pure() reads it (that module is above this
-    one; tests/test_write_sync.py holds the two readings equal)."""
+    one; tests/test_native_build.py holds the two readings equal)."""
     if os.environ.get("JOURNAL_PURE", "") not in ("", "0"):
         return None
     try:

@@ -112,7 +112,7 @@ class Record:
 def _walk_in_c() -> Callable[[Any], bool] | None:
     """native/json_floats.c's twin of _no_big_float, where it was built. JOURNAL_PURE keeps the
     Python walk, read as journal/engine/native.py's forced_pure() reads it (that module is above
-    this one; tests/test_json_floats.py holds the two readings equal)."""
+    this one; tests/test_native_build.py holds the two readings equal)."""
     if os.environ.get("JOURNAL_PURE", "") not in ("", "0"):
         return None
     try:
