@@ -232,8 +232,16 @@ def take_lock(fs: FileSystem, path: str, timeout_s: float) -> Lock | None:
         time.sleep(LOCK_POLL_INTERVAL_S)
 
 
-def write_all(f: File, data: bytes | memoryview, offset: int) -> None:
-    """pwrite until done; a short write that makes no progress is an error (ENOSPC)."""
+def write_all(f: File, data: bytes | memoryview, offset: int, first_last: int = 0) -> None:
+    """pwrite until done; a short write that makes no progress is an error (ENOSPC).
+
+    ``first_last``: the first so many bytes are written after the rest (a batch of several
+    frames goes down with its first header last, so a reader that sees it sees them all)."""
+    if first_last:
+        view = memoryview(data)
+        write_all(f, view[first_last:], offset + first_last)
+        write_all(f, view[:first_last], offset)
+        return
     done = f.pwrite(data, offset)
     if done == len(data):
         return
@@ -282,11 +290,9 @@ _STANDS_FOR = frozenset(("pwrite", "fdatasync"))
 
 
 def write_all_synced(f: File, data: bytes | memoryview, offset: int, first_last: int = 0) -> None:
-    """write_all, then fdatasync: every durable write of the writer.
+    """write_all (``first_last`` as there), then fdatasync: every durable write of the writer.
 
-    ``first_last``: the first so many bytes are written after the rest (a batch of several
-    frames goes down with its first header last, so a reader that sees it sees them all). A
-    failed write raises OSError (nothing was synced: the caller may roll it back); a failed
+    A failed write raises OSError (nothing was synced: the caller may roll it back); a failed
     fdatasync raises SyncError. On a plain OsFile it is one C call that releases the GIL once,
     where the calls from Python release it at each pwrite and fdatasync and, with many threads
     appending, each release is a context switch; on any other file (the crash simulator's, a
@@ -304,12 +310,7 @@ def write_all_synced(f: File, data: bytes | memoryview, offset: int, first_last:
         if rc < 0:
             raise SyncError(-rc, os.strerror(-rc))
         return
-    if first_last:
-        view = memoryview(data)
-        write_all(f, view[first_last:], offset + first_last)
-        write_all(f, view[:first_last], offset)
-    else:
-        write_all(f, data, offset)
+    write_all(f, data, offset, first_last)
     try:
         f.fdatasync()
     except OSError as exc:

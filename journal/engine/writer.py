@@ -762,13 +762,14 @@ class Writer:
         the fdatasync could report success for data that never reached the disk."""
         if start + len(data) > self._reserved_end:
             self._reserve(start + len(data))
+        first_last = fmt.FRAME_HEADER_SIZE_BYTES if header_last else 0
         if sync and data:
             # A durable write: its calls at once (one release of the GIL on a plain file;
             # fs.write_all_synced), with the same outcomes as the calls one by one below.
             was_unsynced = self._unsynced
             self._unsynced = True  # until the fdatasync returns, whatever stops this call
             try:
-                write_all_synced(active, data, start, fmt.FRAME_HEADER_SIZE_BYTES if header_last else 0)
+                write_all_synced(active, data, start, first_last)
             except SyncError as exc:
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
             except OSError as exc:
@@ -777,12 +778,8 @@ class Writer:
             self._unsynced = False
             return WRITTEN
         try:
-            if header_last:
-                view = memoryview(data)
-                write_all(active, view[fmt.FRAME_HEADER_SIZE_BYTES :], start + fmt.FRAME_HEADER_SIZE_BYTES)
-                write_all(active, view[: fmt.FRAME_HEADER_SIZE_BYTES], start)
-            elif data:
-                write_all(active, data, start)
+            if data:
+                write_all(active, data, start, first_last)
         except OSError as exc:
             return self._roll_back(start, f"write failed: {exc}", exc.errno)
         self._unsynced = True
