@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import struct
 import threading
 from pathlib import Path
 
 import pytest
+import xxhash
 
 import journal
+from journal.engine import format as fmt
 from journal.engine.reader import Cursor
 from journal.fs import OsFileSystem
 
@@ -143,16 +146,19 @@ def test_point_reads_through_the_dense_index_are_exact_everywhere(tmp_path: Path
             assert _fields(ro.get(seq)) == _fields(by_scan[seq])
 
 
-def test_a_wrong_dense_offset_is_a_miss_never_a_wrong_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("block_bytes", [0, journal.Options().block_bytes], ids=["a frame each", "one block"])
+def test_a_wrong_dense_offset_is_a_miss_never_a_wrong_record(tmp_path: Path, block_bytes: int) -> None:
     """Every offset the index gives is verified at the read (checksum, seq, kind): an offset
-    that names another record's frame is a miss, and the cursor answers."""
+    that names another record's frame is a miss, and the cursor answers. (The records of one
+    append_many share a block frame unless block_bytes is 0: both kinds of frame are read.)"""
     path = str(tmp_path / "j")
-    with journal.open(path, create=True) as j:
+    with journal.open(path, create=True, block_bytes=block_bytes) as j:
         j.append_many([{"n": i} for i in range(1, 11)], durability="sync")
     with journal.open(path, readonly=True) as ro:
         assert ro.get(10) is not None  # the index now covers seqs 1..10
         opened = next(iter(ro._segments._segments.values()))
-        opened.offsets[4], opened.offsets[5] = opened.offsets[5], opened.offsets[6]  # seq 5 "is" seq 6's frame
+        # seq 5 "is" seq 6's frame, whole (with the wrong length too, the read would miss anyway)
+        opened.offsets[4], opened.ends[4] = opened.offsets[5], opened.ends[5]
         rec = ro.get(5)
         assert rec is not None and rec.seq == 5 and rec.event == {"n": 5}
         opened.offsets[6] = opened.offsets[6] + 3  # not a frame's start at all
@@ -167,6 +173,36 @@ def test_a_wrong_dense_offset_is_a_miss_never_a_wrong_record(tmp_path: Path) -> 
             j.append({"n": 12})
         rec = ro.get(12)
         assert rec is not None and rec.event == {"n": 12}
+
+
+def test_a_frame_of_a_newer_format_at_a_dense_offset_is_refused_not_read(tmp_path: Path) -> None:
+    """A genuine frame (its checksum holds) whose flags this version does not know, found
+    through the index after it was built: get raises NewerFormatError, as a scan does, and
+    never hands its bytes out as a record."""
+    from tests.conftest import frames_of, live_segment
+
+    path = str(tmp_path / "j")
+    with journal.open(path, create=True, block_bytes=0, compress=False) as j:
+        for i in range(1, 11):
+            j.append({"n": i}, durability="sync")
+    seg = live_segment(path)
+    victim = next(f for f in frames_of(seg) if f.seq == 5 and f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA)
+    with journal.open(path, readonly=True) as ro:
+        assert ro.get(10) is not None  # the index now covers seqs 1..10
+        opened = next(iter(ro._segments._segments.values()))
+        data = bytearray(seg.read_bytes())
+        at = victim.offset
+        flags_at = at + struct.calcsize("<QIIQ")
+        struct.pack_into("<H", data, flags_at, struct.unpack_from("<H", data, flags_at)[0] | 0x8000)
+        end = victim.payload_offset + victim.stored_len
+        checksum = xxhash.xxh64_intdigest(bytes(data[at + fmt.FRAME_CHECKSUMMED_FROM : end]), seed=opened.header.salt)
+        struct.pack_into("<Q", data, at, checksum)
+        seg.write_bytes(bytes(data))
+        assert fmt.py_verify_frame(bytes(data), at, opened.header.salt) is not None  # genuine, flags unknown
+        with pytest.raises(journal.NewerFormatError):
+            ro.get(5)
+        before = ro.get(4)  # the frame before it reads as ever
+        assert before is not None and before.event == {"n": 4}
 
 
 def test_damage_after_a_record_still_lets_it_be_read_and_damage_before_is_refused(tmp_path: Path) -> None:
