@@ -21,8 +21,9 @@ many-sessions workload of ``journal bench``), ``first-append`` (the first sync a
 each of 200 journals just created, from one thread), ``bulk`` (20,000 buffered appends,
 one sync at the end), ``decode`` (records/s of a scan that decodes every record of a journal of
 20,000 buffered appends, after one warm scan) and ``random`` (reads/s of 20,000 gets by random
-seq on the same journal, each record decoded, after one warm pass). ``--dir`` puts the scratch
-journals on the disk to measure.
+seq on the same journal, each record decoded, after one warm pass; ``random-frames``: the same
+gets on a journal of 20,000 appends made one at a time at "flush", a frame each, as a runtime's
+durable events are stored). ``--dir`` puts the scratch journals on the disk to measure.
 """
 
 from __future__ import annotations
@@ -61,13 +62,16 @@ def timed(ts, barrier, n, handles):
     sys.exit(0)
 
 
-if workload in ("decode", "random"):  # reads of a journal of 20,000 buffered appends
+if workload in ("decode", "random", "random-frames"):  # reads of a journal of 20,000 appends
     import random
     events = make_events(20000)
     path = os.path.join(tempfile.mkdtemp(dir=scratch), "j")
+    # Buffered appends share block frames (since format version 2); an append alone at "flush"
+    # has a frame of its own in every version.
+    durability = "flush" if workload == "random-frames" else "buffered"
     with journal.open(path, create=True) as j:
         for e in events:
-            j.append(e, durability="buffered")
+            j.append(e, durability=durability)
     rng = random.Random(11)  # one generator: a new one per seq would give the same seq every time
     seqs = [rng.randrange(1, len(events) + 1) for _ in range(len(events))]
     with journal.open(path, readonly=True) as j:
@@ -138,7 +142,8 @@ timed([threading.Thread(target=work, args=(c, handles[i % len(handles)])) for i,
       count, handles)
 """
 
-WORKLOADS = ("one-writer", "threads", "sessions", "new-sessions", "first-append", "bulk", "decode", "random")
+WORKLOADS = ("one-writer", "threads", "sessions", "new-sessions", "first-append", "bulk", "decode", "random",
+             "random-frames")
 
 
 def run_once(python: str, checkout: str, workload: str, scratch: str) -> tuple[float, str]:
