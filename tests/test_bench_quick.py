@@ -55,7 +55,9 @@ def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
     assert os.listdir(scratch) == []  # the stores' files are removed
 
 
-@pytest.mark.parametrize("workload", ["one-writer", "decode", "random", "random-frames", "first-append", "new-sessions"])
+@pytest.mark.parametrize(
+    "workload", ["one-writer", "decode", "random", "random-frames", "first-append", "new-sessions"]
+)
 def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
     """bench/ab.py runs each side from its own checkout and reports both medians and B/A, for an
     append workload and for the read ones (a journal written, then read every record or by
