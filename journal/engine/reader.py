@@ -57,7 +57,7 @@ def decode_payload(
     frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
 ) -> Record:
     """Turn a verified data frame into a Record (decompress, split the key)."""
-    start = frame.offset + fmt.FRAME_HEADER_SIZE_BYTES - buf_offset
+    start = frame.payload_offset - buf_offset
     stored = memoryview(buf)[start : start + frame.stored_len]
     return decode_stored(frame.seq, frame.flags, frame.raw_len, stored, segment, frame.offset, record_size_bytes_max)
 
