@@ -20,6 +20,11 @@ the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to
 - ``jsonl-sync``: ``json.dumps``, ``write`` and ``fdatasync`` of each event to a JSONL file, the
   peer of ``journal bench``'s many-sessions workload.
 - ``encode``: ``encode_event`` alone (JSON, the key check, zstd), nothing written.
+- ``compress``: the compression a durable append written alone does, on each event's JSON (made
+  in the set-up): zstd at level 1 on records of 256 bytes or more, the stored body the smaller
+  of the two. With ``--zstd-level L`` the same records go through the zstandard package at level
+  L instead (negative levels are zstd's fast ones): what a cheaper setting would save, against
+  the bytes it gives up (each run prints the stored share of those records' bytes).
 - ``sessions-sync``, ``sessions-sync-raw`` and ``sessions-jsonl``: the many-sessions workload of
   ``journal bench`` (``journal.benchmark.sessions``): 64 threads, each appending durably to a
   journal of its own (compressed, or ``compress=False``) or to a JSONL file of its own with
@@ -65,7 +70,7 @@ sys.path.insert(0, HERE)  # callgrind_ir, beside this script
 
 from callgrind_ir import callgrind_ir  # noqa: E402
 
-OPS = ("read", "event", "append-buffered", "append-sync", "append-sync-raw", "jsonl-sync", "encode",
+OPS = ("read", "event", "append-buffered", "append-sync", "append-sync-raw", "jsonl-sync", "encode", "compress",
        "sessions-sync", "sessions-sync-raw", "sessions-jsonl", "get", "get-frames", "jsonl-get", "threads-sync")
 SESSIONS = 64  # the sessions-* ops' threads, each with a journal (or JSONL file) of its own
 THREADS = 16  # the threads-sync op's threads, on one journal
@@ -90,8 +95,11 @@ def corpus_events(root: str, count: int) -> list[dict[str, Any]]:
     return (found * (count // len(found) + 1))[:count]
 
 
-def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: str | None) -> str:
-    """The set-up for ``op`` over ``count`` events, then ``op`` on ``ops`` of them; the codec used."""
+def run(
+    op: str, count: int, ops: int, base: str | None, checkout: str, corpus: str | None, zstd_level: int | None = None
+) -> str:
+    """The set-up for ``op`` over ``count`` events, then ``op`` on ``ops`` of them; what to print
+    after it: the JSON codec used, or for ``compress`` the stored share of the bytes."""
     sys.path.insert(0, checkout)
     import journal
     from journal.benchmark.events import make_events
@@ -122,6 +130,8 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
             options = journal.Options()
             for e in events[:ops]:
                 encoding.encode_event(e, None, False, options)
+        elif op == "compress":
+            return compress_lone(events, ops, encoding, journal.Options(), zstd_level)
         elif op == "jsonl-sync":  # the peer of many sessions: json.dumps, write and fdatasync per event
             with open(path + ".jsonl", "ab") as f:
                 for e in events[:ops]:
@@ -152,7 +162,37 @@ def run(op: str, count: int, ops: int, base: str | None, checkout: str, corpus: 
                     j.append(e, durability=durability)
     finally:
         shutil.rmtree(where, ignore_errors=True)
-    return str(getattr(encoding, "JSON_CODEC", "json"))
+    return f"codec {getattr(encoding, 'JSON_CODEC', 'json')}"
+
+
+def compress_lone(events: list[dict[str, Any]], ops: int, encoding: Any, options: Any, level: int | None) -> str:
+    """Compress the JSON of ``ops`` events as a durable append written alone does (the engine's
+    own call, or the zstandard package at ``level``); say what share of the bytes of the records
+    it compresses is stored."""
+    import zstandard
+
+    raws = [encoding.encode_event(e, None, False, options, True).raw for e in events]  # JSON only
+    least = encoding.COMPRESS_MIN_BYTES
+    if level is None:
+        compress = encoding._compressed  # the engine's own choice (raw where zstd does not pay) is measured
+        label = f"the engine's (level {encoding.ZSTD_LEVEL})"
+    else:
+        cctx = zstandard.ZstdCompressor(level=level, write_content_size=False, write_checksum=False,
+                                        write_dict_id=False)
+
+        def compress(raw: bytes, _: bool) -> tuple[bytes, int]:
+            packed = cctx.compress(raw) if len(raw) >= least else raw
+            return (packed, 1) if len(packed) < len(raw) else (raw, 0)
+
+        label = f"zstandard level {level}"
+    raw_bytes = stored_bytes = 0
+    for raw in raws[:ops]:
+        body, _codec = compress(raw, True)
+        if len(raw) >= least:
+            raw_bytes += len(raw)
+            stored_bytes += len(body)
+    share = stored_bytes / raw_bytes if raw_bytes else 1.0
+    return f"zstd {label}: records of {least} bytes or more stored at {share:.3f} of their bytes"
 
 
 def point_reads(op: str, events: list[dict[str, Any]], ops: int, path: str, journal: Any) -> None:
@@ -244,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the journal goes (default /dev/shm: tmpfs)")
     ap.add_argument("--corpus", default=None, help="a folder of real session .jsonl files: their events instead")
+    ap.add_argument("--zstd-level", type=int, default=None,
+                    help="the compress op with the zstandard package at this level (default: the engine's call)")
     ap.add_argument("--callgrind", action="store_true",
                     help="run under callgrind with 0 and --count ops; print Ir per op")
     args = ap.parse_args(argv)
@@ -255,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.callgrind:
         for op in ops:
             n = args.count if args.ops is None else args.ops
-            codec = run(op, args.count, n, args.dir, checkout, args.corpus)
-            print(f"{op}: {n} of {args.count} events, codec {codec}")
+            codec = run(op, args.count, n, args.dir, checkout, args.corpus, args.zstd_level)
+            print(f"{op}: {n} of {args.count} events; {codec}")
         return 0
     common = ["--count", str(args.count), "--checkout", checkout] + (["--dir", args.dir] if args.dir else [])
     if args.corpus:
         common += ["--corpus", os.path.abspath(args.corpus)]
+    if args.zstd_level is not None:
+        common += ["--zstd-level", str(args.zstd_level)]
     outdir = tempfile.mkdtemp(prefix="journal-codec-callgrind-")
     try:
         for op in ops:
@@ -268,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             full = callgrind_ir(__file__, [*common, "--op", op], os.path.join(outdir, f"{op}-n.out"))
             n = args.count
             print(f"{op}: {(full - base) / n:,.0f} Ir per op ({full:,} - {base:,} Ir over {n} ops)", flush=True)
+            if op == "compress":  # the bytes it gives up, from one run outside callgrind
+                print(f"  {run(op, args.count, n, args.dir, checkout, args.corpus, args.zstd_level)}", flush=True)
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
     return 0

@@ -102,6 +102,21 @@ def test_codec_cpu_runs_the_threaded_ops_and_point_reads(tmp_path: Path, op: str
     assert os.listdir(tmp_path) == []
 
 
+def test_codec_cpu_compress_op_reports_what_a_faster_zstd_level_gives_up(tmp_path: Path) -> None:
+    """The compress op (what a lone durable append's zstd costs, bench/README.md's bound for many
+    sessions) reports the stored share of the bytes it compresses; --zstd-level really changes
+    the compressor: zstd's fast level -5 stores more of the bytes than the engine's level 1."""
+
+    def share(*level: str) -> float:
+        out = run_bench("bench_codec_cpu.py", "--op", "compress", "--count", "400", "--dir", str(tmp_path), *level)
+        assert out.startswith("compress: 400 of 400 events; zstd "), out
+        return float(out.split(" stored at ")[1].split()[0])
+
+    engine, fast = share(), share("--zstd-level", "-5")
+    assert 0 < engine < fast < 1
+    assert os.listdir(tmp_path) == []
+
+
 def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
     out = run_bench(
         "bench_sessions_cpu.py", "--sessions", "4", "--events", "40", "--rounds", "1", "--dir", str(tmp_path)
