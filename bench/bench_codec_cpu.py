@@ -17,8 +17,9 @@ the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to
 - ``append-buffered``: ``j.append(event, durability="buffered")``, the journal closed at the end.
 - ``append-sync``: ``j.append(event, durability="sync")``, an fdatasync per append.
 - ``append-sync-raw``: the same with ``compress=False``: what zstd costs a durable append.
-- ``jsonl-sync``: ``json.dumps``, ``write`` and ``fdatasync`` of each event to a JSONL file, the
-  peer of ``journal bench``'s many-sessions workload.
+- ``jsonl-sync``: JSON (the encoder of ``journal bench``'s peers: ``json``, compact, UTF-8 as is),
+  ``write`` and ``fdatasync`` of each event to a JSONL file, the peer of ``journal bench``'s
+  many-sessions workload.
 - ``encode``: ``encode_event`` alone (JSON, the key check, zstd), nothing written.
 - ``compress``: the compression a durable append written alone does, on each event's JSON (made
   in the set-up): zstd at level 1 on records of 256 bytes or more, the stored body the smaller
@@ -28,7 +29,7 @@ the dict lines of the real session files (``*.jsonl``) under DIR, repeated up to
 - ``sessions-sync``, ``sessions-sync-raw`` and ``sessions-jsonl``: the many-sessions workload of
   ``journal bench`` (``journal.benchmark.sessions``): 64 threads, each appending durably to a
   journal of its own (compressed, or ``compress=False``) or to a JSONL file of its own with
-  ``json.dumps``, ``os.write`` and ``fdatasync``; four appends to each in the set-up. Callgrind
+  that JSON, ``os.write`` and ``fdatasync``; four appends to each in the set-up. Callgrind
   runs the threads one at a time, so the count includes what handing the GIL over costs in
   instructions, not what it costs in cache misses and waiting.
 - ``get``, ``get-frames`` and ``jsonl-get``: point reads at random seqs (a fixed seed), each
@@ -63,6 +64,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,6 +105,7 @@ def run(
     sys.path.insert(0, checkout)
     import journal
     from journal.benchmark.events import make_events
+    from journal.benchmark.stores import dumps
     from journal.engine import encoding
 
     events = make_events(count) if corpus is None else corpus_events(corpus, count)
@@ -125,21 +128,21 @@ def run(
                     for rec in recs[:ops]:
                         rec.event  # noqa: B018 - decoding is what is measured
         elif op in ("get", "get-frames", "jsonl-get"):
-            point_reads(op, events, ops, path, journal)
+            point_reads(op, events, ops, path, journal, dumps)
         elif op == "encode":
             options = journal.Options()
             for e in events[:ops]:
                 encoding.encode_event(e, None, False, options)
         elif op == "compress":
             return compress_lone(events, ops, encoding, journal.Options(), zstd_level)
-        elif op == "jsonl-sync":  # the peer of many sessions: json.dumps, write and fdatasync per event
+        elif op == "jsonl-sync":  # the peer of many sessions: JSON, write and fdatasync per event
             with open(path + ".jsonl", "ab") as f:
                 for e in events[:ops]:
-                    f.write(json.dumps(e, separators=(",", ":")).encode() + b"\n")
+                    f.write(dumps(e) + b"\n")
                     f.flush()
                     os.fdatasync(f.fileno())
         elif op.startswith("sessions-"):
-            sessions(op, events, ops, where, journal)
+            sessions(op, events, ops, where, journal, dumps)
         elif op == "threads-sync":
             with journal.open(path, create=True) as j:
                 j.append_many(events[:4])  # created, reserved, warm: not the steady state
@@ -195,14 +198,16 @@ def compress_lone(events: list[dict[str, Any]], ops: int, encoding: Any, options
     return f"zstd {label}: records of {least} bytes or more stored at {share:.3f} of their bytes"
 
 
-def point_reads(op: str, events: list[dict[str, Any]], ops: int, path: str, journal: Any) -> None:
+def point_reads(
+    op: str, events: list[dict[str, Any]], ops: int, path: str, journal: Any, dumps: Callable[[Any], bytes]
+) -> None:
     """``ops`` reads by random seq, each decoded, after one untimed read of every seq; a read
     that misses or returns another event stops the run (the op would measure nothing)."""
     seqs = random.Random(7).sample(range(1, len(events) + 1), len(events))
     if op == "jsonl-get":
         with open(path + ".jsonl", "wb") as f:
             for e in events:
-                f.write(json.dumps(e, separators=(",", ":")).encode() + b"\n")
+                f.write(dumps(e) + b"\n")
         fd = os.open(path + ".jsonl", os.O_RDONLY)
         try:
             spans: list[tuple[int, int]] = []
@@ -237,7 +242,9 @@ def point_reads(op: str, events: list[dict[str, Any]], ops: int, path: str, jour
                 raise SystemExit(f"seq {seq} does not read back as its event")
 
 
-def sessions(op: str, events: list[dict[str, Any]], ops: int, where: str, journal: Any) -> None:
+def sessions(
+    op: str, events: list[dict[str, Any]], ops: int, where: str, journal: Any, dumps: Callable[[Any], bytes]
+) -> None:
     """``ops`` durable appends from SESSIONS threads, each to a journal or JSONL file of its own."""
     handles: list[Any] = []
     fds: list[int] = []
@@ -249,7 +256,7 @@ def sessions(op: str, events: list[dict[str, Any]], ops: int, where: str, journa
 
     def append(i: int, event: dict[str, Any]) -> None:
         if fds:
-            os.write(fds[i], json.dumps(event, separators=(",", ":")).encode() + b"\n")
+            os.write(fds[i], dumps(event) + b"\n")
             os.fdatasync(fds[i])
         else:
             handles[i].append(event, durability="sync")
