@@ -122,5 +122,7 @@ def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
         "bench_sessions_cpu.py", "--sessions", "4", "--events", "40", "--rounds", "1", "--dir", str(tmp_path)
     )
     rounds = [ln for ln in out.splitlines() if ln.startswith("round 1:")]
-    assert len(rounds) == 3 and all("(user " in ln and ", system " in ln for ln in rounds), out
-    assert "median journal ÷ JSONL" in out
+    assert len(rounds) == 4 and all("(user " in ln and ", system " in ln for ln in rounds), out
+    assert [ln.split(":")[0] for ln in out.splitlines() if "median ÷ JSONL" in ln] == [
+        "journal, a journal per session", "journal, compress=False", "a reserved file per session (pwrite+fdatasync)"
+    ], out

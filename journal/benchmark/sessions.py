@@ -7,6 +7,11 @@ equal share of the sessions and append one event to each of them in turn, every 
 before the next. Besides events/s, each side's CPU per event (user + system seconds of the
 process over the events, and each of the two) is kept: with many sessions the GIL, not the
 disk, is what bounds.
+
+A third kind, RESERVED, is no store a user would pick but the floor of the journal's own file
+layout: each event's JSON written with ``pwrite`` into space set aside ahead by ``ftruncate`` (as
+a journal's live segment reserves it), then ``fdatasync``: what the kernel costs a journal's
+durable append, with no framing, compression or bookkeeping in Python.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from dataclasses import dataclass
 import journal
 from journal.benchmark.events import Event
 from journal.benchmark.stores import dumps
+from journal.engine import format as fmt
 
 SESSION_THREADS_MAX = 64
 JOURNAL = "journal, a journal per session"
 JSONL = "JSONL, a file per session (write+fdatasync)"
+RESERVED = "a reserved file per session (pwrite+fdatasync)"
 
 
 @dataclass
@@ -64,14 +71,43 @@ class _JsonlFiles:
             os.close(fd)
 
 
+class _ReservedFiles:
+    def __init__(self, root: str, n: int) -> None:
+        self.fds = [os.open(os.path.join(root, f"s{i}.floor"), os.O_RDWR | os.O_CREAT, 0o600) for i in range(n)]
+        self.ends = [0] * n  # where the next event goes
+        self.reserved = [0] * n  # the file's size, set ahead of what is written
+
+    def append(self, i: int, event: Event) -> None:
+        fd, data, at = self.fds[i], dumps(event) + b"\n", self.ends[i]
+        if at + len(data) > self.reserved[i]:  # a journal's first append reserves, as here
+            self.reserved[i] = at + len(data) + fmt.RESERVE_BYTES_DEFAULT
+            os.ftruncate(fd, self.reserved[i])
+        if os.pwrite(fd, data, at) != len(data):
+            raise OSError(f"short pwrite to session {i}")
+        os.fdatasync(fd)
+        self.ends[i] = at + len(data)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
 def run_side(
     kind: str, base: str, sessions: int, events_total: int, events: list[Event], compress: bool = True
 ) -> Side:
-    """One side (JOURNAL or JSONL) for one round: ``events_total`` appends over ``sessions``
-    (``compress``: the journals' option of that name)."""
+    """One side (JOURNAL, JSONL or RESERVED) for one round: ``events_total`` appends over
+    ``sessions`` (``compress``: the journals' option of that name)."""
     root = tempfile.mkdtemp(prefix="sessions-", dir=base)
     try:
-        store = _Journals(root, sessions, compress) if kind == JOURNAL else _JsonlFiles(root, sessions)
+        store: _Journals | _JsonlFiles | _ReservedFiles
+        if kind == JOURNAL:
+            store = _Journals(root, sessions, compress)
+        elif kind == JSONL:
+            store = _JsonlFiles(root, sessions)
+        elif kind == RESERVED:
+            store = _ReservedFiles(root, sessions)
+        else:
+            raise ValueError(f"no side {kind!r}: {JOURNAL!r}, {JSONL!r} or {RESERVED!r}")
         threads = min(sessions, SESSION_THREADS_MAX)
         per_session = max(1, events_total // sessions)
         share = [list(range(t, sessions, threads)) for t in range(threads)]
@@ -109,4 +145,4 @@ def run_side(
         shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["JOURNAL", "JSONL", "SESSION_THREADS_MAX", "Side", "run_side"]
+__all__ = ["JOURNAL", "JSONL", "RESERVED", "SESSION_THREADS_MAX", "Side", "run_side"]
