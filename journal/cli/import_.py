@@ -3,9 +3,10 @@
 Every line is kept exactly (the parsed object, and its exact text when re-serialising would
 differ) and mapped to the session vocabulary where it can be. A malformed or torn line stops
 the import with its line number (exit 3) and nothing is written; ``--skip-bad`` keeps such
-lines verbatim but unmapped, and counts them. A line holding several JSON objects joined with
-no newline is refused the same way unless ``--split-joined`` imports each object as its own
-record (the report names the line).
+lines verbatim but unmapped, and counts them. A line too large for one record stops it too
+(exit 1, naming the line; it cannot be kept, so ``--skip-bad`` does not pass it). A line
+holding several JSON objects joined with no newline is refused the same way unless
+``--split-joined`` imports each object as its own record (the report names the line).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import DAMAGED, OK, configure_common, emit, fail
+from journal.cli.common import DAMAGED, ERROR, OK, configure_common, emit, fail
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from journal.cli.progress import Progress
-    from journal.session.importers import MalformedLineError, import_file
+    from journal.session.importers import MalformedLineError, UnstorableLineError, import_file
 
     bar = Progress(sys.stderr, "import")
     try:
@@ -41,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
     except MalformedLineError as exc:
         bar.end()
         return fail(args, "import", DAMAGED, f"{exc}; nothing was written", line=exc.lineno, defect=exc.defect,
-                    reason=exc.reason)
+                    reason=exc.reason, errorType=type(exc).__name__)
+    except UnstorableLineError as exc:
+        bar.end()
+        return fail(args, "import", ERROR, str(exc), line=exc.lineno, errorType=type(exc).__name__)
     except BaseException:
         bar.end()
         raise

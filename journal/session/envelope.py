@@ -102,7 +102,12 @@ class Event:
 def check_id(name: str, value: object) -> None:
     if value is None:
         return
-    if not isinstance(value, str) or not value or len(value.encode("utf-8")) > ID_BYTES_MAX:
+    try:
+        size = len(value.encode("utf-8")) if isinstance(value, str) else 0
+    except UnicodeEncodeError:
+        raise EnvelopeError(f"{name} holds a lone UTF-16 surrogate (a string cut mid-character), which "
+                            f"is not UTF-8: {value!r}") from None
+    if not isinstance(value, str) or not value or size > ID_BYTES_MAX:
         raise EnvelopeError(f"{name} must be a non-empty string of at most {ID_BYTES_MAX} bytes, not {value!r}")
 
 

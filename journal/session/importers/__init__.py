@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from journal.fs import FileSystem
-from journal.session.importers.base import ExportReport, ImportReport, Mapped, Progress, export_lines, write_export
+from journal.session.importers.base import (
+    ExportReport,
+    ImportReport,
+    Mapped,
+    Progress,
+    UnstorableLineError,
+    export_lines,
+    write_export,
+)
 from journal.session.importers.base import import_file as _import_file
 from journal.session.importers.formats import FORMATS
 from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
@@ -29,8 +37,9 @@ def import_file(
     progress: Progress | None = None,
     fs: FileSystem | None = None,
 ) -> ImportReport:
-    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line
-    and WriteFailedError (leaving nothing at ``dest``) when writing fails part way."""
+    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line,
+    UnstorableLineError on a line too large for a record, and WriteFailedError (leaving nothing
+    at ``dest``) when writing fails part way."""
     if format_name not in FORMATS:
         raise ValueError(f"unknown format {format_name!r}; one of {', '.join(FORMATS)}")
     return _import_file(FORMATS[format_name], source, dest, skip_bad, split_joined, progress, fs=fs)
@@ -52,6 +61,7 @@ __all__ = [
     "MalformedLineError",
     "Mapped",
     "SourceLine",
+    "UnstorableLineError",
     "export_journal",
     "export_lines",
     "import_file",

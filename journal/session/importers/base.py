@@ -7,7 +7,11 @@ event of a line carries the line itself in ``data.import``::
 
 ``raw`` is stored only when re-serialising ``original`` compactly would not give the same bytes
 back (key order is kept by the parser; number spellings, escapes and whitespace may differ), so
-export writes every line byte for byte while a typical line is stored once. Events derived from
+export writes every line byte for byte while a typical line is stored once. A value a journal
+cannot store (a lone surrogate escape, a number past a double's range: lines.py) is replaced in
+``original`` and ``raw`` keeps the line as written; a line nested deeper than lines.py's
+NESTING_DEPTH_MAX is a malformed line. A line whose event the journal still refuses (one larger
+than a record may be) stops the import with UnstorableLineError naming it. Events derived from
 the same line (a tool call inside an assistant message, the start a tool result implies, a turn
 boundary the importer infers) carry ``"import": {"line": N, "derived": true}``; export skips
 them. A line the format mapper does not understand becomes an ``import.record`` event (marked
@@ -29,11 +33,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from journal.api import LOCK_FILE, InvariantError, JournalError, WriteFailedError
+from journal.api import (
+    LOCK_FILE,
+    EventNotSerializableError,
+    InvariantError,
+    JournalError,
+    RecordTooLargeError,
+    WriteFailedError,
+)
 from journal.fs import (
     FileSystem,
     OsFileSystem,
     discard_dir,
+    follow_link,
     publish_dir,
     read_file,
     temp_dir_beside,
@@ -65,6 +77,21 @@ class Mapped:
     starts_turn: bool = False  # a user prompt: close the open turn, open a new one before this event
 
 
+class UnstorableLineError(JournalError):
+    """A source line whose event the journal refuses (larger than a record may be): ``lineno``
+    says which. Not a fault of the disk, and not skippable: skipping would drop the line."""
+
+    def __init__(self, path: str, lineno: int, cause: JournalError) -> None:
+        if isinstance(cause, RecordTooLargeError):
+            why = (f"its event is {cause.size_bytes} bytes, over the journal's record limit of "
+                   f"{cause.limit_bytes} bytes (the importer keeps each line whole in one record)")
+        else:
+            why = str(cause)
+        super().__init__(f"{path}: line {lineno} cannot be stored in a journal: {why}. Nothing was written; "
+                         "shorten that line in a copy of the source to import the rest")
+        self.lineno = lineno
+
+
 class Format(Protocol):
     name: str
     description: str
@@ -88,6 +115,7 @@ class ImportReport:
     mapped: dict[str, int] = field(default_factory=dict)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # defective lines kept unmapped
     split: list[int] = field(default_factory=list)  # line numbers of joined lines that were split
+    replaced: list[int] = field(default_factory=list)  # lines with values stored as U+FFFD or null
     session_id: str = ""
     last_seq: int = 0
 
@@ -100,6 +128,9 @@ class ImportReport:
         ]
         for n in self.split:
             lines.append(f"  line {n}: several JSON objects joined on one line, imported as separate records")
+        for n in self.replaced:
+            lines.append(f"  line {n}: a lone surrogate escape (a string cut mid-character) or a number past a "
+                         "double's range, mapped as U+FFFD or null (the exact line is kept)")
         for s in self.skipped:
             lines.append(f"  line {s['line']}: {s['defect']}: {s['reason']} (skipped: kept verbatim, not mapped)")
         if self.skipped:
@@ -110,7 +141,7 @@ class ImportReport:
         return {
             "source": self.source, "dest": self.dest, "format": self.format, "lines": self.lines,
             "events": self.events, "mapped": self.mapped, "skipped": self.skipped, "split": self.split,
-            "sessionId": self.session_id, "lastSeq": self.last_seq,
+            "replaced": self.replaced, "sessionId": self.session_id, "lastSeq": self.last_seq,
         }
 
 
@@ -124,7 +155,7 @@ def _carrier(line: SourceLine) -> dict[str, Any]:
     block: dict[str, Any] = {"line": line.lineno}
     if line.obj is not None:
         block["original"] = line.obj
-        if line.text is not None and compact(line.obj) != line.text:
+        if line.text is not None and (line.replaced or (line.compact or compact(line.obj)) != line.text):
             block["raw"] = line.text
     elif line.text is not None:
         block["raw"] = line.text
@@ -226,7 +257,7 @@ def import_file(
     fs = fs or OsFileSystem()  # the destination is a journal directory: looked at through the file layer
     if fs.exists(dest) and (not fs.is_dir(dest) or fs.listdir(dest)):
         raise JournalError(f"destination {dest!r} exists and is not empty; import writes a new journal")
-    data = read_file(fs, source)
+    data = read_file(fs, follow_link(fs, source))  # the caller's file: a link to it is followed
     lines, final_newline = read_source(data, split_joined, progress)
     report = ImportReport(source, dest, fmt.name)
     report.lines = lines[-1].lineno if lines else 0
@@ -240,6 +271,8 @@ def import_file(
             report.skipped.append({"line": ln.lineno, "defect": ln.defect, "reason": ln.reason})
         if ln.split_index == 0:
             report.split.append(ln.lineno)
+        if ln.replaced and ln.lineno not in report.replaced:
+            report.replaced.append(ln.lineno)
     sid, cwd = fmt.session_info(lines)
     session_id = _valid_id(sid) or new_session_id()
     report.session_id = session_id
@@ -280,7 +313,11 @@ def import_file(
         tmp = temp_dir_beside(fs, dest, "import", LOCK_FILE)
         with journal.open(tmp, create=True, fs=fs) as j:
             for start in range(0, len(stored), WRITE_BATCH_RECORDS):
-                outs = j.append_many(stored[start : start + WRITE_BATCH_RECORDS], durability="flush")
+                batch = stored[start : start + WRITE_BATCH_RECORDS]
+                try:
+                    outs = j.append_many(batch, durability="flush")
+                except (EventNotSerializableError, RecordTooLargeError) as exc:
+                    raise _unstorable(j, batch, source, exc) from None
                 bad = [o for o in outs if not isinstance(o, Committed)]
                 if bad:
                     raise OSError(getattr(bad[0], "errno", None), f"a batch was not written: {bad[0].reason}")
@@ -289,11 +326,23 @@ def import_file(
         publish_dir(fs, tmp, os.path.abspath(dest))
     except BaseException as exc:
         leftover = discard_dir(fs, tmp) if tmp is not None else None
-        if isinstance(exc, (OSError, JournalError)):
+        if isinstance(exc, (OSError, JournalError)) and not isinstance(exc, UnstorableLineError):
             raise WriteFailedError("import", dest, exc, leftover) from exc
         raise
     report.events = len(stored)
     return report
+
+
+def _unstorable(j: Any, batch: list[dict[str, Any]], source: str, exc: JournalError) -> JournalError:
+    """The line of the first event of ``batch`` the journal refuses, found by appending them one
+    by one (into the temporary journal the failure throws away): the engine's own judgment."""
+    for ev in batch:
+        try:
+            j.append(ev, durability="buffered")
+        except (EventNotSerializableError, RecordTooLargeError) as refused:
+            block = ev.get("data", {}).get("import", {})
+            return UnstorableLineError(source, int(block.get("line", 0)), refused)
+    return exc
 
 
 def _timestamp(obj: dict[str, Any] | None) -> str | None:

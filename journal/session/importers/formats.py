@@ -21,11 +21,10 @@ followed are the ones each runtime writes:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from journal.session.importers.base import Mapped
-from journal.session.importers.lines import SourceLine
+from journal.session.importers.lines import SourceLine, load_json
 
 
 def _text_of(content: Any, kinds: tuple[str, ...] = ("text", "input_text", "output_text")) -> str | None:
@@ -144,8 +143,8 @@ class CodexFormat:
             args: Any = raw_args
             if isinstance(raw_args, str):
                 try:
-                    args = json.loads(raw_args)
-                except ValueError:
+                    args = load_json(raw_args)
+                except ValueError:  # not JSON, or nested too deep to store: kept as the string it is
                     args = raw_args
             return _tool(p.get("call_id"), p.get("name"), args)
         if pt == "local_shell_call":
