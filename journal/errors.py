@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import TypeVar
 
 _T = TypeVar("_T")
@@ -64,8 +65,8 @@ class ForeignSegmentError(CorruptionError):
     def __init__(self, segment: str, path: str) -> None:
         JournalError.__init__(
             self,
-            f"segment {path} belongs to a different journal (its journal id is not the one of the "
-            "segments before it): it was copied in from elsewhere. Nothing was read from it or changed; "
+            f"segment {path} belongs to a different journal (its journal id is not the one the rest of the "
+            "journal carries): it was copied in from elsewhere. Nothing was read from it or changed; "
             "move that file out of the journal directory (or restore this journal's own segment from a backup)",
         )
         self.segment = segment
@@ -82,6 +83,49 @@ class NewerFormatError(JournalError):
             f"format {supported}. Upgrade the journal package to read it"
         )
         self.path = path
+
+
+class ForeignRecordError(JournalError):
+    """A genuine record (its checksums hold) whose content is not what the reader, an adapter,
+    writes: a field of another type, a shape or a format it does not know. Another program, a
+    newer version, or someone who crafted or altered the journal wrote it (a journal copied,
+    imported or restored is data from elsewhere). Nothing of it was used and nothing was changed.
+
+    ``path`` names the journal; ``seq`` the record (None when the reader does not know it yet)."""
+
+    def __init__(self, path: str, seq: int | None, why: str) -> None:
+        super().__init__(
+            f"journal {_where(path, seq)} holds a record this reader did not write: {why}. Nothing of it "
+            "was used and nothing was changed; read the journal with the program (or the version) that "
+            "wrote it, or restore it from a backup you trust"
+        )
+        self.path = path
+        self.seq = seq
+        self.why = why
+
+
+class ForeignValueError(ForeignRecordError):
+    """A stored value names a type the reader does not decode: decoding it would import and call
+    what the stored bytes name (code run from a journal's bytes). Nothing was imported, called or
+    changed. ``type_name`` is the type; ``allow`` says how to let the reader decode it, for a
+    journal the user trusts and a type of their own."""
+
+    def __init__(self, path: str, seq: int | None, type_name: str, allow: str) -> None:
+        JournalError.__init__(
+            self,
+            f"journal {_where(path, seq)} holds a value of type {type_name}, which this reader does not "
+            "decode: decoding it would construct what the stored bytes name. Nothing was imported, called or "
+            f"changed. If you trust this journal and {type_name} is a type of yours, allow it: {allow}",
+        )
+        self.path = path
+        self.seq = seq
+        self.why = f"a value of type {type_name}"
+        self.type_name = type_name
+        self.allow = allow
+
+
+def _where(path: str, seq: int | None) -> str:
+    return f"{path} at seq {seq}" if seq is not None else path
 
 
 class EventNotSerializableError(JournalError):
@@ -212,6 +256,27 @@ class JournalIOError(JournalError, OSError):
         self.path = path
 
 
+class PrefixDroppedError(JournalIOError):
+    """Records a reader was reading on to were deleted by ``drop_prefix`` (retention) while it
+    read: the reader was behind the journal's new first seq. Nothing is damaged. Also a
+    JournalIOError (errno ENOENT: their segments are gone), as docs/GUARANTEES.md ("Retention")
+    promises a reader positioned in a segment being dropped. ``next_seq`` is the record the
+    reader needed, ``first_seq`` where the journal begins now."""
+
+    def __init__(self, path: str, next_seq: int, first_seq: int) -> None:
+        OSError.__init__(
+            self,
+            2,  # ENOENT
+            f"reading journal {path!r}: records {next_seq} to {first_seq - 1} were deleted by drop_prefix "
+            f"(retention) while this reader was behind them; the journal now begins at seq {first_seq}. Nothing "
+            f"is damaged: read on from there (read(after_seq={first_seq - 1}) or follow(after_seq="
+            f"{first_seq - 1})), or drop only what every reader has read",
+        )
+        self.path = path
+        self.next_seq = next_seq
+        self.first_seq = first_seq
+
+
 class WriteFailedError(JournalIOError):
     """A command that makes a new journal (import, salvage) failed part way while writing it. Its
     partial output, built in a temporary directory beside the destination, was removed, so the
@@ -245,6 +310,35 @@ def _what_failed(cause: BaseException) -> tuple[BaseException, str]:
     if isinstance(cause, OSError) and not isinstance(cause, JournalError) and cause.strerror:
         return cause, cause.strerror + (f" ({cause.filename})" if cause.filename else "")
     return cause, str(cause)
+
+
+class UnexpectedFileError(JournalError, OSError):
+    """Something the engine did not make where it expects a file or directory of its own (a
+    journal's LOCK, segments, START marker, quarantine/; a store's .trash, its journals, its index):
+    a symbolic link, a FIFO, a socket or a device. It is never opened, written, truncated or
+    descended into there, since that could reach a file elsewhere or block forever; where the
+    engine removes such a name, the name alone is removed. Also an OSError (errno ELOOP for a
+    link, ENXIO otherwise). A path the caller gave (a journal's directory, a store's root, a
+    destination) is followed as the OS resolves it: docs/GUARANTEES.md, "Links"."""
+
+    def __init__(self, path: str, kind: str, err: int) -> None:
+        OSError.__init__(
+            self,
+            err,
+            f"{path!r} is {kind}, where journal expects a file or directory it made itself; it opens, "
+            "writes, cuts or removes nothing through it (that could reach a file elsewhere). Nothing was "
+            "changed there; move it away (if it is what a journal file was, put that file back in its "
+            "place) and run it again",
+        )
+        self.path = path
+        self.kind = kind
+
+
+class UnexpectedLinkError(UnexpectedFileError):
+    """A symbolic link where the engine expects a file or directory of its own."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "a symbolic link", errno.ELOOP)
 
 
 class InvariantError(JournalError, AssertionError):

@@ -62,10 +62,10 @@ import os
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import ormsgpack
 import zstandard
@@ -82,12 +82,25 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.serde import _msgpack as _lg_msgpack
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import (
+    EXT_CONSTRUCTOR_KW_ARGS,
+    EXT_CONSTRUCTOR_POS_ARGS,
+    EXT_CONSTRUCTOR_SINGLE_ARG,
+    EXT_DELTA_SNAPSHOT,
+    EXT_METHOD_SINGLE_ARG,
+    EXT_NUMPY_ARRAY,
+    EXT_PYDANTIC_V1,
+    EXT_PYDANTIC_V2,
+    JsonPlusSerializer,
+)
 
 import journal
 from journal.api import (
     Committed,
     EventNotSerializableError,
+    InvalidArgumentError,
     InvariantError,
     Journal,
     JournalError,
@@ -96,6 +109,7 @@ from journal.api import (
     Retention,
     Store,
 )
+from journal.errors import ForeignRecordError, ForeignValueError
 
 THREADS_DIR = "threads"  # on files, the directory of thread journals under the saver's path
 LEGACY_TRASH_DIR = "trash"  # where earlier versions renamed deleted threads: emptied on open
@@ -199,20 +213,83 @@ def _pack(event: dict[str, Any], size_max: int) -> bytes:
     return _RAW_HEAD + body
 
 
-def record_event(rec: Record) -> dict[str, Any]:
-    """A record's event, in the v2 shape whichever version it was written in."""
-    if not rec.is_bytes:
-        return _from_v1(rec.event)
-    payload = rec.payload
-    head = payload[:2]
-    if head == _RAW_HEAD:
-        event: dict[str, Any] = ormsgpack.unpackb(memoryview(payload)[2:])
-    elif head == _ZSTD_HEAD:
-        event = ormsgpack.unpackb(_decompressor().decompress(memoryview(payload)[2:]))
-    else:
-        raise JournalError(f"record {rec.seq} is of an unknown format (it starts {head!r}); "
-                           "a newer version of this adapter may have written it")
+def record_event(
+    rec: Record, *, path: str = "a thread journal", size_bytes_max: int = RECORD_SIZE_BYTES_MAX_DEFAULT
+) -> dict[str, Any]:
+    """A record's event, in the v2 shape whichever version it was written in.
+
+    Every field is checked to be of the shape the saver writes (``_shape_error``): a record of
+    another shape, or bytes that are not a record of ours, raise ``ForeignRecordError`` naming
+    ``path`` and the seq, never a KeyError or a TypeError further on. A compressed record whose
+    content is over ``size_bytes_max`` (the saver's ``record_size_bytes_max``) is refused before
+    anything is allocated for it. No value is decoded here (values are the serde's, on use)."""
+    try:
+        event = _from_v1(rec.event) if not rec.is_bytes else _unpack(rec.payload, size_bytes_max)
+    except (ValueError, TypeError, KeyError, IndexError, zstandard.ZstdError) as e:
+        raise ForeignRecordError(path, rec.seq, f"a LangGraph record that cannot be read ({e})") from None
+    why = _shape_error(event)
+    if why is not None:
+        raise ForeignRecordError(path, rec.seq, f"a LangGraph record with {why}")
     return event
+
+
+def _unpack(payload: bytes, size_bytes_max: int) -> Any:
+    """A v2 record's event (module doc): version and codec bytes, then msgpack, maybe in zstd."""
+    head = payload[:2]
+    body = memoryview(payload)[2:]
+    if head == _RAW_HEAD:
+        return ormsgpack.unpackb(body)
+    if head == _ZSTD_HEAD:
+        # zstandard allocates a frame's declared content size whatever max_output_size says:
+        # the declaration is checked first (an undeclared size is bounded by max_output_size).
+        declared = zstandard.frame_content_size(body)
+        if declared > size_bytes_max:
+            raise ValueError(f"its compressed content declares {declared} bytes, over record_size_bytes_max="
+                             f"{size_bytes_max}")
+        return ormsgpack.unpackb(_decompressor().decompress(body, max_output_size=size_bytes_max))
+    raise ValueError(f"it is of an unknown format (it starts {bytes(head)!r}); a newer version of this adapter "
+                     "may have written it")
+
+
+def _is_typed(value: Any) -> bool:
+    """Whether ``value`` is a serde output as stored: [type, data]."""
+    return (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], (bytes, bytearray)))
+
+
+def _is_row(value: Any, first: type) -> bool:
+    """Whether ``value`` is a blob ([channel, version, type, data]: ``first`` str) or a write
+    ([idx, channel, type, data]: ``first`` int) as stored."""
+    return (isinstance(value, (list, tuple)) and len(value) == 4 and isinstance(value[0], first)
+            and isinstance(value[1], str) and _is_typed(value[2:]))
+
+
+def _shape_error(event: Any) -> str | None:
+    """What in ``event`` is not of the shape the saver writes (module doc), or None."""
+    if not isinstance(event, dict):
+        return f"a {type(event).__name__} where a map is written"
+    kind = event.get("k")
+    if not isinstance(event.get("ns"), str):
+        return "no str namespace (ns)"
+    if kind == "cp":
+        if not isinstance(event.get("id"), str):
+            return "no str checkpoint id"
+        if event.get("parent") is not None and not isinstance(event["parent"], str):
+            return "a parent that is not a str"
+        if not (_is_typed(event.get("cp")) and _is_typed(event.get("md"))):
+            return "a checkpoint or metadata that is not [type, data]"
+        blobs = event.get("blobs")
+        if not isinstance(blobs, list) or not all(_is_row(b, str) for b in blobs):
+            return "blobs that are not [channel, version, type, data] each"
+        return None
+    if kind == "w":
+        if not all(isinstance(event.get(f), str) for f in ("cp", "task", "path")):
+            return "no str checkpoint id, task or task path"
+        writes = event.get("w")
+        if not isinstance(writes, list) or not all(_is_row(w, int) for w in writes):
+            return "writes that are not [idx, channel, type, data] each"
+        return None
+    return f"an unknown kind {kind!r}"
 
 
 def _typed(value: Sequence[Any]) -> tuple[str, bytes]:
@@ -231,6 +308,112 @@ def _from_v1(event: dict[str, Any]) -> dict[str, Any]:
     elif event["k"] == "w":
         out["w"] = [[idx, channel, kind, b64(text)] for idx, channel, kind, text in event["w"]]
     return out
+
+
+# ---- what the saver decodes (docs/ADAPTERS.md, "What each adapter decodes")
+
+# The serde types JsonPlusSerializer writes (without pickle_fallback); "empty" is the saver's own.
+DECODED_SERDE_TYPES = frozenset({"null", "bytes", "bytearray", "msgpack"})
+# The msgpack extensions that name a type (module, name) LangGraph imports and calls on decode.
+_EXT_NAMING_A_TYPE = frozenset({
+    EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS, EXT_CONSTRUCTOR_KW_ARGS, EXT_PYDANTIC_V1, EXT_PYDANTIC_V2,
+})
+_NUMPY_ARRAY = ("numpy", "ndarray")
+_A_VALUE = "(a stored value)"  # the place a serializer names: the saver puts the journal and seq instead
+_OWN_SERDE = "JournalSaver(path, serde=<a serializer that reads it>)"
+
+
+def _allow(key: tuple[str, str]) -> str:
+    return f"JournalSaver(path, allowed_types=[{key[1]}]) (the class, or the pair {key!r})"
+
+
+def type_key(t: type | Sequence[str]) -> tuple[str, str]:
+    """A type as LangGraph's msgpack names it: (module, name), from a class or such a pair."""
+    if isinstance(t, type):
+        return (t.__module__, t.__name__)
+    if isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(x, str) for x in t):
+        return (t[0], t[1])
+    raise InvalidArgumentError(f"an allowed type is a class or a (module, name) pair of str, not {t!r}")
+
+
+class StrictSerializer(JsonPlusSerializer):
+    """The saver's default serializer: LangGraph's ``JsonPlusSerializer``, writing what it
+    writes, but reading back only what it could have written for this application.
+
+    LangGraph's own default imports and calls any (module, name) a stored value names. This one
+    decodes only the serde types in ``DECODED_SERDE_TYPES``, and msgpack values whose every
+    extension names a type in LangGraph's safe list (``SAFE_MSGPACK_TYPES``: datetime, UUID,
+    Decimal, set, deque, paths, langchain_core's messages and Document, ``Send``, ``Interrupt``,
+    ``Command``, ...) or in ``allowed_types`` (the application's own pydantic models, dataclasses,
+    enums, named tuples; numpy arrays as ``numpy.ndarray``). Anything else raises
+    ``ForeignValueError`` naming the type and the line that allows it; nothing is imported or
+    called. The check reads the value once without constructing anything, then LangGraph's
+    decoder, in its strict mode with the same allow-list, constructs it.
+    """
+
+    def __init__(self, *, allowed_types: Iterable[type | Sequence[str]] = ()) -> None:
+        keys = frozenset(type_key(t) for t in allowed_types)
+        # LangGraph's strict mode (its safe list and these), never its "allow everything".
+        super().__init__(allowed_msgpack_modules=sorted(keys) or None)
+        self.allowed_types = keys
+
+    def with_msgpack_allowlist(self, extra_allowlist: Iterable[tuple[str, ...] | type]) -> StrictSerializer:
+        """A serializer allowing ``extra_allowlist`` too (LangGraph's way to widen one)."""
+        extra = frozenset(type_key(t) for t in extra_allowlist)
+        return self if extra <= self.allowed_types else StrictSerializer(allowed_types=self.allowed_types | extra)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        kind, raw = data
+        if kind not in DECODED_SERDE_TYPES:
+            raise ForeignValueError(_A_VALUE, None, f"(serde type {kind!r})", _OWN_SERDE)
+        if kind == "msgpack":
+            _check_msgpack(raw, self.allowed_types)
+        try:
+            return super().loads_typed(data)
+        except ValueError as e:  # the check read it whole: not expected, but never untyped
+            raise ForeignRecordError(_A_VALUE, None, f"a value LangGraph cannot decode ({e})") from None
+
+
+def _check_msgpack(raw: bytes, allowed: frozenset[tuple[str, str]]) -> None:
+    """Raise ForeignValueError unless every msgpack extension in ``raw`` is one LangGraph writes
+    and names a type the saver decodes; ForeignRecordError if ``raw`` is not msgpack. Constructs
+    nothing: each extension's payload is read (and its own extensions checked), then dropped."""
+    refused: list[tuple[str, str]] = []  # (the type, how to allow it): the innermost first
+
+    def hook(code: int, data: bytes) -> None:
+        inner = ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+        if code == EXT_DELTA_SNAPSHOT:
+            return None
+        if code == EXT_NUMPY_ARRAY:
+            if _NUMPY_ARRAY in allowed:
+                return None
+            refused.append(("numpy.ndarray", _allow(_NUMPY_ARRAY)))
+        elif code in _EXT_NAMING_A_TYPE or code == EXT_METHOD_SINGLE_ARG:
+            if not (isinstance(inner, list) and len(inner) >= 3 and isinstance(inner[0], str)
+                    and isinstance(inner[1], str)):
+                refused.append((f"(malformed msgpack extension {code})", _OWN_SERDE))
+            elif code == EXT_METHOD_SINGLE_ARG:  # LangGraph calls only the methods of its own list
+                method = inner[3] if len(inner) > 3 else None
+                if (inner[0], inner[1], method) in _lg_msgpack.SAFE_MSGPACK_METHODS:
+                    return None
+                refused.append((f"{inner[0]}.{inner[1]}.{method}", _OWN_SERDE))
+            else:
+                key = (inner[0], inner[1])
+                if key in _lg_msgpack.SAFE_MSGPACK_TYPES or key in allowed:
+                    return None
+                refused.append((f"{key[0]}.{key[1]}", _allow(key)))
+        else:
+            refused.append((f"(msgpack extension {code}, which LangGraph does not write)", _OWN_SERDE))
+        # ormsgpack drops an ext_hook's exception for a ValueError of its own: what was refused
+        # is in ``refused``.
+        raise ValueError(refused[-1][0])
+
+    try:
+        ormsgpack.unpackb(raw, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    except ValueError as e:
+        if refused:
+            raise ForeignValueError(_A_VALUE, None, *refused[0]) from None
+        raise ForeignRecordError(_A_VALUE, None, f"a value that is not msgpack ({e})") from None
 
 
 @dataclass(slots=True)
@@ -253,6 +436,7 @@ class _Thread:
     """One open thread: its journal and the index of what it holds."""
 
     journal: Journal
+    size_bytes_max: int = RECORD_SIZE_BYTES_MAX_DEFAULT  # the saver's record_size_bytes_max
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False  # closed by the saver (evicted, deleted, forgotten): open it again
     # ns -> checkpoint id -> entry
@@ -267,7 +451,11 @@ class _Thread:
         index decodes no value: ``serde`` is not used (kept for callers that pass it)."""
         self.checkpoints, self.blobs, self.writes = {}, {}, {}
         for rec in self.journal.read():
-            self.index(rec.seq, record_event(rec))
+            self.index(rec.seq, self.event(rec))
+
+    def event(self, rec: Record) -> dict[str, Any]:
+        """A record's event, checked (``record_event``)."""
+        return record_event(rec, path=self.journal.path, size_bytes_max=self.size_bytes_max)
 
     def index(self, seq: int, event: dict[str, Any]) -> None:
         ns, kind = event["ns"], event["k"]
@@ -293,18 +481,32 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 
 
 class JournalSaver(BaseCheckpointSaver[str]):
-    """A LangGraph checkpointer storing each thread in a journal under ``path`` (see the module doc)."""
+    """A LangGraph checkpointer storing each thread in a journal under ``path`` (see the module doc).
+
+    What it decodes: by default a ``StrictSerializer``, which reads back only the types LangGraph
+    writes for a graph (its safe list: messages, ``Send``, ``Interrupt``, ``Command``, datetimes,
+    ...) and ``allowed_types``, the application's own (pydantic models, dataclasses, enums, named
+    tuples of its state); a stored value of any other type raises ``ForeignValueError`` and
+    nothing is imported or called. ``serde=`` replaces it with the caller's serializer, decoding
+    as that one does (LangGraph's plain ``JsonPlusSerializer()`` imports and calls whatever the
+    stored bytes name: give it only journals you trust).
+    """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         serde: SerializerProtocol | None = None,
+        allowed_types: Iterable[type | Sequence[str]] = (),
         record_size_bytes_max: int | None = None,
         segment_size_bytes: int | None = None,
         threads_open_max: int = THREADS_OPEN_MAX_DEFAULT,
     ) -> None:
-        super().__init__(serde=serde)
+        allowed = list(allowed_types)
+        if serde is not None and allowed:
+            raise InvalidArgumentError("allowed_types widens the saver's own serializer; with serde=, give your "
+                                       "serializer its allow-list instead (nothing was opened)")
+        super().__init__(serde=serde if serde is not None else StrictSerializer(allowed_types=allowed))
         if isinstance(threads_open_max, bool) or not isinstance(threads_open_max, int) or threads_open_max < 1:
             raise ValueError(f"threads_open_max must be an int >= 1, not {threads_open_max!r}")
         self.threads_open_max = threads_open_max
@@ -370,7 +572,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             # The store makes a new thread's journal whole before it has the thread's name, so a
             # crash never leaves a half-made journal there (journal/engine/store.py).
             j = self._store.open(name, create=create, **self._options)
-            t = _Thread(j)
+            t = _Thread(j, self._record_size_max)
             try:
                 t.reindex(self.serde)
             except BaseException:
@@ -472,11 +674,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def _load_tuple(self, thread_id: str, t: _Thread, ns: str, checkpoint_id: str) -> CheckpointTuple:
         entry = t.checkpoints[ns][checkpoint_id]
-        rec = t.journal.get(entry.seq)
-        if rec is None:  # the index names only records this handle committed or read
-            raise MissingRecordError(f"thread {thread_id!r}: checkpoint record {entry.seq} is missing")
-        event = record_event(rec)
-        checkpoint: Checkpoint = self.serde.loads_typed(_typed(event["cp"]))
+        event = self._event(t, entry.seq)
+        checkpoint = self._checkpoint(t, entry.seq, event)
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
             where = t.blobs.get((ns, channel, str(version)))
@@ -487,31 +686,73 @@ class JournalSaver(BaseCheckpointSaver[str]):
             _, _, kind, data = blob_event["blobs"][pos]
             if kind == "empty":
                 continue
-            values[channel] = self.serde.loads_typed((kind, data))
+            values[channel] = self._loads(t, blob_seq, (kind, data))
         stored = t.writes.get((ns, checkpoint_id), {})
         ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         pending: builtins.list[PendingWrite] = []
         for (task_id, _idx), w in ordered:
             _, channel, kind, data = self._event(t, w.seq)["w"][w.pos]
-            pending.append((task_id, channel, self.serde.loads_typed((kind, data))))
+            pending.append((task_id, channel, self._loads(t, w.seq, (kind, data))))
         return CheckpointTuple(
             config=_config(thread_id, ns, checkpoint_id),
             checkpoint={**checkpoint, "channel_values": values},
-            metadata=self._metadata(entry),
+            metadata=self._metadata(t, entry),
             parent_config=_config(thread_id, ns, entry.parent) if entry.parent else None,
             pending_writes=pending,
         )
 
-    def _metadata(self, entry: _CheckpointEntry) -> CheckpointMetadata:
-        metadata: CheckpointMetadata = self.serde.loads_typed(_typed(entry.md))
-        return metadata
+    def _loads(self, t: _Thread, seq: int, typed: tuple[str, bytes]) -> Any:
+        """One stored value of record ``seq``, decoded by the serde. What the serde refuses, or
+        fails to read, raises ForeignRecordError (ForeignValueError for a type it does not
+        decode) naming the thread's journal and the seq."""
+        try:
+            return self.serde.loads_typed(typed)
+        except ForeignValueError as e:
+            raise ForeignValueError(t.journal.path, seq, e.type_name, e.allow) from None
+        except ForeignRecordError as e:
+            raise ForeignRecordError(t.journal.path, seq, e.why) from None
+        except (ValueError, TypeError, NotImplementedError) as e:  # a serializer of the caller's
+            raise ForeignRecordError(t.journal.path, seq, f"a value the serializer cannot read ({e!r})") from e
+
+    def _checkpoint(self, t: _Thread, seq: int, event: dict[str, Any]) -> Checkpoint:
+        """The checkpoint of a "cp" record, checked to be what ``put`` stores: a map whose id is
+        the record's and whose channel versions map str channels to versions."""
+        checkpoint = self._loads(t, seq, _typed(event["cp"]))
+        versions = checkpoint.get("channel_versions") if isinstance(checkpoint, dict) else None
+        if (not isinstance(versions, dict) or checkpoint.get("id") != event["id"]
+                or not all(isinstance(c, str) and isinstance(v, (str, int, float)) for c, v in versions.items())):
+            raise ForeignRecordError(t.journal.path, seq, "a checkpoint that is not a map of this record's id and "
+                                                          "its channel versions")
+        out: Checkpoint = checkpoint
+        return out
+
+    def _metadata(self, t: _Thread, entry: _CheckpointEntry) -> CheckpointMetadata:
+        metadata = self._loads(t, entry.seq, _typed(entry.md))
+        if not isinstance(metadata, dict):
+            raise ForeignRecordError(t.journal.path, entry.seq, f"checkpoint metadata that is a "
+                                                                f"{type(metadata).__name__}, not a map")
+        return cast(CheckpointMetadata, metadata)
 
     @staticmethod
     def _event(t: _Thread, seq: int) -> dict[str, Any]:
         rec = t.journal.get(seq)
-        if rec is None:
+        if rec is None:  # the index names only records this handle committed or read
             raise MissingRecordError(f"record {seq} of {t.journal.path} is missing")
-        return record_event(rec)
+        return t.event(rec)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> JournalSaver:
+        """LangGraph's hook to widen what the saver decodes (a graph compiled under
+        ``LANGGRAPH_STRICT_MSGPACK=true`` passes its state's types): the saver's own serializer
+        is widened in place and the saver itself returned, so the graph and its owner keep one
+        saver (one lock per thread journal, one ``close``). A caller's ``serde=`` is LangGraph's
+        business: its clone, as for any saver."""
+        if isinstance(self.serde, StrictSerializer):
+            self.serde = self.serde.with_msgpack_allowlist(extra_allowlist)
+            return self
+        clone = super().with_allowlist(extra_allowlist)
+        if not isinstance(clone, JournalSaver):  # BaseCheckpointSaver's clone is a copy of self
+            raise InvariantError("BaseCheckpointSaver.with_allowlist gave back another class")
+        return clone
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
@@ -569,7 +810,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                         if before_id and checkpoint_id >= before_id:
                             continue
                         if filter:
-                            md = self._metadata(t.checkpoints[ns][checkpoint_id])
+                            md = self._metadata(t, t.checkpoints[ns][checkpoint_id])
                             if not all(md.get(k) == v for k, v in filter.items()):
                                 continue
                         out.append(self._load_tuple(thread_id, t, ns, checkpoint_id))
@@ -694,7 +935,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     (ns, cid)
                     for ns, by_id in t.checkpoints.items()
                     for cid, entry in by_id.items()
-                    if self._metadata(entry).get("run_id") not in wanted
+                    if self._metadata(t, entry).get("run_id") not in wanted
                 }
                 if sum(len(by_id) for by_id in t.checkpoints.values()) == len(keep):
                     continue
@@ -736,8 +977,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         emitted: set[tuple[str, str, str]] = set()
         ordered = sorted(keep, key=lambda k: t.checkpoints[k[0]][k[1]].seq)
         for ns, cid in ordered:
-            cp_event = dict(self._event(t, t.checkpoints[ns][cid].seq))
-            checkpoint: Checkpoint = self.serde.loads_typed(_typed(cp_event["cp"]))
+            cp_seq = t.checkpoints[ns][cid].seq
+            cp_event = dict(self._event(t, cp_seq))
+            checkpoint = self._checkpoint(t, cp_seq, cp_event)
             blobs = []
             for channel, version in checkpoint["channel_versions"].items():
                 where = (ns, channel, str(version))
