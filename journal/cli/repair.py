@@ -2,7 +2,8 @@
 
 Byte level: open the journal for writing, which runs recovery: a torn tail after the last
 durable point is copied into ``quarantine/`` and cut; an unfinished segment file is removed.
-Corruption of committed data is refused (exit 3): that is `journal salvage`'s job.
+Corruption of committed data is refused (exit 3): that is `journal salvage`'s job. A journal
+written by a newer format is left as it is (exit 6): upgrade the journal package.
 Structural (session journals): the session layer appends its deterministic synthetic closers
 for every dangling tool call, approval, attempt, compaction, job, step and turn.
 ``--dry-run`` changes nothing and prints what each level would do. On a journal URL the byte
@@ -16,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from journal.cli.common import DAMAGED, ERROR, OK, configure_common, emit, is_session
+from journal.cli.common import DAMAGED, ERROR, NEWER_FORMAT, OK, configure_common, emit, is_session
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import journal
     from journal.cli.progress import Progress
-    from journal.engine.verify import CORRUPT, verify
+    from journal.engine.verify import CORRUPT, NEWER, verify
     from journal.remote import is_url
     from journal.session import Registry, repair
     from journal.session.errors import SessionError
@@ -44,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     bar.end()
     data: dict[str, Any] = {"dryRun": args.dry_run, "verdict": check.verdict, "byteLevel": [], "structural": None}
     lines: list[str] = []
+    if check.verdict == NEWER:
+        # Not damage: bytes this version cannot read, so it cannot tell what a repair would cut.
+        emit(args, check.summary() + "\nrepair changed nothing: upgrade the journal package to repair it", data)
+        return NEWER_FORMAT
     if check.verdict == CORRUPT:
         data["problems"] = [p.to_json() for p in check.problems]
         emit(args, check.summary() + "\nrepair refuses to cut committed data; run `journal salvage "

@@ -3,7 +3,8 @@
 The source is only read. The report lists every place something was lost: segment, offset,
 bytes and the seqs that went with it. Seqs are kept (lost ones become ``journal.lost``
 placeholders) unless ``--renumber``. Exit 0 when nothing was lost, 8 when the copy is made but
-records were lost.
+records were lost, 6 (nothing made) when the source holds bytes of a newer format: they are not
+damage, and the newer version reads them.
 """
 
 from __future__ import annotations

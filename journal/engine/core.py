@@ -24,6 +24,7 @@ Life of an append (the writer and recovery are mirror images; see docs/GUARANTEE
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import secrets
 import threading
@@ -49,7 +50,18 @@ from journal.engine.encoding import (
     with_repeats,
 )
 from journal.engine.options import Options
-from journal.engine.reader import Cursor, DecodedBlock, Record, SegmentCache, decode_stored
+from journal.engine.reader import (
+    DROPPED,
+    LOOKS_MAX,
+    MISSING,
+    Cursor,
+    DecodedBlock,
+    Record,
+    SegmentCache,
+    decode_stored,
+    segment_named,
+    why_missing,
+)
 from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
 from journal.engine.segment import (
     SegmentName,
@@ -267,10 +279,20 @@ class Journal(Writer):
     def _open_readonly(self) -> None:
         """What a writer's open would find, without changing a byte: the same history checks
         and the same tail classifier, whose refusals are raised here too; a tail the writer
-        would cut (torn, zeros) is reported, and readers read it as "not yet written"."""
-        segments, _dropped = self._front(self._check_dir(create=False))
+        would cut (torn, zeros) is reported, and readers read it as "not yet written".
+
+        It takes no lock, so the writer goes on meanwhile: a segment it listed may be dropped
+        before it is read, and a listing may miss a segment just made (reader.why_missing). The
+        segments are looked at again (up to LOOKS_MAX looks in all) whenever one it listed is gone
+        or its checks of them fail; only what a fresh look finds too is reported."""
+        for look in range(LOOKS_MAX):
+            try:
+                segments, journal_id = self._readonly_look()
+                break
+            except (FileNotFoundError, CorruptionError):
+                if look == LOOKS_MAX - 1:
+                    raise
         last = segments[-1]
-        journal_id, prev_seal = self._previous_segment(segments)
         for attempt in range(LIVE_READS_MAX):
             f = self._fs.open_read(os.path.join(self.path, last.name))
             try:
@@ -284,7 +306,6 @@ class Journal(Writer):
             if decision.tail != tail.CORRUPT or attempt == LIVE_READS_MAX - 1:
                 break
         decision.raise_if_refused()
-        self._check_history(segments, prev_seal, header)
         data_frames = fmt.record_frames(decision.frames)
         self._journal_id = header.journal_id
         self._active_header = header  # read-only: the live segment, for get()'s index hints
@@ -300,6 +321,22 @@ class Journal(Writer):
             live_records=sum(fr.records for fr in data_frames),
             tail=decision.tail,
         )
+
+    def _readonly_look(self) -> tuple[list[SegmentName], bytes | None]:
+        """One look at the segments for a read-only open: (segments, the journal's id), their
+        history checked as a writer's open checks it."""
+        segments, _dropped = self._front(self._check_dir(create=False))
+        live = self._header_of(segments[-1])
+        journal_id, prev_seal, segments = self._previous_segment(segments, live)
+        self._check_history(segments, prev_seal, live)
+        return segments, journal_id
+
+    def _header_of(self, seg: SegmentName) -> fmt.SegmentHeader:
+        f = self._fs.open_read(os.path.join(self.path, seg.name))
+        try:
+            return read_header(f, seg.name)
+        finally:
+            f.close()
 
     def _open_writer(self, create: bool, lock_timeout_s: float) -> None:
         fs = self._fs
@@ -375,14 +412,25 @@ class Journal(Writer):
         """(the journal's segments, segments a cut-short drop_prefix left): reads the start
         marker, and refuses a journal whose first segment is missing (docs/FORMAT.md)."""
         start = read_start(self._fs, self.path)
+        if start is not None and all(s.base_seq != start.first_seq for s in segments):
+            # The marker was read after the listing: the segment it names may be one the writer
+            # made while the listing was taken (a prune seals, appends, then drops up to it).
+            cause = why_missing(self._fs, self.path, start.first_seq)
+            if cause != MISSING:  # there (the listing missed it), or dropped since: a fresh look
+                segments = sorted([*segments, segment_named(start.first_seq)], key=_base_seq)
         kept, dropped = split_front(segments, start)
         # With a marker, the first segment must be the one it names, and a segment before it (a
         # drop's leftover, which the writer removes) must be this journal's: both are checked
         # here, before anything is removed. Without one, its name (seq 1) is enough: an open
-        # reads no segment but the last two, however long the history.
+        # reads no segment but the first one's header and the last two, however long the history.
         if start is not None:
             for seg in [kept[0], *dropped]:
-                f = self._fs.open_read(os.path.join(self.path, seg.name))
+                try:
+                    f = self._fs.open_read(os.path.join(self.path, seg.name))
+                except FileNotFoundError:
+                    if seg is kept[0]:
+                        raise  # dropped by a later drop_prefix meanwhile: a reader looks again
+                    continue  # a drop's leftover, removed meanwhile: nothing left to check
                 try:
                     header = read_header(f, seg.name)
                 finally:
@@ -406,7 +454,7 @@ class Journal(Writer):
         self._active_header = header
         self._journal_id = header.journal_id
         self._segment_number = header.segment_number
-        journal_id, prev_seal = self._previous_segment(segments)
+        journal_id, prev_seal, segments = self._previous_segment(segments, header)
         size = f.size()
         data = f.pread(size, 0)
         decision = decide(data, header, last.name, f.path, journal_id)  # pure: refuses before any cut
@@ -461,19 +509,61 @@ class Journal(Writer):
             self._active_header = None
         report.last_seq = self._last_seq
 
-    def _previous_segment(self, segments: list[SegmentName]) -> tuple[bytes | None, fmt.SealInfo | None]:
-        """(journal id, seal footer) of the segment before the live one; (None, None) if there is
-        none. Its id is the journal's: sealed history never changes, so a live segment that
-        carries another id is the foreign one (the tail classifier names it)."""
+    def _previous_segment(
+        self, segments: list[SegmentName], live: fmt.SegmentHeader
+    ) -> tuple[bytes | None, fmt.SealInfo | None, list[SegmentName]]:
+        """(the journal's id, the seal footer of the segment before the live one, the segments);
+        (None, None, segments) for a lone segment.
+
+        The segment before the live one is the one that ends just before it begins: where the
+        listing shows a gap there, the files are asked (reader.why_missing), and a segment the
+        listing missed (made by a live writer while it was taken) takes its place. One dropped
+        since raises FileNotFoundError: the listing is stale, a reader looks again.
+
+        The journal's id comes from its start marker (_front checks the first segment against
+        it), or else from its first segment, unless the segment before the live one and the live
+        one both carry another (two against one). The one of these three segments that carries
+        another id is refused by name (ForeignSegmentError): whichever file was copied in, not
+        the segment after it. One more header read (the first's): an open stays O(live segment).
+        """
         if len(segments) < 2:
-            return None, None
-        prev = segments[-2]
-        f = self._fs.open_read(os.path.join(self.path, prev.name))
-        try:
-            prev_header = read_header(f, prev.name)
-            return prev_header.journal_id, read_seal(f, prev_header, prev.name, f.size())
-        finally:
-            f.close()
+            return None, None, segments
+        while True:
+            prev = segments[-2]
+            f = self._fs.open_read(os.path.join(self.path, prev.name))
+            try:
+                prev_header = read_header(f, prev.name)
+                seal = read_seal(f, prev_header, prev.name, f.size())
+            finally:
+                f.close()
+            missed = seal.last_seq + 1 if seal is not None else None
+            if missed is None or not prev.base_seq < missed < segments[-1].base_seq:
+                break
+            cause = why_missing(self._fs, self.path, missed)
+            if cause == MISSING:
+                break  # _check_history reports the gap
+            if cause == DROPPED:
+                raise FileNotFoundError(errno.ENOENT, "dropped by drop_prefix since it was listed",
+                                        os.path.join(self.path, prev.name))
+            segments = [*segments[:-1], segment_named(missed), segments[-1]]
+        self._check_identity(segments, prev_header, live)
+        return prev_header.journal_id, seal, segments
+
+    def _check_identity(
+        self, segments: list[SegmentName], prev: fmt.SegmentHeader, live: fmt.SegmentHeader
+    ) -> None:
+        """Refuse by name the segment, of the first, the one before the live one and the live
+        one, whose journal id is not the journal's (see _previous_segment)."""
+        first = segments[0]
+        if self._start is not None:
+            journal_id = self._start.journal_id
+            first_id = journal_id  # _front checked the first segment against the marker
+        else:
+            first_id = prev.journal_id if len(segments) == 2 else self._header_of(first).journal_id
+            journal_id = prev.journal_id if prev.journal_id == live.journal_id != first_id else first_id
+        for seg, seg_id in ((first, first_id), (segments[-2], prev.journal_id), (segments[-1], live.journal_id)):
+            if seg_id != journal_id:
+                raise ForeignSegmentError(seg.name, os.path.join(self.path, seg.name))
 
     def _check_history(self, segments: list[SegmentName], seal: fmt.SealInfo | None, header: fmt.SegmentHeader) -> None:
         """The segment before the live one is sealed and ends just before the live one begins

@@ -20,11 +20,13 @@ import zstandard
 
 from journal.engine import format as fmt
 from journal.engine import tail
-from journal.engine.segment import SegmentName, list_segments, read_header, read_seal
+from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
 from journal.errors import (
     CorruptionError,
     ForeignSegmentError,
     InvariantError,
+    JournalIOError,
+    PrefixDroppedError,
     RecordTooLargeError,
     SequenceError,
     present,
@@ -259,6 +261,49 @@ class _OpenSegment:
         return size
 
 
+# --- what a listing of the directory can be trusted with ----------------------------------------
+#
+# A directory listing is not a snapshot of the directory: readdir is many calls, and a name
+# renamed in or unlinked while they run may be in the result or not. On ext4 a listing taken
+# while the writer rolls segments over can miss a new segment and show the one made after it,
+# and one taken across a drop_prefix names segments that are gone when the reader opens them.
+# So no reader believes a listing that says a segment is missing: it asks the files (why_missing),
+# the one place that decides it for every reader (the cursor, a read-only open, the writer's open).
+
+LOOKS_MAX = 3  # looks at the directory before a segment missing from it, or gone from under a reader, is believed
+THERE = "there"  # the segment's file exists: the listing missed it
+DROPPED = "dropped"  # a drop_prefix removed it: the start marker begins after it
+MISSING = "missing"  # neither: it is lost
+
+
+def segment_named(base_seq: int) -> SegmentName:
+    """The segment that begins at ``base_seq``, by its name (whether or not it exists)."""
+    return SegmentName(base_seq, fmt.segment_name(base_seq))
+
+
+def first_seq_now(fs: FileSystem, dirpath: str) -> int:
+    """Where the journal begins as its start marker says now (1 without one)."""
+    start = read_start(fs, dirpath)
+    return start.first_seq if start is not None else 1
+
+
+def why_missing(fs: FileSystem, dirpath: str, base_seq: int) -> str:
+    """Why the segment that begins at ``base_seq`` is not where a reader looked for it (a
+    listing that shows a later segment, an open that found no file): THERE, DROPPED or MISSING.
+
+    Asked after that look, of the files, in this order: the segment's own name, then the start
+    marker. The writer makes a segment before any later one, and drop_prefix makes its marker
+    durable before it unlinks anything; so once a later segment was seen, a segment that is not
+    there now was dropped, and the marker read after the name was not found says so. Only a
+    segment that is neither is reported missing.
+    """
+    if fs.exists(os.path.join(dirpath, fmt.segment_name(base_seq))):
+        return THERE
+    if first_seq_now(fs, dirpath) > base_seq:
+        return DROPPED
+    return MISSING
+
+
 class SegmentCache:
     """Open segments and the directory listing, kept between the point reads of one handle.
 
@@ -402,13 +447,8 @@ class Cursor:
         """Yield records from ``next_seq`` on, up to what is written now; resumable."""
         self._few = limit if limit <= FEW_RECORDS else 0
         while limit > 0:
-            if self._cur is None:
-                if self._cache is not None:
-                    self._listed = self._cache.listing()
-                else:
-                    self._listed = list_segments(self._fs, self._dir)
-                if not self._seek(self._listed):
-                    return
+            if self._cur is None and not self._position():
+                return
             cur = self._cur
             if not (cur is not None):
                 raise InvariantError('cur is not None')
@@ -443,26 +483,68 @@ class Cursor:
                 continue  # sealed since: read on up to its footer
             if self._offset < end:
                 return
-            # Segments only ever get added at the end: list the directory again only when the
-            # names seen so far are used up (a long read lists it once, not once per segment).
-            later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
-            if not later:
-                self._listed = self._cache.relist() if self._cache is not None else list_segments(self._fs, self._dir)
-                later = [s for s in self._listed if s.base_seq > cur.seg.base_seq]
-            if not later:
-                return
-            nxt = later[0]
-            if nxt.base_seq != sealed.last_seq + 1:
-                raise SequenceError(
-                    nxt.name,
-                    0,
-                    nxt.base_seq,
-                    f"sequence gap between segments: {cur.seg.name} ends at seq {sealed.last_seq}",
-                )
+            nxt = self._next_segment(cur, sealed.last_seq)
+            if nxt is None:
+                if self._cur is None:
+                    continue  # dropped behind this reader, what it needs still there: seek afresh
+                return  # not made yet
             self.close()
-            self._cur = self._open(nxt)
+            self._cur = nxt
             self._offset = fmt.SEGMENT_HEADER_SIZE_BYTES
-            self._expected = nxt.base_seq
+            self._expected = nxt.header.base_seq
+
+    def _relist(self) -> list[SegmentName]:
+        return self._cache.relist() if self._cache is not None else list_segments(self._fs, self._dir)
+
+    def _position(self) -> bool:
+        """Seek to ``next_seq`` from a listing (the cache's, first); False if no segment holds it
+        yet. A listed segment gone when it is opened was dropped meanwhile (drop_prefix): the
+        reader looks again and reads the journal as it is now, as a read started a moment later
+        would (up to LOOKS_MAX looks, then JournalIOError)."""
+        for look in range(LOOKS_MAX):
+            self._listed = self._cache.listing() if self._cache is not None and look == 0 else self._relist()
+            try:
+                return self._seek(self._listed)
+            except FileNotFoundError as exc:
+                if look == LOOKS_MAX - 1:
+                    raise JournalIOError(self._dir, exc, "reading") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _next_segment(self, cur: _OpenSegment, last_seq: int) -> _OpenSegment | None:
+        """The segment after ``cur``, which is sealed at ``last_seq``, opened; None if the writer
+        has not made it yet.
+
+        Found by its name (it begins at ``last_seq + 1``), not by a listing, which may have missed
+        it (see why_missing): a listing is taken only when the file is not there, to tell "not
+        made yet" (no later segment either) from "dropped" (PrefixDroppedError, or a fresh seek
+        when the records this reader needs are still there) and "missing" (SequenceError, once
+        LOOKS_MAX looks agree).
+        """
+        stray = [s for s in self._listed if cur.seg.base_seq < s.base_seq <= last_seq]
+        if stray:  # a name in the middle of this segment's seqs: no race makes one, a copy does
+            raise SequenceError(stray[0].name, 0, stray[0].base_seq,
+                                f"sequence gap between segments: {cur.seg.name} ends at seq {last_seq}")
+        want = segment_named(last_seq + 1)
+        later: list[SegmentName] = []
+        for _look in range(LOOKS_MAX):
+            try:
+                return self._open(want)
+            except FileNotFoundError:
+                pass
+            self._listed = self._relist()
+            later = [s for s in self._listed if s.base_seq > last_seq]
+            if not later:
+                return None  # not made yet: the writer seals a segment before it makes the next
+            cause = why_missing(self._fs, self._dir, want.base_seq)
+            if cause == DROPPED:
+                first = first_seq_now(self._fs, self._dir)
+                if first > self.next_seq:
+                    raise PrefixDroppedError(self._dir, self.next_seq, first)
+                self.close()  # what this reader needs is still there: seek to it afresh
+                return None
+            # THERE: the listing missed it; it is opened by name above. MISSING: look again.
+        raise SequenceError(later[0].name, 0, later[0].base_seq,
+                            f"sequence gap between segments: {cur.seg.name} ends at seq {last_seq}")
 
     def _read_span(self, cur: _OpenSegment, end: int, sealed: bool) -> Iterator[Record]:
         name = cur.seg.name

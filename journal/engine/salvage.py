@@ -60,6 +60,7 @@ class Loss:
     seq_first: int | None = None  # None when the seqs around the damage do not say
     seq_last: int | None = None
     durable_after: bool = False  # a commit-marked frame or a seal follows in the same segment
+    newer: bool = False  # written by a newer format: not damage; this version cannot read it
 
     def seqs(self) -> str:
         if self.seq_first is None:
@@ -84,6 +85,7 @@ class Loss:
             "seqFirst": self.seq_first,
             "seqLast": self.seq_last,
             "durableAfter": self.durable_after,
+            "newerFormat": self.newer,
         }
 
 
@@ -175,7 +177,8 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
         header = fmt.decode_segment_header(data)
     except fmt.HeaderError as exc:
         if exc.version > fmt.FORMAT_VERSION or len(data) < fmt.SEGMENT_HEADER_SIZE_BYTES:
-            walk.losses.append(Loss(name, 0, len(data), f"segment header: {exc.reason}", base_from_name, None))
+            walk.losses.append(Loss(name, 0, len(data), f"segment header: {exc.reason}", base_from_name, None,
+                                    newer=exc.version > fmt.FORMAT_VERSION))
             return walk
         # The header's checksum failed, but its salt may still be intact: frames are verified
         # with it one by one, so trying it costs nothing and a wrong salt matches no frame.
@@ -222,7 +225,7 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
             count = _records_in(got, data)
             if res.stop == fmt.Stop.FLAGS:
                 first = seq + 1 - count if count else seq
-                walk.losses.append(Loss(name, at, end - at, "frame written by a newer format", first, seq))
+                walk.losses.append(Loss(name, at, end - at, "frame written by a newer format", first, seq, newer=True))
             elif kind in fmt.RECORD_KINDS:
                 # Genuine but out of order: keep it under its own seqs (walk_journal drops a second
                 # copy of a seq and reports the seqs nobody holds) and follow the frames after it.
@@ -321,7 +324,8 @@ def walk_journal(path: str, progress: Progress | None = None,
             start = read_start(fs, path)
         except (CorruptionError, NewerFormatError) as exc:
             start = None  # where the journal begins is unknown: the records before it count as missing
-            start_loss = Loss(fmt.START_FILE, 0, 0, f"start marker cannot be read: {exc}", None, None)
+            start_loss = Loss(fmt.START_FILE, 0, 0, f"start marker cannot be read: {exc}", None, None,
+                              newer=isinstance(exc, NewerFormatError))
         first_seq = start.first_seq if start is not None else 1
         dropped = [n for n in segs if (fmt.parse_segment_name(n) or 0) < first_seq]
         segs = segs[len(dropped):]
@@ -504,6 +508,11 @@ def salvage(
         if fs.exists(dest) and (not fs.is_dir(dest) or fs.listdir(dest)):
             raise JournalError(f"destination {dest!r} exists and is not empty; salvage only writes a new journal")
     walk = walk_journal(source, progress=progress, fs=fs)
+    newer = next((loss for loss in walk.losses() if loss.newer), None)
+    if newer is not None:
+        # Not damage: bytes this version cannot read. A copy without them would lose records
+        # the journal still holds; the newer version reads (and salvages) them.
+        raise NewerFormatError(os.path.join(source, newer.segment), newer.reason, fmt.FORMAT_VERSION)
     report = SalvageReport(source, dest, renumbered=renumber, losses=walk.losses())
     by_seq: dict[int, Record] = {}
     for seg in walk.segments:

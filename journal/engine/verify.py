@@ -80,7 +80,10 @@ class VerifyReport:
         lines.extend(f"unfinished segment file: {t} (removed by recovery)" for t in self.temp_files)
         for p in self.problems:
             lines.append(f"problem: {p.describe()}")
-        if self.problems:
+        if self.verdict == NEWER:
+            lines.append("  written by a newer journal format: upgrade the journal package, then verify it again; "
+                         "nothing was changed")
+        elif self.problems:
             lines.append("  recovery refuses this journal; `journal salvage SRC DEST` copies what is recoverable")
         if self.quarantined:
             lines.append(f"quarantine/ holds {len(self.quarantined)} file(s) of bytes cut by earlier recoveries")
@@ -162,11 +165,10 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
     decision: TailDecision | None = None
     failure: CorruptionError | NewerFormatError | None = None
     if live.header is not None and live.header_trusted:
-        before = walk.segments[-2] if len(walk.segments) > 1 else None
-        trusted = before is not None and before.header is not None and before.header_trusted
-        journal_id = before.header.journal_id if trusted and before is not None and before.header else None
+        # The journal's id is the walk's (most segments', as the writer's open decides it): a
+        # live segment is foreign only if it carries another, never because the one before it does.
         decision, failure, data = _decide_live(
-            fs, data, live.header, live.name, os.path.join(path, live.name), journal_id
+            fs, data, live.header, live.name, os.path.join(path, live.name), walk.journal_id
         )
         live = walk_segment(live.name, data)
         walk.segments[-1] = live
@@ -208,6 +210,13 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
             rep.problems.extend(live.losses)
         if decision.sealed:
             _check_seal(fs, path, live, rep.problems)
+    newer = [p for p in rep.problems if p.newer]
+    if newer:
+        # Bytes of a newer format are not damage: this version cannot judge them (nor salvage them).
+        rep.verdict = NEWER
+        rep.problems = [p for p in rep.problems if not p.newer]
+        rep.notes.extend(f"{p.describe()}: written by a newer journal format; upgrade the journal package to read it"
+                         for p in newer)
     if rep.verdict != NEWER:
         if rep.problems:
             rep.verdict = CORRUPT

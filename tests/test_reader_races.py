@@ -1,0 +1,316 @@
+"""Readers racing a writer on a real file system, and what a reader concludes from what it sees.
+
+A directory listing is not a snapshot: on ext4, a readdir taken while the writer renames new
+segments in can miss one of them and show a later one; a listing taken before a drop_prefix
+names segments that are gone when the reader opens them. A reader that trusted the listing
+told the users of a healthy live journal that it was corrupt. The tests below force each bad
+interleaving with a file-layer hook (no sleeps, no timing), then run a writer rolling tiny
+segments over, sealing and dropping prefixes against followers, read-only opens and cursors,
+threads and a process, on the real file system (tmp_path), and count every false report.
+
+Also here: a newer format is not corruption for verify, repair and salvage, and a segment of
+another journal is blamed on the file that is foreign, not on the live segment after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import xxhash
+
+import journal
+from journal.engine import format as fmt
+from journal.engine.reader import Cursor
+from journal.errors import CorruptionError, ForeignSegmentError, JournalIOError, PrefixDroppedError, SequenceError
+from journal.fs import File, OsFileSystem
+from tests.conftest import segments
+
+SEGMENT_BYTES = 4096
+
+
+class ListingFS(OsFileSystem):
+    """The real file system, with a listing that can leave names out (as a readdir racing a
+    rename does) and a hook run before a file is opened for reading (to drop a prefix there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden: set[str] = set()
+        self.before_open: Callable[[str], None] | None = None
+        self.listings = 0
+
+    def listdir(self, path: str) -> list[str]:
+        self.listings += 1
+        return [n for n in super().listdir(path) if n not in self.hidden]
+
+    def open_read(self, path: str) -> File:
+        hook = self.before_open
+        if hook is not None:
+            hook(path)
+        return super().open_read(path)
+
+
+def payload(seq: int, size_bytes: int = 760) -> bytes:
+    """What the writer stores at ``seq``: incompressible, so 4 KiB segments roll over every few
+    records, and checkable by any reader."""
+    return seq.to_bytes(8, "little") + hashlib.shake_256(seq.to_bytes(8, "little")).digest(size_bytes - 8)
+
+
+def _names(path: str | os.PathLike[str]) -> list[str]:
+    return [p.name for p in segments(path)]
+
+
+def _write(w: journal.Journal, n: int) -> None:
+    for _ in range(n):
+        seq = w.last_seq + 1
+        out = w.append(payload(seq), "flush")
+        assert isinstance(out, journal.Committed) and out.seq == seq
+
+
+def _until_segments(w: journal.Journal, path: str | os.PathLike[str], count: int) -> None:
+    """Append until the journal has ``count`` segments and its live one holds a record."""
+    while len(_names(path)) < count:
+        _write(w, 1)
+    _write(w, 1)
+    assert len(_names(path)) == count
+
+
+def _check(records: list[journal.Record], first: int, last: int) -> None:
+    assert [r.seq for r in records] == list(range(first, last + 1))
+    assert all(r.payload == payload(r.seq) for r in records)
+
+
+def _cursor(ro: journal.Journal, after_seq: int = 0) -> Cursor:
+    """The cursor follow() polls with: read() again and again, here without the poll's wait."""
+    return Cursor(ro._fs, ro.path, after_seq, ro.options.record_size_bytes_max, journal_id=ro._journal_id)
+
+
+# --- 9. a listing that missed a segment the writer renamed in --------------------------------
+
+
+def test_a_follower_does_not_trust_a_listing_that_missed_a_new_segment(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 2)
+        with journal.open(path, readonly=True, fs=fs) as ro:
+            cursor = _cursor(ro)
+            got = list(cursor.read())  # positioned in the live segment
+            _until_segments(w, path, 4)
+            # Every listing from now on misses the third segment and shows the fourth: what a
+            # readdir does when it runs while both are renamed in.
+            fs.hidden = {_names(path)[2]}
+            got += list(cursor.read())
+            _check(got, 1, w.last_seq)
+            _write(w, 1)
+            got += list(cursor.read())
+            _check(got, 1, w.last_seq)
+            cursor.close()
+
+
+def test_a_read_only_open_does_not_trust_a_listing_that_missed_a_new_segment(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+        for hidden in (_names(path)[3:4], _names(path)[2:4]):  # one, then two, missed before the live one
+            fs.hidden = set(hidden)
+            with journal.open(path, readonly=True, fs=fs) as ro:
+                assert ro.last_seq == w.last_seq and ro.first_seq == 1
+                _check(list(ro.read()), 1, w.last_seq)
+                assert ro.get(w.last_seq) is not None
+
+
+def test_a_segment_really_missing_is_still_refused_by_every_reader(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+    segs = segments(path)
+    for lost in (segs[-2], segs[2]):  # the one before the live segment, then one further back
+        damaged = tmp_path / f"without-{lost.name}"
+        shutil.copytree(path, damaged)
+        (damaged / lost.name).unlink()
+        if lost == segs[-2]:
+            for readonly in (True, False):
+                with pytest.raises(CorruptionError, match="sequence gap"):
+                    journal.open(damaged, readonly=readonly)
+            continue
+        with journal.open(damaged, readonly=True) as ro, pytest.raises(SequenceError, match="sequence gap"):
+            list(ro.read())
+
+
+# --- 10. a reader behind drop_prefix -----------------------------------------------------------
+
+
+def test_a_reader_behind_a_drop_gets_a_typed_error_that_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+        names = _names(path)
+        second = fmt.parse_segment_name(names[1])
+        kept = fmt.parse_segment_name(names[3])
+        assert second is not None and kept is not None
+        with journal.open(path, readonly=True) as ro:
+            it = ro.read()
+            got = [next(it), next(it)]  # positioned in the first segment
+            w.drop_prefix(kept)  # the first three segments go
+            with pytest.raises(PrefixDroppedError) as exc:
+                for rec in it:
+                    got.append(rec)
+            _check(got, 1, second - 1)  # the rest of its open segment, then the error
+            assert isinstance(exc.value, JournalIOError) and isinstance(exc.value, journal.JournalError)
+            assert (exc.value.next_seq, exc.value.first_seq) == (second, kept)
+            assert "drop_prefix" in str(exc.value) and f"seq {kept}" in str(exc.value)
+            assert not isinstance(exc.value, CorruptionError)
+            # A read from where the journal begins now reads it all.
+            _check(list(ro.read(after_seq=kept - 1)), kept, w.last_seq)
+
+
+def test_a_segment_dropped_between_the_listing_and_its_open(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+        names = _names(path)
+        kept = fmt.parse_segment_name(names[3])
+        assert kept is not None
+
+        def drop_at(name: str) -> Callable[[str], None]:
+            def hook(opened: str) -> None:
+                if os.path.basename(opened) == name:
+                    fs.before_open = None
+                    w.drop_prefix(kept)
+            return hook
+
+        with journal.open(path, readonly=True, fs=fs) as ro:
+            # A fresh read: it lists, and its first segment goes before it opens it. It reads
+            # what the journal holds now, as a read started a moment later would.
+            fs.before_open = drop_at(names[0])
+            _check(list(ro.read()), kept, w.last_seq)
+
+    # A reader in the middle of its reading: the next segment goes before it opens it.
+    path2 = tmp_path / "j2"
+    with journal.open(path2, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path2, 5)
+        names = _names(path2)
+        kept = fmt.parse_segment_name(names[3])
+        second = fmt.parse_segment_name(names[1])
+        assert kept is not None and second is not None
+        with journal.open(path2, readonly=True, fs=fs) as ro:
+            it = ro.read()
+            got = [next(it)]
+            fs.before_open = drop_at(names[1])
+            with pytest.raises(PrefixDroppedError) as exc:
+                for rec in it:
+                    got.append(rec)
+            _check(got, 1, second - 1)
+            assert (exc.value.next_seq, exc.value.first_seq) == (second, kept)
+
+
+def test_a_read_only_open_racing_a_drop_opens_what_is_left(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 6)
+        names = _names(path)
+        w.drop_prefix(fmt.parse_segment_name(names[1]) or 0)  # a START marker now: the front is read
+        bases = [fmt.parse_segment_name(n) or 0 for n in names]
+        for victim, drop_to in ((names[1], bases[2]), (names[-2], bases[-1])):
+            # The open lists the segments, then the one it reads next (the first one the marker
+            # names; the one before the live one) is dropped before it opens it.
+            def hook(opened: str, victim: str = victim, drop_to: int = drop_to) -> None:
+                if os.path.basename(opened) == victim:
+                    fs.before_open = None
+                    w.drop_prefix(drop_to)
+
+            fs.before_open = hook
+            with journal.open(path, readonly=True, fs=fs) as ro:
+                assert ro.first_seq == drop_to and ro.last_seq == w.last_seq
+                _check(list(ro.read()), drop_to, w.last_seq)
+
+
+# --- 11. a newer format is not corruption --------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "journal.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def _newer_header(seg: Path) -> None:
+    data = bytearray(seg.read_bytes())
+    struct.pack_into("<H", data, 8, fmt.FORMAT_VERSION + 1)
+    struct.pack_into("<Q", data, 56, xxhash.xxh64_intdigest(bytes(data[:56])))
+    seg.write_bytes(bytes(data))
+
+
+def _newer_frame(seg: Path) -> None:
+    """Give the segment's first data frame a flag bit this version does not know, checksum intact."""
+    data = bytearray(seg.read_bytes())
+    header = fmt.decode_segment_header(bytes(data))
+    frame = fmt.scan(bytes(data), fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq).frames[0]
+    flags_at = frame.offset + 24
+    (flags,) = struct.unpack_from("<H", data, flags_at)
+    struct.pack_into("<H", data, flags_at, flags | 0x0100)
+    end = frame.offset + fmt.FRAME_HEADER_SIZE_BYTES + frame.stored_len
+    checksum = xxhash.xxh64_intdigest(bytes(data[frame.offset + 8 : end]), seed=header.salt)
+    struct.pack_into("<Q", data, frame.offset, checksum)
+    seg.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["live header", "sealed header", "sealed frame"])
+def test_a_newer_format_is_reported_as_one_by_verify_repair_and_salvage(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "j"
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 3)
+    segs = segments(path)
+    {"live header": lambda: _newer_header(segs[-1]), "sealed header": lambda: _newer_header(segs[0]),
+     "sealed frame": lambda: _newer_frame(segs[0])}[where]()
+    before = {p.name: p.read_bytes() for p in segments(path)}
+    for cmd in (["verify", str(path)], ["verify", str(path), "--json"], ["repair", str(path)],
+                ["repair", str(path), "--dry-run"], ["salvage", str(path), str(tmp_path / "copy")]):
+        res = _cli(*cmd)
+        said = res.stdout + res.stderr
+        assert res.returncode == 6, (cmd, said)
+        assert "newer" in said.lower() and "upgrade" in said.lower(), (cmd, said)
+        assert "salvage" not in said.replace(str(path), "").replace("journal salvage:", ""), (cmd, said)
+        assert "CORRUPT" not in said and "Traceback" not in said, (cmd, said)
+        if "--json" in cmd:
+            assert json.loads(res.stdout)["verdict"] == "newer-format"
+    assert not (tmp_path / "copy").exists()
+    assert {p.name: p.read_bytes() for p in segments(path)} == before  # nothing changed
+
+
+# --- 12. a foreign segment is blamed on the file that is foreign ------------------------------
+
+
+def _two_journals(root: Path) -> tuple[Path, Path]:
+    for name in ("A", "B"):
+        with journal.open(root / name, create=True, segment_size_bytes=SEGMENT_BYTES) as j:
+            for i in range(40):
+                j.append(payload(i + 1, 240))
+    a, b = root / "A", root / "B"
+    assert len(_names(a)) >= 3 and _names(a) == _names(b)
+    return a, b
+
+
+@pytest.mark.parametrize("which", [1, 0])  # a middle segment, the first
+def test_a_foreign_segment_is_blamed_on_itself_not_on_the_live_one(tmp_path: Path, which: int) -> None:
+    a, b = _two_journals(tmp_path)
+    name = _names(a)[which]
+    shutil.copy(b / name, a / name)
+    for readonly in (False, True):
+        with pytest.raises(ForeignSegmentError) as exc:
+            journal.open(a, readonly=readonly)
+        assert exc.value.segment == name and name in str(exc.value), str(exc.value)
+    res = _cli("verify", str(a), "--json")
+    assert res.returncode == 3, res.stderr
+    assert {p["segment"] for p in json.loads(res.stdout)["problems"]} <= {name, _names(a)[which + 1]}
+    assert all(p["segment"] == name for p in json.loads(res.stdout)["problems"] if "journal" in p["reason"])
