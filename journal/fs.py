@@ -20,6 +20,7 @@ FILE_MODE = 0o600  # agent logs carry prompts, secrets and tool output: owner-on
 DIR_MODE = 0o700
 LOCK_POLL_INTERVAL_S = 0.01
 LOCK_NOTE_BYTES = 64  # the lock file holds one note of this size, space-padded: "<pid>[ shared <state>]"
+_SEEK_DATA: int | None = getattr(os, "SEEK_DATA", None)  # Linux, the BSDs, macOS; not Windows
 
 
 class File(Protocol):
@@ -99,6 +100,19 @@ class OsFile:
 
     def size(self) -> int:
         return os.fstat(self._fd).st_size
+
+    def seek_data(self, offset: int) -> int:
+        """The next offset at or after ``offset`` that is not in a hole (SEEK_DATA; the file's
+        position is never used for reads, so moving it costs nothing); ``offset`` itself where
+        the file system cannot say, the file's size where only holes follow."""
+        if _SEEK_DATA is None:
+            return offset
+        try:
+            return os.lseek(self._fd, offset, _SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # at or past the end, or nothing but a hole after it
+                return max(offset, self.size())
+            return offset  # EINVAL and the like: holes cannot be told here; every byte is read
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -349,19 +363,73 @@ def write_atomic(fs: FileSystem, path: str, data: bytes | memoryview, tmp_path: 
 
 
 READ_CHUNK_BYTES = 1 << 20  # read_all's reads after the first, for a file still growing
+# The most one pread asks for. Linux returns at most 0x7ffff000 bytes a call whatever is asked
+# (a longer read comes back short), so every read loops; this keeps one call well under that.
+READ_CALL_BYTES_MAX = 1 << 30
+
+
+class UnexpectedEOFError(OSError):
+    """A file ended before bytes a reader had to find there (it was cut, or changed, while it
+    was read). An OSError (EIO), so it reaches a caller the way an I/O error does."""
+
+
+def pread_upto(f: File, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``f`` from ``offset``, fewer only where the file ends (a short read is
+    read on, never taken for the end). Each pread asks for at most READ_CALL_BYTES_MAX."""
+    if size <= 0:
+        return b""
+    first = f.pread(min(size, READ_CALL_BYTES_MAX), offset)
+    if len(first) == size or not first:
+        return first
+    parts = [first]
+    got = len(first)
+    while got < size:
+        chunk = f.pread(min(size - got, READ_CALL_BYTES_MAX), offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def pread_exact(f: File, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``f`` from ``offset``; UnexpectedEOFError if the file ends before."""
+    data = pread_upto(f, size, offset)
+    if len(data) != size:
+        raise UnexpectedEOFError(
+            errno.EIO,
+            f"the file ends at offset {offset + len(data)}, inside the {size} bytes read from offset {offset}; "
+            "it was cut or replaced while it was read",
+            f.path,
+        )
+    return data
+
+
+def data_from(f: File, offset: int) -> int:
+    """The first offset at or after ``offset`` that may hold a byte other than zero: past a hole
+    (a sparse file's unwritten range, which reads as zeros) where the file layer can tell
+    (``seek_data``: SEEK_DATA on a real file), else ``offset`` itself. At or past the end of
+    the data: the file's size, or more. Lets a reader skip the holes of a sparse file without
+    reading them; a layer without ``seek_data`` (journal.crashsim.memfs) has them read."""
+    seek = getattr(f, "seek_data", None)
+    if seek is None:
+        return offset
+    found: int = seek(offset)
+    return max(found, offset)
 
 
 def read_all(f: File) -> bytes:
     """Every byte of ``f`` from offset 0 to its end, through ``pread``. Like ``read()`` on a new
     file object it reads until a read returns nothing, so a file that a writer grows or cuts
-    while it is read is read to where it ends then, not to the size it had before."""
+    while it is read is read to where it ends then, not to the size it had before. For files
+    whose whole content the caller needs in memory (the caller bounds their size)."""
     chunks: list[bytes] = []
     offset = 0
-    want = max(f.size(), 1)  # one read when the file does not change meanwhile
+    want = min(max(f.size(), 1), READ_CALL_BYTES_MAX)  # one read when the file does not change meanwhile
     while True:
         chunk = f.pread(want, offset)
         if not chunk:
-            return b"".join(chunks)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.append(chunk)
         offset += len(chunk)
         want = READ_CHUNK_BYTES

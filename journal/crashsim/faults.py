@@ -18,7 +18,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from journal.fs import File, FileSystem, Lock
+from journal.fs import File, FileSystem, Lock, data_from
 
 OPERATIONS = (
     "open_read",
@@ -167,6 +167,11 @@ class _FaultyFile:
 
     def size(self) -> int:
         return self._inner.size()
+
+    def seek_data(self, offset: int) -> int:
+        # Where the wrapped file's holes end (journal.fs.data_from): no bytes are read, so no
+        # fault site; a read of what follows goes through pread and can fail there.
+        return data_from(self._inner, offset)
 
     def close(self) -> None:
         self._inner.close()

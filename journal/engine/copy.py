@@ -28,12 +28,13 @@ import os
 
 from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.engine.encoding import Encoded, frame_specs
 from journal.engine.options import Options
 from journal.engine.reader import Record, decode_block, raise_for_stop
 from journal.engine.segment import list_segments, read_header, read_seal, read_start
 from journal.errors import CorruptionError, InvariantError
-from journal.fs import File, FileSystem, write_all, write_atomic, write_new
+from journal.fs import File, FileSystem, pread_exact, write_all, write_atomic
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 # errnos that mean "no hard link here": another device, a file system without links, a limit.
@@ -86,13 +87,11 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
             if seal is not None:
                 # The sparse index bounds how much must be read: the first entry past at_seq.
                 limit = min([off for s, off in seal.entries if s > at_seq] + [limit])
-            data = f.pread(limit, 0)
+            copied = _copy_cut(fs, f, limit, header, seg.name, src, at_seq, seal is not None, dst)
         finally:
             f.close()
-        cut = _cut(data, header, seg.name, src, at_seq, sealed=seal is not None)
-        write_new(fs, os.path.join(dst, seg.name), cut)
         out.cut_segment = seg.name
-        out.bytes_copied += len(cut)
+        out.bytes_copied += copied
         break
     if not (out.segments_linked or out.segments_copied or out.cut_segment):
         raise ValueError(f"journal {src!r} holds no record at seq {at_seq}")
@@ -100,29 +99,87 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
     return out
 
 
-def _cut(data: bytes, header: fmt.SegmentHeader, segment: str, src: str, at_seq: int, sealed: bool) -> memoryview:
-    """The segment ``data`` (from offset 0) cut just after the record ``at_seq``: its bytes up to
-    the end of that record's frame, or, inside a block, up to the block and the block's records
-    up to ``at_seq`` framed anew."""
-    res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
-    for frame in fmt.record_frames(res.frames):
-        if frame.seq == at_seq:
-            return memoryview(data)[: frame.end]
-        if frame.first_seq <= at_seq < frame.seq:
-            kept = decode_block(frame, data, 0, segment, fmt.FRAME_STORED_BYTES_LIMIT)[: at_seq - frame.first_seq + 1]
-            items = [
-                Encoded(fmt.FrameSpec(_record_flags(r), len(r.payload), r.payload), r.payload, None, deferred=True)
-                for r in kept
-            ]
-            # The block's own codec decides: a journal written with compression off stays so.
-            options = Options(block_bytes=fmt.BLOCK_BYTES_LIMIT, compress=frame.flags & fmt.FLAG_CODEC_MASK != 0)
-            specs = frame_specs(items, options, blocks=True)
-            return memoryview(data[: frame.offset] + fmt.encode_batch(frame.first_seq, specs, header.salt, False))
-    last = res.frames[-1].seq if res.frames else header.base_seq - 1
+def _copy_cut(
+    fs: FileSystem,
+    f: File,
+    limit: int,
+    header: fmt.SegmentHeader,
+    segment: str,
+    src: str,
+    at_seq: int,
+    sealed: bool,
+    dst_dir: str,
+) -> int:
+    """Create ``segment`` in ``dst_dir`` with the segment ``f`` cut just after the record ``at_seq``: its header and
+    frames up to the end of that record's frame, or, inside a block, up to the block and the
+    block's records up to ``at_seq`` framed anew; fsync'd. Returns the bytes written.
+
+    The frames are read a window at a time (a live segment can be a TiB) and written as they
+    were scanned, from the same read: a live writer's rollback cannot change them between the
+    two. Nothing is left there if the segment ends before ``at_seq``."""
+    dst = os.path.join(dst_dir, segment)
+    out = fs.open_write(dst, create=True)
+    try:
+        write_all(out, pread_exact(f, fmt.SEGMENT_HEADER_SIZE_BYTES, 0), 0)
+        written = _write_cut(out, tail.FileBytes(f, limit), header, segment, src, at_seq, sealed)
+        if out.size() < written:
+            out.truncate(written)  # it ends in zeros left a hole: they are its last bytes all the same
+        out.fsync()
+    except BaseException:
+        out.close()
+        try:
+            fs.unlink(dst)
+        except OSError:
+            pass  # the error below says the copy failed; its caller removes what it built
+        raise
+    out.close()
+    return written
+
+
+def _write_cut(
+    out: File, data: tail.SegmentBytes, header: fmt.SegmentHeader, segment: str, src: str, at_seq: int, sealed: bool
+) -> int:
+    """``_copy_cut``'s frames: written to ``out`` window by window; the end of what was written."""
+    last = header.base_seq - 1
+    for win in tail.scan_windows(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq):
+        for frame in fmt.record_frames(win.res.frames):
+            if frame.seq == at_seq:
+                _put(out, win.buf, frame.end - win.offset, win.offset)
+                return frame.end
+            if frame.first_seq <= at_seq < frame.seq:
+                size_max = fmt.FRAME_STORED_BYTES_LIMIT
+                kept = decode_block(frame, win.buf, win.offset, segment, size_max)[: at_seq - frame.first_seq + 1]
+                items = [
+                    Encoded(fmt.FrameSpec(_record_flags(r), len(r.payload), r.payload), r.payload, None, deferred=True)
+                    for r in kept
+                ]
+                # The block's own codec decides: a journal written with compression off stays so.
+                options = Options(block_bytes=fmt.BLOCK_BYTES_LIMIT, compress=frame.flags & fmt.FLAG_CODEC_MASK != 0)
+                specs = frame_specs(items, options, blocks=True)
+                reframed = fmt.encode_batch(frame.first_seq, specs, header.salt, False)
+                _put(out, win.buf, frame.offset - win.offset, win.offset)
+                write_all(out, reframed, frame.offset)
+                return frame.offset + len(reframed)
+            last = frame.seq
+        res = win.res
+        _put(out, win.buf, res.stop_offset - win.offset, win.offset)
     if sealed or res.stop in (fmt.Stop.SEQ, fmt.Stop.FLAGS):
         raise_for_stop(res, segment, src, last)
         raise CorruptionError(segment, res.stop_offset, last, f"segment ends before seq {at_seq}")
     raise ValueError(f"journal {src!r} ends at seq {last}, before seq {at_seq}")
+
+
+def _put(out: File, buf: bytes, end: int, at: int) -> None:
+    """Write ``buf[:end]`` at ``at``, leaving a window of zeros only unwritten: a hole, which
+    reads back as those zeros once a later write (or the copy's truncate) sets the file's end.
+    A source left sparse (padding that is mostly a hole) stays sparse in the copy."""
+    view = memoryview(buf)
+    pos = 0
+    while pos < end:
+        n = min(tail.WINDOW_BYTES, end - pos)
+        if buf.count(0, pos, pos + n) != n:
+            write_all(out, view[pos : pos + n], at + pos)
+        pos += n
 
 
 def _record_flags(rec: Record) -> int:
@@ -145,9 +202,7 @@ def _copy_file(fs: FileSystem, f: File, size: int, dst: str) -> None:
     try:
         offset = 0
         while offset < size:
-            chunk = f.pread(min(COPY_CHUNK_BYTES, size - offset), offset)
-            if not chunk:
-                raise OSError(errno.EIO, f"{f.path} shrank while it was copied")
+            chunk = pread_exact(f, min(COPY_CHUNK_BYTES, size - offset), offset)
             write_all(out, chunk, offset)
             offset += len(chunk)
         out.fsync()

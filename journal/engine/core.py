@@ -62,7 +62,7 @@ from journal.engine.reader import (
     segment_named,
     why_missing,
 )
-from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine
+from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine_span
 from journal.engine.segment import (
     SegmentName,
     check_start_header,
@@ -97,13 +97,13 @@ FOLLOW_POLL_INTERVAL_S = 0.02
 LIVE_READS_MAX = 3  # reads of a live segment by a read-only open before damage in it is believed
 
 
-def _only_header(data: bytes) -> bool:
+def _only_header(src: tail.SegmentBytes) -> bool:
     """Whether a segment file holds a header (and its sector padding) and nothing else."""
     try:
-        header = fmt.decode_segment_header(data)
+        header = fmt.decode_segment_header(src.read(0, fmt.SEGMENT_HEADER_SIZE_BYTES))
     except fmt.HeaderError:
-        return len(data) == 0
-    res = fmt.scan(data, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
+        return src.size == 0
+    res = tail.scan_segment(src, fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq)
     return res.stop == fmt.Stop.END and all(f.flags & fmt.FLAG_KIND_MASK == fmt.KIND_PADDING for f in res.frames)
 
 
@@ -112,6 +112,15 @@ def _data_start(sector_bytes: int) -> int:
     padding that ends its first sector)."""
     return fmt.SEGMENT_HEADER_SIZE_BYTES + len(fmt.padding_frame(fmt.SEGMENT_HEADER_SIZE_BYTES, sector_bytes, 0, 0))
 
+
+
+def _keys_in(win: tail.Window, out: list[tuple[str, int]]) -> None:
+    """(idempotency key, seq) of each keyed record in a window of a scan, appended to ``out``."""
+    for fr in win.res.frames:
+        if fr.flags & fmt.FLAG_KEYED and fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA and fr.stored_len:
+            at, end = fr.payload_offset - win.offset, fr.end - win.offset  # a keyed record is never in a block
+            raw_key = win.buf[at + 1 : min(at + 1 + win.buf[at], end)]
+            out.append((raw_key.decode("utf-8", "surrogateescape"), fr.seq))
 
 
 def _base_seq(seg: SegmentName) -> int:
@@ -297,10 +306,9 @@ class Journal(Writer):
             f = self._fs.open_read(os.path.join(self.path, last.name))
             try:
                 header = read_header(f, last.name)
-                data = f.pread(f.size(), 0)
+                decision = decide(tail.FileBytes(f), header, last.name, f.path, journal_id, refuse=False)
             finally:
                 f.close()
-            decision = decide(data, header, last.name, f.path, journal_id, refuse=False)
             # Damage before a durable point may be a long read racing a live writer (its pages
             # are copied one by one while frames land): believe it only if a fresh read agrees.
             if decision.tail != tail.CORRUPT or attempt == LIVE_READS_MAX - 1:
@@ -355,12 +363,12 @@ class Journal(Writer):
             tmp_path = os.path.join(self.path, tmp)
             f = fs.open_read(tmp_path)
             try:
-                size = f.size()
-                data = f.pread(size, 0)
+                src = tail.FileBytes(f)
+                size = src.size
+                if not _only_header(src):
+                    report.quarantined.append(quarantine_span(fs, self.path, tmp, src, 0, size))
             finally:
                 f.close()
-            if not _only_header(data):
-                report.quarantined.append(quarantine(fs, self.path, tmp, 0, data))
             fs.unlink(tmp_path)
             fs.fsync_dir(self.path)
             report.actions.append(f"removed unfinished segment {tmp} ({size} bytes)")
@@ -455,9 +463,11 @@ class Journal(Writer):
         self._journal_id = header.journal_id
         self._segment_number = header.segment_number
         journal_id, prev_seal, segments = self._previous_segment(segments, header)
-        size = f.size()
-        data = f.pread(size, 0)
-        decision = decide(data, header, last.name, f.path, journal_id)  # pure: refuses before any cut
+        src = tail.FileBytes(f)
+        live_keys: list[tuple[str, int]] = []
+        # Refuses before any cut; reads a window at a time, taking each keyed record's key while
+        # its bytes are at hand.
+        decision = decide(src, header, last.name, f.path, journal_id, visit=lambda win: _keys_in(win, live_keys))
         self._check_history(segments, prev_seal, header)
         if prev_seal is not None:
             # Retries after a reopen dedupe against the sealed segment too, without reading it.
@@ -472,19 +482,21 @@ class Journal(Writer):
         report.live_records = live_records
         report.tail = decision.tail
         if decision.cut:
-            cut = data[decision.valid_end :]
+            cut_bytes = decision.size - decision.valid_end
             if decision.tail != "zeros":
                 # Kept whole, reserved zeros after a torn frame included: where the torn frame
                 # ends cannot be told from its bytes, and zeros inside it are its bytes too.
-                report.quarantined.append(quarantine(fs, self.path, last.name, decision.valid_end, cut))
+                report.quarantined.append(
+                    quarantine_span(fs, self.path, last.name, src, decision.valid_end, decision.size)
+                )
             # else: zero bytes only (a writer's reserved space, left by one that did not close).
             # They hold nothing; the report's offset and length describe them exactly.
             f.truncate(decision.valid_end)
             f.fdatasync()
             report.truncated_at = decision.valid_end
-            report.truncated_bytes = len(cut)
+            report.truncated_bytes = cut_bytes
             report.actions.append(
-                f"cut {decision.tail} tail of {len(cut)} bytes at {last.name} offset {decision.valid_end}"
+                f"cut {decision.tail} tail of {cut_bytes} bytes at {last.name} offset {decision.valid_end}"
             )
         else:
             # What a killed writer left in the page cache becomes durable before anything new
@@ -499,10 +511,8 @@ class Journal(Writer):
         self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
         for fr in data_frames:
             self._note_frame(fr.first_seq, fr.offset)
-            if fr.flags & fmt.FLAG_KEYED:  # a data frame: a keyed record is never in a block
-                key_len = data[fr.payload_offset]
-                raw_key = data[fr.payload_offset + 1 : fr.payload_offset + 1 + key_len]
-                self._keys[raw_key.decode("utf-8", "surrogateescape")] = fr.seq
+        for live_key, seq in live_keys:
+            self._keys[live_key] = seq
         if decision.sealed:
             f.close()
             self._active = None

@@ -31,7 +31,7 @@ from journal.errors import (
     SequenceError,
     present,
 )
-from journal.fs import File, FileSystem
+from journal.fs import File, FileSystem, pread_upto
 from journal.record import Record as Record  # explicit re-export: engine modules import it from here
 
 READ_CHUNK_BYTES = 1024 * 1024
@@ -239,7 +239,7 @@ class _OpenSegment:
             start = self.scanned_to or fmt.SEGMENT_HEADER_SIZE_BYTES
             if start >= size:
                 return
-            data = self.file.pread(min(chunk_bytes, size - start), start)
+            data = pread_upto(self.file, min(chunk_bytes, size - start), start)
             expected = self.header.base_seq + len(self.offsets)
             res = fmt.scan(data, 0, self.header.salt, expected, base_offset=start)
             for fr in res.frames:
@@ -552,7 +552,7 @@ class Cursor:
         want = FEW_RECORDS_CHUNK_BYTES if self._few else READ_CHUNK_BYTES
         while self._offset < end:
             offset = self._offset
-            buf = cur.file.pread(min(end - offset, want), offset)
+            buf = pread_upto(cur.file, min(end - offset, want), offset)
             if not buf:
                 # The file ends before ``end`` now: the writer cut its reserved space off (to
                 # seal, or to close). The next read starts from the new size.
@@ -624,19 +624,18 @@ class Cursor:
         file means: a torn or zero-filled tail is "not yet written" (the writer may be in the
         middle of it); anything refused is raised, damage before a durable point only once a
         fresh read of the frame there confirms it."""
-        size = cur.file.size()
-        rest = cur.file.pread(size - stop_offset, stop_offset)
-        if fmt.zeros_from(rest):
+        src = tail.FileBytes(cur.file)  # read a window at a time: the rest may be a GiB-sized hole
+        size = src.size
+        if tail.all_zeros(tail.Span(src, stop_offset)):
             self._idle_at = (cur.seg.base_seq, stop_offset, size)  # reserved space, nothing else
             return
-        res = fmt.scan(rest, 0, cur.header.salt, self._expected, base_offset=stop_offset)
+        res = next(tail.scan_windows(src, stop_offset, cur.header.salt, self._expected)).res
         if res.frames:
             # Frames are whole there now: the first read caught a write half done. Not damage;
             # the next read picks them up.
             return
         found = tail.classify(
-            res, rest[res.stop_offset - stop_offset :], cur.header, cur.seg.name, cur.file.path,
-            last_seq=self._expected - 1,
+            res, tail.Span(src, res.stop_offset), cur.header, cur.seg.name, cur.file.path, last_seq=self._expected - 1
         )
         if found.kind == tail.CORRUPT and self._frame_now_at(cur, stop_offset):
             return  # a long read raced the writer (see _frame_now_at)
@@ -676,12 +675,12 @@ def _first_seq(frame: fmt.GenuineFrame, data: bytes) -> int | None:
 def _read_frame(cur: _OpenSegment, offset: int, stored_bytes_max: int) -> tuple[fmt.GenuineFrame, bytes] | None:
     """The genuine frame at ``offset`` of a segment, read afresh (header first, so a damaged
     length is never used to size a read past ``stored_bytes_max``), with its bytes; or None."""
-    head = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES, offset)
+    head = pread_upto(cur.file, fmt.FRAME_HEADER_SIZE_BYTES, offset)
     if len(head) < fmt.FRAME_HEADER_SIZE_BYTES:
         return None
     stored_len = fmt.read_frame_header(head, 0)[1]
     if stored_len > stored_bytes_max:
         return None
-    data = cur.file.pread(fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
+    data = pread_upto(cur.file, fmt.FRAME_HEADER_SIZE_BYTES + stored_len, offset)
     got = fmt.verify_frame(data, 0, cur.header.salt)
     return None if got is None else (got._replace(offset=offset), data)

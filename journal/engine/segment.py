@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from journal.engine import format as fmt
 from journal.errors import CorruptionError, InvariantError, NewerFormatError
-from journal.fs import File, FileSystem, write_all
+from journal.fs import File, FileSystem, pread_upto, write_all
 
 TMP_SUFFIX = ".tmp"
 
@@ -114,9 +114,10 @@ def read_seal(f: File, header: fmt.SegmentHeader, segment: str, file_size: int) 
         marker != fmt.FRAME_MARKER
         or flags & fmt.FLAG_KIND_MASK != fmt.KIND_SEAL
         or fmt.FRAME_HEADER_SIZE_BYTES + stored_len != file_size - seal_offset
+        or stored_len > fmt.FRAME_STORED_BYTES_LIMIT  # a length from disk sizes no read past the format's limit
     ):
         return None
-    buf = f.pread(file_size - seal_offset, seal_offset)
+    buf = pread_upto(f, file_size - seal_offset, seal_offset)
     if len(buf) < file_size - seal_offset:
         return None
     seal = fmt.verify_frame(buf, 0, header.salt)

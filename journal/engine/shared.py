@@ -44,10 +44,10 @@ from journal.api import LOCK_FILE, RecoveryReport
 from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.reader import decode_payload
-from journal.engine.recovery import quarantine
+from journal.engine.recovery import quarantine_span
 from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
 from journal.errors import CorruptionError, JournalError, present
-from journal.fs import FileSystem, Lock
+from journal.fs import FileSystem, Lock, pread_upto
 
 if TYPE_CHECKING:
     from journal.engine.core import Journal
@@ -161,26 +161,35 @@ def catch_up(w: Journal, dirty: bool) -> None:
         return
     f = present(w._active, "a live header comes with its open file")
     start = w._active_size
-    size = f.size()
-    if not dirty and (size == start or not any(f.pread(fmt.FRAME_HEADER_SIZE_BYTES, start))):
+    src = tail.FileBytes(f)
+    size = src.size
+    if not dirty and (size == start or not any(pread_upto(f, fmt.FRAME_HEADER_SIZE_BYTES, start))):
         # Its last holder finished its batch (or rolled it back), and nothing starts where this
         # handle's frames end: zeros reserved ahead, nothing written since.
         w._reserved_end = size
         return
-    data = f.pread(size - start, start)
-    res = fmt.scan(data, 0, header.salt, w._last_seq + 1, base_offset=start)
+    # What the others wrote, a window at a time (a batch can be as large as the segment): each
+    # keyed record's key and digest (a retry under its key with another event is a conflict)
+    # are taken while its window is at hand, and kept only once the tail is not refused.
+    keyed: list[tuple[str, int, int]] = []
+
+    def visit(win: tail.Window) -> None:
+        for frame in win.res.frames:
+            if frame.flags & fmt.FLAG_KEYED and frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
+                rec = decode_payload(frame, win.buf, win.offset, last.name, fmt.FRAME_STORED_BYTES_LIMIT)
+                key = present(rec.key, "a keyed frame has a key")
+                keyed.append((key, frame.seq, xxhash.xxh64_intdigest(rec.payload)))
+
+    res = tail.scan_segment(src, start, header.salt, w._last_seq + 1, visit)
     data_frames = fmt.record_frames(res.frames)
     last_seq = data_frames[-1].seq if data_frames else w._last_seq
-    found = tail.classify(res, data[res.stop_offset - start :], header, last.name, f.path, last_seq=last_seq)
+    found = tail.classify(res, tail.Span(src, res.stop_offset), header, last.name, f.path, last_seq=last_seq)
     found.raise_if_refused()
     for frame in data_frames:
         w._note_frame(frame.first_seq, frame.offset)
-        if frame.flags & fmt.FLAG_KEYED:  # a data frame: a keyed record is never in a block
-            # The record's digest too: a retry under its key with another event is a conflict.
-            rec = decode_payload(frame, data, start, last.name, fmt.FRAME_STORED_BYTES_LIMIT)
-            key = present(rec.key, "a keyed frame has a key")
-            w._keys[key] = frame.seq
-            w._note_digest(key, frame.seq, xxhash.xxh64_intdigest(rec.payload))
+    for key, seq, digest in keyed:
+        w._keys[key] = seq
+        w._note_digest(key, seq, digest)
     w._active_count += sum(fr.records for fr in data_frames)
     w._last_seq = last_seq
     w._active_size = res.stop_offset
@@ -195,7 +204,7 @@ def catch_up(w: Journal, dirty: bool) -> None:
         return
     if found.kind == tail.TORN:
         # A process died in the middle of a write (the lock is ours: nobody else is in it).
-        quarantine(w._fs, w.path, last.name, res.stop_offset, data[res.stop_offset - start :])
+        quarantine_span(w._fs, w.path, last.name, src, res.stop_offset, max(src.size, res.stop_offset))
         f.truncate(res.stop_offset)
         w._reserved_end = res.stop_offset
         dirty = True

@@ -24,14 +24,25 @@ The answers, checked in this order:
 * ``torn``     anything else: damage with nothing durable after it. Recovery cuts it (keeping
                the bytes in quarantine/); a lock-free reader reads it as "not yet written",
                since a live writer may be in the middle of that very write.
+
+A segment may be as large as 1 TiB, and a live one may be mostly a hole (space reserved or
+extended, never written). So nothing here needs the segment in one buffer: the bytes come
+through a ``SegmentBytes`` (``InMemory`` for bytes a caller holds, ``FileBytes`` for a file,
+read through journal/fs.py), a window of ``WINDOW_BYTES`` at a time, or one frame's bytes when a
+frame is larger; ``scan_windows`` walks the frames and ``classify`` reads what follows them, and
+every reader goes through these two. What they hold at once is a window and one frame, whatever
+the size of the file, and the holes of a sparse file are skipped, not read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from journal.engine import format as fmt
 from journal.errors import CorruptionError, ForeignSegmentError, JournalError, NewerFormatError, SequenceError
+from journal.fs import File, data_from, pread_upto
 
 CLEAN = "clean"
 SEALED = "sealed"
@@ -43,6 +54,11 @@ NEWER = "newer"
 CORRUPT = "corrupt"
 REFUSED = frozenset({FOREIGN, GAP, NEWER, CORRUPT})
 NOT_YET_WRITTEN = frozenset({ZEROS, TORN})  # what a lock-free reader of a live segment waits on
+# What one read of a segment holds (a frame larger than this is read whole, up to the format's
+# FRAME_STORED_BYTES_LIMIT): the memory a scan, a tail's classification or a copy of cut bytes
+# needs, whatever the file's size.
+WINDOW_BYTES = 8 * 1024 * 1024
+_HEADER = fmt.FRAME_HEADER_SIZE_BYTES
 
 
 @dataclass(frozen=True)
@@ -88,44 +104,256 @@ def stop_error(res: fmt.ScanResult, segment: str, path: str, last_seq: int) -> J
     return None
 
 
+class SegmentBytes(Protocol):
+    """A segment's bytes as every reader of them sees them: a window at a time, never whole."""
+
+    @property
+    def size(self) -> int:
+        """Where the bytes end: the file's size when it was looked at (less once a read found
+        the file shorter: a writer cut its reserved space off meanwhile)."""
+        ...
+
+    def read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes from ``offset``, fewer only where the bytes end."""
+        ...
+
+    def data_from(self, offset: int) -> int:
+        """The first offset at or after ``offset`` that may hold a byte other than zero (past a
+        hole); ``size`` or more if none does."""
+        ...
+
+
+class InMemory:
+    """Bytes a caller already holds, as SegmentBytes."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._data = data
+        self.size = len(data)
+
+    def read(self, offset: int, size: int) -> bytes:
+        if offset == 0 and size >= self.size and isinstance(self._data, bytes):
+            return self._data
+        return bytes(self._data[offset : offset + size])
+
+    def data_from(self, offset: int) -> int:
+        return offset
+
+
+class FileBytes:
+    """An open segment file as SegmentBytes, up to ``size`` (its size now, unless given). Every
+    read is bounded and looped (journal.fs.pread_upto); holes are found with the file layer's
+    ``seek_data`` where it has one (journal.fs.data_from)."""
+
+    def __init__(self, f: File, size: int | None = None) -> None:
+        self.file = f
+        self.size = f.size() if size is None else size
+
+    def read(self, offset: int, size: int) -> bytes:
+        want = max(0, min(size, self.size - offset))
+        data = pread_upto(self.file, want, offset)
+        if len(data) < want:
+            self.size = offset + len(data)  # cut since its size was taken: it ends here now
+        return data
+
+    def data_from(self, offset: int) -> int:
+        return data_from(self.file, offset)
+
+
+class Window(NamedTuple):
+    """One read of a segment and the frames wholly in it (segment offsets)."""
+
+    buf: bytes  # the segment's bytes from ``offset``
+    offset: int
+    res: fmt.ScanResult  # the frames in ``buf``; its stop is the scan's only if ``last``
+    last: bool
+
+
+def scan_windows(
+    src: SegmentBytes, start: int, salt: int, expected_seq: int, window_bytes: int = WINDOW_BYTES
+) -> Iterator[Window]:
+    """``fmt.scan`` of ``src`` from ``start`` to its end, a window at a time: the windows' frames,
+    in order, are the frames a scan of all the bytes at once finds, and the last window's stop is
+    that scan's stop (reason, offset, seq). A window that ends inside a frame is read on from that
+    frame, and a frame larger than a window is read whole (its length is checked against the
+    format's limit by ``fmt.scan`` before it sizes a read). A caller may stop early."""
+    pos = start
+    want = window_bytes
+    while True:
+        buf = src.read(pos, min(want, src.size - pos))
+        end = pos + len(buf)
+        res = fmt.scan(buf, 0, salt, expected_seq, base_offset=pos)
+        if end >= src.size or not _cut_by_window(res, end):
+            yield Window(buf, pos, res, True)
+            return
+        if res.frames:
+            yield Window(buf, pos, res, False)
+            expected_seq = res.frames[-1].seq + 1  # padding carries the seq before it: the same
+            pos = res.stop_offset
+            want = window_bytes
+        else:
+            # One frame larger than the window: read it whole (stored_len <= the limit: scan
+            # stops with CHECKSUM on a larger one).
+            need = _HEADER + fmt.read_frame_header(buf, 0)[1] if len(buf) >= _HEADER else _HEADER
+            if need <= len(buf):  # pragma: no cover - the frame was in the window after all
+                yield Window(buf, pos, res, True)
+                return
+            want = need
+
+
+def _cut_by_window(res: fmt.ScanResult, window_end: int) -> bool:
+    """Whether a scan stopped only because the window ended (the file goes on)."""
+    if res.stop in (fmt.Stop.END, fmt.Stop.TRUNCATED):
+        return True
+    return res.stop == fmt.Stop.ZEROS and res.stop_offset + _HEADER > window_end  # a zero header cut short
+
+
+def scan_segment(
+    src: SegmentBytes, start: int, salt: int, expected_seq: int, visit: Callable[[Window], None] | None = None
+) -> fmt.ScanResult:
+    """``scan_windows`` as one ScanResult (every frame, the scan's stop). ``visit`` sees each
+    window while its bytes are at hand (to read payloads: a record's key, its digest)."""
+    frames: list[fmt.Frame] = []
+    for win in scan_windows(src, start, salt, expected_seq):
+        frames.extend(win.res.frames)
+        if visit is not None:
+            visit(win)
+        if win.last:
+            return fmt.ScanResult(frames, win.res.stop, win.res.stop_offset, win.res.stop_seq)
+    raise AssertionError("scan_windows ends with its last window")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Span:
+    """The bytes of ``src`` from ``start`` to its end: what follows a scan's stop."""
+
+    src: SegmentBytes
+    start: int
+
+    @property
+    def empty(self) -> bool:
+        return self.start >= self.src.size
+
+
+def all_zeros(span: Span) -> bool:
+    """Whether every byte of ``span`` is zero (``fmt.zeros_from``, a window at a time; holes
+    are skipped unread)."""
+    src, pos = span.src, span.start
+    while True:
+        pos = src.data_from(pos)
+        if pos >= src.size:
+            return True
+        buf = src.read(pos, min(WINDOW_BYTES, src.size - pos))
+        if not buf:
+            return True  # the file ends here now
+        if buf.count(0) != len(buf):
+            return False
+        pos += len(buf)
+
+
+class _GenuineFrames:
+    """``fmt.next_genuine_frame`` over SegmentBytes: the frame marker is searched a window at a
+    time (holes skipped: a marker is not zero), and a candidate whose frame runs past the window
+    is read whole from its header, so a search holds a window or one frame, never the file."""
+
+    def __init__(self, src: SegmentBytes, salt: int) -> None:
+        self._src = src
+        self._salt = salt
+        self._buf = b""
+        self._at = 0  # the segment offset of _buf[0]
+
+    def next(self, start: int) -> fmt.GenuineFrame | None:
+        """The first genuine frame that starts at or after ``start`` (segment offsets)."""
+        src, marker_at = self._src, fmt.FRAME_MARKER_OFFSET
+        pos = max(start, 0)
+        while pos + _HEADER <= src.size:
+            if not self._at <= pos or pos + _HEADER > self._at + len(self._buf):
+                pos = max(pos, src.data_from(pos + marker_at) - marker_at)
+                if pos + _HEADER > src.size:
+                    return None
+                self._at, self._buf = pos, src.read(pos, min(WINDOW_BYTES, src.size - pos))
+                if len(self._buf) < _HEADER:
+                    return None  # the file ends here now
+            j = self._buf.find(fmt.FRAME_MARKER_BYTES, pos - self._at + marker_at)
+            if j < 0:
+                # Every header whose marker lies wholly in the window was tried.
+                pos = self._at + len(self._buf) - _HEADER + 1
+                continue
+            h = self._at + j - marker_at  # the marker ends the header: the header is in the window
+            stored_len = fmt.read_frame_header(self._buf, h - self._at)[1]
+            end = h + _HEADER + stored_len
+            if stored_len <= fmt.FRAME_STORED_BYTES_LIMIT and self._at + len(self._buf) < end <= src.size:
+                self._at, self._buf = h, src.read(h, max(WINDOW_BYTES, _HEADER + stored_len))
+            got = fmt.verify_frame(self._buf, h - self._at, self._salt)
+            if got is not None:
+                return got._replace(offset=h)
+            pos = h + 1
+        return None
+
+
+def durable_point(span: Span, salt: int, after_seq: int) -> int | None:
+    """``fmt.find_durable_point`` over ``span`` (segment offsets): the offset of a genuine
+    commit-marked or seal frame above ``after_seq`` with a genuine frame of a higher seq after
+    it, which proves the bytes before it were fdatasync'd; None if there is none."""
+    frames = _GenuineFrames(span.src, salt)
+    pos = span.start
+    while True:
+        commit = frames.next(pos)
+        if commit is None:
+            return None
+        if commit.seq > after_seq and (commit.flags & fmt.FLAG_COMMIT or commit.kind == fmt.KIND_SEAL):
+            break
+        pos = commit.offset + 1
+    pos = commit.end
+    while True:
+        later = frames.next(pos)
+        if later is None:
+            return None
+        if later.seq > commit.seq:
+            return commit.offset
+        pos = later.offset + 1
+
+
 def classify(
     res: fmt.ScanResult,
-    rest: bytes,
+    rest: bytes | memoryview | Span,
     header: fmt.SegmentHeader,
     segment: str,
     path: str,
     journal_id: bytes | None = None,
     last_seq: int | None = None,
 ) -> Tail:
-    """Classify a segment's tail. Pure.
+    """Classify a segment's tail. Pure: it reads only what ``rest`` gives it.
 
     ``res`` is a scan of the segment (or of a part of it that started on a frame boundary),
-    ``rest`` the segment's bytes from ``res.stop_offset`` to the end of the file as read now,
+    ``rest`` what follows its stop to the end of the file as read now: those bytes, or a Span of
+    a SegmentBytes from ``res.stop_offset`` (read a window at a time; a file of any size),
     ``journal_id`` the id of the journal the segment must belong to (None: not checked),
     ``last_seq`` the seq of the last data frame before the stop when the scan did not start at
     the first frame (default: from ``res.frames``, else the header's base seq - 1).
     """
     stop = res.stop_offset
+    span = rest if isinstance(rest, Span) else Span(InMemory(rest), 0)
     if last_seq is None:
         last_seq = last_data_seq(res, header)
     if journal_id is not None and header.journal_id != journal_id:
         return Tail(FOREIGN, stop, last_seq, ForeignSegmentError(segment, path))
-    if res.stop == fmt.Stop.END and not rest:
+    if res.stop == fmt.Stop.END and span.empty:
         return Tail(CLEAN, stop, last_seq)
     if res.stop == fmt.Stop.SEALED:
-        if rest:
+        if not span.empty:
             error = CorruptionError(segment, stop, last_seq, "bytes after the seal footer")
             return Tail(CORRUPT, stop, last_seq, error)
         return Tail(SEALED, stop, last_seq)
     refused = stop_error(res, segment, path, last_seq)
     if refused is not None:
         return Tail(GAP if res.stop == fmt.Stop.SEQ else NEWER, stop, last_seq, refused)
-    if fmt.zeros_from(rest):
+    if all_zeros(span):
         return Tail(ZEROS, stop, last_seq)
-    durable = fmt.find_durable_point(rest, 0, header.salt, last_seq)
+    durable = durable_point(span, header.salt, last_seq)
     if durable is not None:
         # END with bytes left (a scan that stopped at frames_max) lands here only if the
         # caller passed a partial scan; the stop name then reads "end".
-        reason = f"{res.stop.name.lower()} frame before a durable (commit-marked) frame at offset {stop + durable}"
+        at = stop + durable - span.start  # rest's offsets start at the stop, a Span's are the segment's
+        reason = f"{res.stop.name.lower()} frame before a durable (commit-marked) frame at offset {at}"
         return Tail(CORRUPT, stop, last_seq, CorruptionError(segment, stop, last_seq + 1, reason))
     return Tail(TORN, stop, last_seq)
