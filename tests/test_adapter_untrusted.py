@@ -365,3 +365,286 @@ def test_langgraph_a_graph_of_pydantic_state_resumes(tmp_path: Path, monkeypatch
         saver.close()
         assert out["profile"] == Profile(name="p", tags=["asked", "yes"])
         assert [m.content for m in out["messages"]] == ["hi", "asked", "yes"]
+
+
+# ---- JSON adapters: records appended to a journal the adapter made, as another program could
+
+
+def _nested(depth: int) -> Any:
+    """A JSON value ``depth`` maps deep (within what the engine stores and reads: ~1,000)."""
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _append(path: str, records: Sequence[dict[str, Any]]) -> None:
+    with journal.open(path) as j:
+        for record in records:
+            j.append(record, durability="sync")
+
+
+def _first_records(path: str) -> list[Any]:
+    with journal.open(path, readonly=True) as j:
+        return [rec.event for rec in j.read()]
+
+
+def _report(failures: list[str]) -> None:
+    assert not failures, "\n".join(failures)
+
+
+# ---- OpenAI Agents SDK: items are JSON objects, kept and given back as they are
+
+
+def test_openai_agents_refuses_records_of_another_shape(tmp_path: Path) -> None:
+    _need("agents")
+    from journal.adapters.openai_agents import JournalSession, SessionFormatError, journal_dir_name
+
+    cases: dict[str, dict[str, Any]] = {
+        "an add without items": {"op": "add"},
+        "an add whose items are a str": {"op": "add", "items": "ab"},
+        "an add whose items are a map": {"op": "add", "items": {"a": 1}},
+        "an add of a number": {"op": "add", "items": [1]},
+        "a replace whose items are null": {"op": "replace", "items": None},
+        "an op that is a list": {"op": [1]},
+        "a pop without its fields": {"op": "pop"},
+        "a pop of a huge seq": {"op": "pop", "seq": 10**100, "index": 0},
+        "a pop whose fields are maps": {"op": "pop", "seq": {}, "index": {}},
+    }
+    failures = []
+    for i, (name, record) in enumerate(cases.items()):
+        where = tmp_path / f"case{i}"
+        with JournalSession("s", where) as session:
+            asyncio.run(session.add_items([{"role": "user", "content": "hi"}]))
+        path = str(where / journal_dir_name("s"))
+        _append(path, [record])
+        err = _outcome(lambda: JournalSession("s", where).close())  # noqa: B023 - called at once
+        if not (isinstance(err, SessionFormatError) and isinstance(err, ForeignRecordError)
+                and err.path == path and err.seq == 3):
+            failures.append(f"{name}: {err!r}")
+    _report(failures)
+
+
+def test_openai_agents_deep_items_read_back(tmp_path: Path) -> None:
+    """Items are JSON the SDK gives back as stored: nesting the engine stores reads back."""
+    _need("agents")
+    from journal.adapters.openai_agents import JournalSession, journal_dir_name
+
+    with JournalSession("s", tmp_path) as session:
+        asyncio.run(session.add_items([{"role": "user", "content": "hi"}]))
+    _append(str(tmp_path / journal_dir_name("s")), [{"op": "add", "items": [{"deep": _nested(900)}]}])
+    with JournalSession("s", tmp_path) as session:
+        items = asyncio.run(session.get_items())
+    assert len(items) == 2
+
+
+# ---- Google ADK: records of the service's shape; events are ADK's pydantic model
+
+
+def _adk_app(where: Path) -> tuple[str, list[Any]]:
+    """An app journal with one session ("u", "s") and one event; its path and its records."""
+    from google.adk.events.event import Event
+    from google.genai import types
+
+    from journal.adapters.adk import JournalSessionService
+
+    async def main() -> None:
+        async with JournalSessionService(where) as service:
+            session = await service.create_session(app_name="app", user_id="u", session_id="s", state={"k": 1})
+            event = Event(author="user", invocation_id="i1",
+                          content=types.Content(role="user", parts=[types.Part(text="hi")]))
+            await service.append_event(session, event)
+
+    asyncio.run(main())
+    from journal.adapters.adk import app_dir_name
+
+    path = str(where / "apps" / app_dir_name("app"))
+    return path, _first_records(path)
+
+
+def test_adk_refuses_records_of_another_shape(tmp_path: Path) -> None:
+    _need("google.adk")
+    from journal.adapters.adk import STATE_DEPTH_MAX, AppFormatError, JournalSessionService
+
+    _, (_, create, event) = _adk_app(tmp_path / "probe")
+    create2 = {**create, "session_id": "s2"}
+    too_deep = _nested(5 * STATE_DEPTH_MAX)  # copy.deepcopy's recursion stops near 330 levels
+    cases: dict[str, dict[str, Any]] = {
+        "an op that is a map": {**create2, "op": {}},
+        "a user_id that is a number": {**create2, "user_id": 1},
+        "a session_id that is a list": {**create2, "session_id": ["s"]},
+        "state that is a list": {**create2, "state": ["ab"]},
+        "app state that is a list of pairs": {**create2, "state": {**create["state"], "app": ["ab"]}},
+        "a time beyond any float": {**create2, "time": 10**400},
+        "a time that is a str": {**create2, "time": "1.5"},
+        "a time that is true": {**create2, "time": True},
+        "state nested too deep": {**create2, "state": {**create["state"], "session": {"k": too_deep}}},
+        "an event that is a list": {**event, "event": [1]},
+        "an event timestamp that is a str": {**event, "event": {**event["event"], "timestamp": "x"}},
+        "an event id that is a number": {**event, "event": {**event["event"], "id": 7}},
+        "a delta whose user part is a str": {**event, "delta": {**event["delta"], "user": "ab"}},
+        "an event ADK's model refuses": {**event, "event": {**event["event"], "author": {"not": "a str"}}},
+        "an event whose parts are a str": {**event, "event": {**event["event"], "content": {"parts": "x"}}},
+    }
+
+    async def reads(service: Any) -> None:
+        await service.list_sessions(app_name="app")
+        await service.get_session(app_name="app", user_id="u", session_id="s")
+        await service.get_user_state(app_name="app", user_id="u")
+
+    failures = []
+    for i, (name, record) in enumerate(cases.items()):
+        where = tmp_path / f"case{i}"
+        path, _ = _adk_app(where)
+        _append(path, [record])
+        service = JournalSessionService(where)
+        err = _outcome(lambda: asyncio.run(reads(service)))  # noqa: B023 - called at once
+        asyncio.run(service.close())
+        if not (isinstance(err, AppFormatError) and isinstance(err, ForeignRecordError)
+                and err.path == path and err.seq == 4):
+            failures.append(f"{name}: {err!r}")
+    _report(failures)
+
+
+def test_adk_refuses_to_write_state_it_would_refuse_to_read(tmp_path: Path) -> None:
+    _need("google.adk")
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+
+    from journal.adapters.adk import STATE_DEPTH_MAX, JournalSessionService, StateNotSerializableError
+
+    async def main() -> None:
+        async with JournalSessionService(tmp_path) as service:
+            deep = _nested(STATE_DEPTH_MAX + 5)
+            with pytest.raises(StateNotSerializableError, match="nested more than"):
+                await service.create_session(app_name="app", user_id="u", state={"k": deep})
+            session = await service.create_session(app_name="app", user_id="u", session_id="s")
+            seq = service.last_seq("app")
+            with pytest.raises(StateNotSerializableError, match="nested more than"):
+                await service.append_event(session, Event(author="a", invocation_id="i",
+                                                          actions=EventActions(state_delta={"user:k": deep})))
+            assert service.last_seq("app") == seq  # nothing written
+            fine = _nested(STATE_DEPTH_MAX - 5)
+            await service.append_event(session, Event(author="a", invocation_id="i",
+                                                      actions=EventActions(state_delta={"k": fine})))
+        async with JournalSessionService(tmp_path) as service:
+            got = await service.get_session(app_name="app", user_id="u", session_id="s")
+            assert got is not None and got.state["k"] == fine
+
+    asyncio.run(main())
+
+
+# ---- Pydantic AI: records and messages through the framework's own TypeAdapters
+
+
+def _pai_store(where: Path) -> list[Any]:
+    """A store with one conversation "c" of two entries; the journal's records."""
+    from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord
+
+    from journal.adapters.pydantic_ai import JournalConversationStore
+    from tests.child_pydantic_ai import message
+
+    async def main() -> None:
+        async with JournalConversationStore(where) as store:
+            e0 = ConversationEntry(id="e0", parent_id=None, message=message(0))
+            e1 = ConversationEntry(id="e1", parent_id="e0", message=message(1))
+            await store.write_record(ConversationRecord(conversation_id="c", head_id="e1", revision="r1"),
+                                     new_entries=[e0, e1], expected_revision=None)
+
+    asyncio.run(main())
+    return _first_records(str(where))
+
+
+def test_pydantic_ai_refuses_records_of_another_shape(tmp_path: Path) -> None:
+    _need("pydantic_ai")
+    from journal.adapters.pydantic_ai import JournalConversationStore, StoreFormatError
+
+    _, write = _pai_store(tmp_path / "probe")
+    entries = write["entries"]
+    cases: dict[str, dict[str, Any]] = {
+        "a write without its record": {"op": "write", "entries": []},
+        "a record Pydantic AI refuses": {**write, "record": {**write["record"], "conversation_id": 5}},
+        "a record nested past pydantic's limit": {**write, "record": {**write["record"], "scope": _nested(900)}},
+        "a record updated in the year 99999": {**write, "record": {**write["record"], "updated_at": "99999-01-01"}},
+        "entries that are a map": {**write, "entries": {}},
+        "an entry without an id": {**write, "entries": [{k: v for k, v in entries[0].items() if k != "id"}]},
+        "an entry whose id is a number": {**write, "entries": [{**entries[0], "id": 1}]},
+        "an entry whose parent is a list": {**write, "entries": [{**entries[0], "parent_id": ["e"]}]},
+        "a delete without its fields": {"op": "delete"},
+        "a delete of a conversation that is a list": {"op": "delete", "conversation_id": ["c"], "revision": "r1"},
+        "an op that is a list": {"op": ["write"]},
+    }
+    failures = []
+    for i, (name, record) in enumerate(cases.items()):
+        where = tmp_path / f"case{i}"
+        _pai_store(where)
+        _append(str(where), [record])
+        err = _outcome(lambda: asyncio.run(JournalConversationStore(where).open()))  # noqa: B023 - called at once
+        if not (isinstance(err, StoreFormatError) and isinstance(err, ForeignRecordError)
+                and err.path == str(where) and err.seq == 3):
+            failures.append(f"{name}: {err!r}")
+    _report(failures)
+
+
+def test_pydantic_ai_refuses_messages_it_cannot_read(tmp_path: Path) -> None:
+    """A stored message is decoded when it is read: one Pydantic AI refuses is named by its
+    record, whichever read meets it."""
+    _need("pydantic_ai")
+    from journal.adapters.pydantic_ai import JournalConversationStore, StoreFormatError
+
+    _, write = _pai_store(tmp_path / "probe")
+    entries = write["entries"]
+    bad_messages = {
+        "a message of no known kind": {"kind": "not-a-kind", "parts": []},
+        "a message that is a str": "hello",
+        "a part whose content is nested past pydantic's limit": {
+            **entries[0]["message"], "parts": [{**entries[0]["message"]["parts"][0], "content": _nested(900)}]},
+    }
+    failures = []
+    for i, (name, bad) in enumerate(bad_messages.items()):
+        where = tmp_path / f"case{i}"
+        _pai_store(where)
+        record = {**write["record"], "conversation_id": "d", "head_id": "x1", "revision": "r"}
+        _append(str(where), [{"op": "write", "record": record,
+                              "entries": [{**entries[0], "id": "x0", "parent_id": None},
+                                          {**entries[1], "id": "x1", "parent_id": "x0", "message": bad}]}])
+
+        async def reads(where: Path = where) -> list[BaseException | None]:
+            async with JournalConversationStore(where) as store:
+                errs: list[BaseException | None] = []
+                for read in (store.read_entry("x1"), store.read_history("x1"), store.load("d")):
+                    try:
+                        await read
+                        errs.append(None)
+                    except Exception as e:  # the test looks at what it was
+                        errs.append(e)
+                return errs
+
+        for err in asyncio.run(reads()):
+            if not (isinstance(err, StoreFormatError) and err.path == str(where) and err.seq == 3):
+                failures.append(f"{name}: {err!r}")
+    _report(failures)
+
+
+def test_pydantic_ai_a_loop_of_parents_is_refused(tmp_path: Path) -> None:
+    """Crafted entries whose parents loop (x0 -> x1 -> x0): reading the history raises
+    StoreFormatError, where it returned the loop again and again up to ``limit`` (and without a
+    limit never returned)."""
+    _need("pydantic_ai")
+    from journal.adapters.pydantic_ai import JournalConversationStore, StoreFormatError
+
+    _, write = _pai_store(tmp_path)
+    entries = write["entries"]
+    record = {**write["record"], "conversation_id": "d", "head_id": "x1", "revision": "r"}
+    _append(str(tmp_path), [{"op": "write", "record": record,
+                             "entries": [{**entries[0], "id": "x0", "parent_id": "x1"},
+                                         {**entries[1], "id": "x1", "parent_id": "x0"}]}])
+
+    async def main() -> None:
+        async with JournalConversationStore(tmp_path) as store:
+            with pytest.raises(StoreFormatError, match="its own ancestor"):
+                await store.read_history("x1", limit=10)
+            with pytest.raises(StoreFormatError, match="its own ancestor"):
+                await store.read_history("x1")
+
+    asyncio.run(main())

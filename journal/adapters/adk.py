@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
 import os
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -76,6 +77,7 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlparse
 
+import pydantic
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -102,6 +104,7 @@ from journal.api import (
     invariant,
     present,
 )
+from journal.errors import ForeignRecordError
 from journal.fs import FileSystem
 
 FORMAT_VERSION: Final = 1
@@ -115,6 +118,10 @@ NAME_BYTES_MAX: Final = 160
 _SAFE_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _OPS: Final = frozenset({"create", "event", "delete"})
 _SCOPES: Final = ("session", "app", "user")
+# State nested deeper than this (lists and maps) is refused when written and when read: the
+# service copies state (copy.deepcopy) on every read, as ADK's own services do, and that
+# recursion stops near 300 levels (Python's recursion limit).
+STATE_DEPTH_MAX: Final = 100
 # DatabaseSessionService's words, so a caller sees the same message from either store.
 _STALE_MESSAGE: Final = (
     "The session has been modified in storage since it was loaded. "
@@ -180,13 +187,19 @@ class OutcomeUnknownError(JournalSessionServiceError):
         self.outcome = outcome
 
 
-class AppFormatError(JournalSessionServiceError):
-    """An app's journal holds something this adapter cannot fold; nothing was changed."""
+class AppFormatError(JournalSessionServiceError, ForeignRecordError):
+    """An app's journal holds a record this adapter did not write (another program's, a newer
+    version's, or one crafted); nothing of it was used and nothing was changed."""
 
     def __init__(self, path: str, seq: int, why: str) -> None:
-        super().__init__(f"ADK app journal {path} at seq {seq}: {why}; the journal was left as it is")
+        JournalError.__init__(
+            self,
+            f"ADK app journal {path} at seq {seq}: {why}; the journal was left as it is. Open it with the "
+            "program (or the version) that wrote it, or restore it from a backup you trust",
+        )
         self.path = path
         self.seq = seq
+        self.why = why
 
 
 def app_dir_name(app_name: str) -> str:
@@ -216,6 +229,63 @@ def split_state(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
         elif not key.startswith(State.TEMP_PREFIX):
             parts["session"][key] = value
     return parts
+
+
+def _record_error(op: str, ev: dict[str, Any]) -> str | None:
+    """What in record ``ev`` (of ``op``) is not of the shape this service writes, or None."""
+    if not (isinstance(ev.get("user_id"), str) and isinstance(ev.get("session_id"), str)):
+        return "its user_id or session_id is not a str"
+    if op == "delete":
+        return None
+    parts = ev.get("state" if op == "create" else "delta")
+    if not isinstance(parts, dict) or not all(isinstance(parts.get(scope), dict) for scope in _SCOPES):
+        return "its state is not a map of the session, app and user maps"
+    why = _state_error(parts)
+    if why is not None:
+        return why
+    if not _is_time(ev.get("time")):
+        return "its time is not a finite number"
+    if op == "event":
+        event = ev.get("event")
+        if not (isinstance(event, dict) and _is_time(event.get("timestamp")) and isinstance(event.get("id", ""), str)):
+            return "its event is not a map with a finite timestamp and a str id"
+    return None
+
+
+def _state_error(parts: dict[str, dict[str, Any]]) -> str | None:
+    """Why state split by scope cannot be stored and read back (too deep), or None."""
+    if any(_deeper_than(parts[scope], STATE_DEPTH_MAX) for scope in _SCOPES):
+        return f"a state value is nested more than {STATE_DEPTH_MAX} levels deep"
+    return None
+
+
+def _short(exc: BaseException, chars_max: int = 300) -> str:
+    """An error's words, cut to ``chars_max`` (a validation error lists every field)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
+
+
+def _is_time(value: Any) -> bool:
+    """Whether ``value`` is a number (not a bool) a float holds, and finite."""
+    if type(value) is not int and type(value) is not float:
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int beyond any float
+        return False
+
+
+def _deeper_than(value: Any, depth_max: int) -> bool:
+    """Whether JSON ``value`` nests lists and maps more than ``depth_max`` levels (``value``
+    itself being the first); a loop, so a value of any depth is measured."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v
+        if depth > depth_max:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 @dataclass
@@ -265,36 +335,37 @@ class _App:
     forgotten: bool = False
 
     def fold(self, seq: int, ev: Any) -> None:
-        """Apply record ``seq``: the one function for replay and for live writes."""
+        """Apply record ``seq``: the one function for replay and for live writes. A record not
+        of the shape this service writes (``_record_error``) raises AppFormatError."""
         if not isinstance(ev, dict):
             raise AppFormatError(self.path, seq, "a record that is not a JSON object")
         op = ev.get("op")
-        if op not in _OPS:
+        if not isinstance(op, str) or op not in _OPS:
             raise AppFormatError(self.path, seq, f"unknown op {op!r}")
-        try:
-            key = (ev["user_id"], ev["session_id"])
-            if op == "delete":
-                self.sessions.pop(key, None)
-                return
-            parts = ev["state"] if op == "create" else ev["delta"]
-            if op == "create" and key in self.sessions:
-                raise AppFormatError(self.path, seq, f"a second create of session {key!r}")
-            if op == "event" and key not in self.sessions:
-                raise AppFormatError(self.path, seq, f"an event of session {key!r}, which does not exist")
-            if parts["app"]:
-                self.app_state.update(parts["app"])
-            if parts["user"]:
-                self.user_state.setdefault(key[0], {}).update(parts["user"])
-            if op == "create":
-                self.sessions[key] = _Session(dict(parts["session"]), [], float(ev["time"]), seq)
-            else:
-                s = self.sessions[key]
-                s.state.update(parts["session"])
-                s.events.append((seq, float(ev["event"]["timestamp"]), ev["event"].get("id", "")))
-                s.last_update_time = float(ev["time"])
-                s.revision = seq
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise AppFormatError(self.path, seq, f"a malformed {op} record ({exc!r})") from exc
+        why = _record_error(op, ev)
+        if why is not None:
+            raise AppFormatError(self.path, seq, f"a malformed {op} record: {why}")
+        key = (ev["user_id"], ev["session_id"])
+        if op == "delete":
+            self.sessions.pop(key, None)
+            return
+        parts = ev["state"] if op == "create" else ev["delta"]
+        if op == "create" and key in self.sessions:
+            raise AppFormatError(self.path, seq, f"a second create of session {key!r}")
+        if op == "event" and key not in self.sessions:
+            raise AppFormatError(self.path, seq, f"an event of session {key!r}, which does not exist")
+        if parts["app"]:
+            self.app_state.update(parts["app"])
+        if parts["user"]:
+            self.user_state.setdefault(key[0], {}).update(parts["user"])
+        if op == "create":
+            self.sessions[key] = _Session(dict(parts["session"]), [], float(ev["time"]), seq)
+        else:
+            s = self.sessions[key]
+            s.state.update(parts["session"])
+            s.events.append((seq, float(ev["event"]["timestamp"]), ev["event"].get("id", "")))
+            s.last_update_time = float(ev["time"])
+            s.revision = seq
 
     def deliver(self, seq: int, record: dict[str, Any], done: asyncio.Future[None]) -> None:
         """Fold a committed record once every earlier one is folded; wake its writer then."""
@@ -480,10 +551,15 @@ class JournalSessionService(BaseSessionService):
         now = platform_time.get_time()
         if not sid:  # None, or blank once stripped: a generated id, as InMemorySessionService does
             sid = platform_uuid.new_uuid()
+        if not isinstance(user_id, str):
+            raise TypeError(f"user_id must be a str, not {type(user_id).__name__}")
         try:
             parts = split_state(to_jsonable_python(state or {}))
         except PydanticSerializationError as exc:
             raise StateNotSerializableError(f"the initial state of session {sid!r}", str(exc)) from exc
+        why = _state_error(parts)  # what the fold refuses is refused before it is written
+        if why is not None:
+            raise StateNotSerializableError(f"the initial state of session {sid!r}", why)
         record = {"op": "create", "user_id": user_id, "session_id": sid, "state": parts, "time": now}
         return await _run_to_outcome(self._create(app_name, user_id, sid, record))
 
@@ -527,7 +603,12 @@ class JournalSessionService(BaseSessionService):
         rec = await app.journal.get(seq)
         if rec is None:  # the fold names only records this handle committed or read
             raise AppFormatError(app.path, seq, "an event record the index names is missing")
-        return Event.model_validate(rec.event["event"])
+        # ADK's own model, from JSON: pydantic builds its declared classes only, never one a
+        # stored name chooses. What it refuses is a record this service did not write.
+        try:
+            return Event.model_validate(rec.event["event"])
+        except (pydantic.ValidationError, KeyError, TypeError, RecursionError) as exc:
+            raise AppFormatError(app.path, seq, f"an event ADK cannot read ({_short(exc)})") from None
 
     @override
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
@@ -601,12 +682,16 @@ class JournalSessionService(BaseSessionService):
             if isinstance(actions, dict) and isinstance(actions.get("state_delta"), dict):
                 delta = {k: v for k, v in actions["state_delta"].items() if not k.startswith(State.TEMP_PREFIX)}
                 actions["state_delta"] = delta
+            parts = split_state(delta)
+            why = _state_error(parts)  # what the fold refuses is refused before it is written
+            if why is not None:
+                raise StateNotSerializableError(what, why)
             record = {
                 "op": "event",
                 "user_id": session.user_id,
                 "session_id": session.id,
                 "event": stored,
-                "delta": split_state(delta),
+                "delta": parts,
                 "time": event.timestamp,
             }
             seq = await self._write(app, record, what)

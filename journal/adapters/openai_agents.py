@@ -60,6 +60,7 @@ from journal.api import (
     RecordTooLargeError,
 )
 from journal.api import Journal as JournalHandle
+from journal.errors import ForeignRecordError
 
 if TYPE_CHECKING:
     from agents.memory.session import Session
@@ -133,13 +134,19 @@ class OutcomeUnknownError(JournalSessionError):
         self.outcome = outcome
 
 
-class SessionFormatError(JournalSessionError):
-    """The journal holds something this adapter cannot fold; nothing was changed."""
+class SessionFormatError(JournalSessionError, ForeignRecordError):
+    """The journal holds a record this adapter did not write (another program's, a newer
+    version's, or one crafted); nothing of it was used and nothing was changed."""
 
     def __init__(self, path: str, seq: int, why: str) -> None:
-        super().__init__(f"session journal {path} at seq {seq}: {why}; the journal was left as it is")
+        JournalError.__init__(
+            self,
+            f"session journal {path} at seq {seq}: {why}; the journal was left as it is. Open it with the "
+            "program (or the version) that wrote it, or restore it from a backup you trust",
+        )
         self.path = path
         self.seq = seq
+        self.why = why
 
 
 def journal_dir_name(session_id: str) -> str:
@@ -236,20 +243,33 @@ class JournalSession:
                 self._check_header(ev)
                 continue
             op = ev.get("op")
-            if op not in _OPS:
+            if not isinstance(op, str) or op not in _OPS:
                 raise SessionFormatError(self.path, rec.seq, f"unknown op {op!r}")
             if op == "add":
-                items.extend((rec.seq, i, _encode(item)) for i, item in enumerate(ev["items"]))
+                items.extend(self._stored_items(rec.seq, ev))
             elif op == "pop":
-                if not items or items[-1][:2] != (ev["seq"], ev["index"]):
-                    raise SessionFormatError(self.path, rec.seq, f"a pop of item {ev['index']} of seq {ev['seq']}, "
+                seq, index = ev.get("seq"), ev.get("index")
+                if not items or items[-1][:2] != (seq, index):
+                    raise SessionFormatError(self.path, rec.seq, f"a pop of item {index!r} of seq {seq!r}, "
                                                                  "which is not the newest item")
                 items.pop()
             elif op == "clear":
                 items = []
             else:  # replace
-                items = [(rec.seq, i, _encode(item)) for i, item in enumerate(ev["items"])]
+                items = self._stored_items(rec.seq, ev)
         self._items = items
+
+    def _stored_items(self, seq: int, ev: dict[str, Any]) -> list[tuple[int, int, str]]:
+        """The items of an add or a replace record, as the fold keeps them; checked to be what
+        add_items stores (a list of JSON objects), else SessionFormatError."""
+        items = ev.get("items")
+        if not isinstance(items, list):
+            raise SessionFormatError(self.path, seq, f"an {ev['op']} whose items are not a list")
+        try:
+            return [(seq, i, _encode(item)) for i, item in enumerate(items)]
+        except ItemsNotSerializableError as exc:
+            raise SessionFormatError(self.path, seq, f"an {ev['op']} of items add_items would not store "
+                                                     f"({exc})") from None
 
     def _check_header(self, ev: dict[str, Any]) -> None:
         if ev.get("op") != "session":
@@ -429,7 +449,7 @@ def _encode(item: Any) -> str:
         raise ItemsNotSerializableError(f"an item is a {type(item).__name__}, not a JSON object")
     try:
         return json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ItemsNotSerializableError(str(exc)) from exc
 
 

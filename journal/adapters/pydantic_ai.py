@@ -91,6 +91,7 @@ from journal.api import (
     Record,
     RecordTooLargeError,
 )
+from journal.errors import ForeignRecordError
 from journal.fs import FileSystem
 
 FORMAT_OP: Final = "pydantic-ai"
@@ -121,13 +122,19 @@ class StoreClosedError(JournalConversationStoreError, RuntimeError):
         )
 
 
-class StoreFormatError(JournalConversationStoreError):
-    """The journal holds something this adapter cannot read; nothing was changed."""
+class StoreFormatError(JournalConversationStoreError, ForeignRecordError):
+    """The journal holds a record this adapter did not write (another program's, a newer
+    version's, or one crafted); nothing of it was used and nothing was changed."""
 
     def __init__(self, path: str, seq: int, why: str) -> None:
-        super().__init__(f"conversation journal {path} at seq {seq}: {why}; the journal was left as it is")
+        JournalError.__init__(
+            self,
+            f"conversation journal {path} at seq {seq}: {why}; the journal was left as it is. Open it with "
+            "the program (or the version) that wrote it, or restore it from a backup you trust",
+        )
         self.path = path
         self.seq = seq
+        self.why = why
 
 
 class EntryNotFoundError(JournalConversationStoreError, KeyError):
@@ -325,14 +332,23 @@ class JournalConversationStore(ConversationStore):
                 continue
             op = ev.get("op")
             if op == "write":
-                record = _decode_record(ev["record"])
-                index.apply_write(rec.seq, record, [(e["id"], e["parent_id"]) for e in ev["entries"]])
+                entries = ev.get("entries")
+                if not isinstance(entries, list) or not all(_is_entry(e) for e in entries):
+                    raise StoreFormatError(self.path, rec.seq, "a write whose entries are not maps of a str id, "
+                                                               "a str or null parent_id, a str kind and a message")
+                try:
+                    record = _decode_record(ev.get("record"))
+                except _UNREADABLE as exc:
+                    raise StoreFormatError(self.path, rec.seq, f"a record Pydantic AI cannot read ({_short(exc)})") \
+                        from None
+                index.apply_write(rec.seq, record, [(e["id"], e["parent_id"]) for e in entries])
             elif op == "delete":
-                stored = index.records.get(ev["conversation_id"])
-                if stored is None or stored.record.revision != ev["revision"]:
-                    raise StoreFormatError(self.path, rec.seq, f"a delete of conversation {ev['conversation_id']!r} "
-                                                               f"at revision {ev['revision']!r}, which is not stored")
-                index.apply_delete(ev["conversation_id"])
+                conversation_id, revision = ev.get("conversation_id"), ev.get("revision")
+                stored = index.records.get(conversation_id) if isinstance(conversation_id, str) else None
+                if not isinstance(conversation_id, str) or stored is None or stored.record.revision != revision:
+                    raise StoreFormatError(self.path, rec.seq, f"a delete of conversation {conversation_id!r} "
+                                                               f"at revision {revision!r}, which is not stored")
+                index.apply_delete(conversation_id)
             else:
                 raise StoreFormatError(self.path, rec.seq, f"unknown op {op!r}")
         return index
@@ -398,11 +414,15 @@ class JournalConversationStore(ConversationStore):
 
         def walk(index: _Index) -> list[str]:
             ids: list[str] = []
+            seen: set[str] = set()
             entry_id = head_id
             while entry_id is not None and (limit is None or len(ids) < limit):
                 ref = index.entries.get(entry_id)
                 if ref is None:
                     raise EntryNotFoundError(entry_id)
+                if entry_id in seen:  # entries are immutable and made after their parent: no write loops
+                    raise StoreFormatError(self.path, ref.seq, f"entry {entry_id!r} is its own ancestor")
+                seen.add(entry_id)
                 ids.append(entry_id)
                 entry_id = ref.parent_id
             ids.reverse()
@@ -427,7 +447,21 @@ class JournalConversationStore(ConversationStore):
                 if attempts > 0 and self._journal is not j and not self._closed:
                     continue
                 raise
-            return _decode_entries([events[ref.seq]["entries"][ref.position] for ref in refs])
+            return self._decoded_entries(refs, [events[ref.seq]["entries"][ref.position] for ref in refs])
+
+    def _decoded_entries(self, refs: Sequence[_EntryRef], objs: Sequence[dict[str, Any]]) -> list[ConversationEntry]:
+        """The entries ``objs`` (stored at ``refs``), decoded together; one Pydantic AI refuses
+        raises StoreFormatError naming its record."""
+        try:
+            return _decode_entries(objs)
+        except _UNREADABLE:
+            for ref, obj in zip(refs, objs, strict=True):  # which one: each alone
+                try:
+                    _decode_entries([obj])
+                except _UNREADABLE as exc:
+                    raise StoreFormatError(self.path, ref.seq, f"entry {obj['id']!r} holds a message Pydantic AI "
+                                                               f"cannot read ({_short(exc)})") from None
+            raise
 
     def _write_event(self, seq: int, rec: Record | None) -> dict[str, Any]:
         if rec is None or not isinstance(rec.event, dict) or rec.event.get("op") != "write":
@@ -550,6 +584,24 @@ class JournalConversationStore(ConversationStore):
             raise WriteNotCommittedError(what, out.reason, out)
         if isinstance(out, AckLost):
             raise OutcomeUnknownError(what, out)
+
+
+# What decoding a stored record or message raises when Pydantic AI refuses it: its validation,
+# and json's when a value is nested past the recursion limit.
+_UNREADABLE: Final = (pydantic.ValidationError, ValueError, TypeError, RecursionError)
+
+
+def _is_entry(obj: Any) -> bool:
+    """Whether ``obj`` is an entry as write_record stores it (``_dump_entries``)."""
+    return (isinstance(obj, dict) and isinstance(obj.get("id"), str) and isinstance(obj.get("kind"), str)
+            and (obj.get("parent_id") is None or isinstance(obj["parent_id"], str)) and "message" in obj
+            and "parent_id" in obj)
+
+
+def _short(exc: BaseException, chars_max: int = 300) -> str:
+    """An error's words, cut to ``chars_max`` (a validation error lists every field)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
 
 
 def _copy(record: ConversationRecord) -> ConversationRecord:
