@@ -60,12 +60,19 @@ class OptionalBuildExt(build_ext):
         print(warning.format(reason[:200]), file=sys.stderr)
 
 
+# The two modules that hold a buffer while the GIL is released use the limited API's buffer
+# protocol, which Python 3.11 added: on 3.10 they are built against the full API instead (a
+# module for that one Python rather than one for every later one).
+BUFFER_LIMITED_API = sys.version_info >= (3, 11)
+BUFFER_MACROS = [] if BUFFER_LIMITED_API else [("JOURNAL_FULL_API", "1")]
+
 # zstd for small payloads with the GIL held (native/zstd_held.c says why); optional like the
 # helper: without it, the zstandard package compresses every payload.
 ZSTD_HELD = Extension(
     HELD_NAME,
     sources=["native/zstd_held.c"],
-    py_limited_api=True,
+    py_limited_api=BUFFER_LIMITED_API,
+    define_macros=BUFFER_MACROS,
     # -Werror is for tests/test_native_sanitize.py, which compiles the file alone: here a new
     # compiler's new warning would only leave the module out.
     extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra"],
@@ -85,7 +92,8 @@ JSON_FLOATS = Extension(
 WRITE_SYNC = Extension(
     WRITE_SYNC_NAME,
     sources=["native/write_sync.c"],
-    py_limited_api=True,
+    py_limited_api=BUFFER_LIMITED_API,
+    define_macros=BUFFER_MACROS,
     extra_compile_args=["-O2", "-Wall", "-Wextra"],
 )
 

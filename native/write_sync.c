@@ -23,8 +23,13 @@
  *
  * The data is held through the buffer protocol while the GIL is released, so it cannot move
  * or be freed meanwhile. It does no other I/O and keeps no state.
+ *
+ * Built against the limited API of 3.11, whose buffer protocol it uses; on Python 3.10, whose
+ * limited API has none, setup.py builds it against the full API (JOURNAL_FULL_API).
  */
+#ifndef JOURNAL_FULL_API
 #define Py_LIMITED_API 0x030B0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 

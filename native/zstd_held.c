@@ -17,9 +17,12 @@
  *
  * One compression context serves the whole process: every call holds the GIL from start to end,
  * so no two calls ever use it at once. (This is also why the module is for GIL builds of CPython
- * only; it is built against the limited API of 3.11.)
+ * only; it is built against the limited API of 3.11, whose buffer protocol it uses; on Python
+ * 3.10, whose limited API has none, setup.py builds it against the full API: JOURNAL_FULL_API.)
  */
+#ifndef JOURNAL_FULL_API
 #define Py_LIMITED_API 0x030B0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
