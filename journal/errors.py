@@ -364,3 +364,23 @@ def present(value: _T | None, what: str) -> _T:
     if value is None:
         raise InvariantError(what)
     return value
+
+
+# The package's name on the package index. The import package and the command are `journal`,
+# but "journal" on the index is an unrelated project: every install line a user reads says this.
+DISTRIBUTION_NAME = "journal-engine"
+
+
+def install_line(extra: str | None = None) -> str:
+    """The command that installs the package, with one of its optional extras."""
+    return f"pip install '{DISTRIBUTION_NAME}[{extra}]'" if extra else f"pip install {DISTRIBUTION_NAME}"
+
+
+class MissingExtraError(JournalError, ImportError):
+    """A module of journal needs an optional dependency that is not installed: the message names
+    the extra that installs it. An ImportError too, so ``except ImportError`` still catches it."""
+
+    def __init__(self, module: str, needs: str, extra: str, cause: ImportError) -> None:
+        super().__init__(f"{module} needs {needs}, which is not installed ({cause}): {install_line(extra)}")
+        self.module = module
+        self.extra = extra
