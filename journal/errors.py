@@ -381,6 +381,6 @@ class MissingExtraError(JournalError, ImportError):
     the extra that installs it. An ImportError too, so ``except ImportError`` still catches it."""
 
     def __init__(self, module: str, needs: str, extra: str, cause: ImportError) -> None:
-        super().__init__(f"{module} needs {needs}, which is not installed ({cause}): {install_line(extra)}")
+        super().__init__(f"{module} needs {needs}, which is missing or too old ({cause}): {install_line(extra)}")
         self.module = module
         self.extra = extra

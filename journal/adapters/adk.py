@@ -77,18 +77,23 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlparse
 
-import pydantic
-from google.adk.errors import StaleSessionError
-from google.adk.errors.already_exists_error import AlreadyExistsError
-from google.adk.errors.session_not_found_error import SessionNotFoundError
-from google.adk.events.event import Event
-from google.adk.platform import time as platform_time
-from google.adk.platform import uuid as platform_uuid
-from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
-from google.adk.sessions.session import Session
-from google.adk.sessions.state import State
-from pydantic_core import PydanticSerializationError, to_jsonable_python
-from typing_extensions import override
+from journal.errors import MissingExtraError
+
+try:  # the framework comes with the adk extra; without it, say so (not a bare ModuleNotFoundError)
+    import pydantic
+    from google.adk.errors import StaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events.event import Event
+    from google.adk.platform import time as platform_time
+    from google.adk.platform import uuid as platform_uuid
+    from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
+    from google.adk.sessions.session import Session
+    from google.adk.sessions.state import State
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+    from typing_extensions import override
+except ImportError as exc:
+    raise MissingExtraError(__name__, "Google ADK 2.7 or later (google-adk)", "adk", exc) from exc
 
 import journal.aio
 from journal.aio import AsyncJournal

@@ -67,34 +67,39 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import ormsgpack
-import zstandard
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    PendingWrite,
-    get_checkpoint_id,
-    get_checkpoint_metadata,
-    writes_sort_key,
-)
-from langgraph.checkpoint.serde import _msgpack as _lg_msgpack
-from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import (
-    EXT_CONSTRUCTOR_KW_ARGS,
-    EXT_CONSTRUCTOR_POS_ARGS,
-    EXT_CONSTRUCTOR_SINGLE_ARG,
-    EXT_DELTA_SNAPSHOT,
-    EXT_METHOD_SINGLE_ARG,
-    EXT_NUMPY_ARRAY,
-    EXT_PYDANTIC_V1,
-    EXT_PYDANTIC_V2,
-    JsonPlusSerializer,
-)
+from journal.errors import MissingExtraError
+
+try:  # the framework comes with the langgraph extra; without it, say so (not a bare ModuleNotFoundError)
+    import ormsgpack
+    import zstandard
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde import _msgpack as _lg_msgpack
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.jsonplus import (
+        EXT_CONSTRUCTOR_KW_ARGS,
+        EXT_CONSTRUCTOR_POS_ARGS,
+        EXT_CONSTRUCTOR_SINGLE_ARG,
+        EXT_DELTA_SNAPSHOT,
+        EXT_METHOD_SINGLE_ARG,
+        EXT_NUMPY_ARRAY,
+        EXT_PYDANTIC_V1,
+        EXT_PYDANTIC_V2,
+        JsonPlusSerializer,
+    )
+except ImportError as exc:
+    raise MissingExtraError(__name__, "LangGraph 1.1 and langgraph-checkpoint 4.3 or later", "langgraph", exc) from exc
 
 import journal
 from journal.api import (

@@ -46,8 +46,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+from journal.errors import MissingExtraError
+
+try:  # the framework comes with the openai-agents extra; without it, say so (not a bare ModuleNotFoundError)
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+except ImportError as exc:
+    raise MissingExtraError(__name__, "the Agents SDK 0.24 or later (openai-agents)", "openai-agents", exc) from exc
 
 import journal
 from journal.api import (

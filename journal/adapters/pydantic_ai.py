@@ -70,14 +70,19 @@ from copy import deepcopy
 from datetime import datetime, timezone
 from typing import Any, Final, NamedTuple, TypeVar
 
-import pydantic
-from pydantic_ai.conversation_store import (
-    ConversationConflict,
-    ConversationEntry,
-    ConversationRecord,
-    ConversationStore,
-)
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from journal.errors import MissingExtraError
+
+try:  # the framework comes with the pydantic-ai extra; without it, say so (not a bare ModuleNotFoundError)
+    import pydantic
+    from pydantic_ai.conversation_store import (
+        ConversationConflict,
+        ConversationEntry,
+        ConversationRecord,
+        ConversationStore,
+    )
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+except ImportError as exc:
+    raise MissingExtraError(__name__, "Pydantic AI 2.66 or later (pydantic-ai-slim)", "pydantic-ai", exc) from exc
 
 import journal.aio
 from journal.api import (

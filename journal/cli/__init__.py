@@ -43,6 +43,7 @@ def _optional(name: str, module: str, help_text: str) -> None:
 
 _optional("crash-test", "journal.cli.crash_test", "run the crash-injection campaign")
 _optional("bench", "journal.cli.bench", "throughput against the stores a user would otherwise pick")
+_optional("hostile-test", "journal.cli.hostile_test", "every reader and command on crafted journal directories")
 
 
 def build_parser() -> argparse.ArgumentParser:
