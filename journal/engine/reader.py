@@ -428,7 +428,13 @@ class Cursor:
             keys = [seq for seq, _ in seal.entries]
             j = bisect.bisect_right(keys, self.next_seq) - 1
             if j >= 0:
-                self._expected, self._offset = seal.entries[j]
+                seq, offset = seal.entries[j]
+                # The footer's checksum holds, but an entry can still name a place that holds no
+                # such frame (a crafted footer): starting there would skip records unseen.
+                if not self._frame_at(offset, seq):
+                    raise CorruptionError(self._cur.seg.name, offset, seq,
+                                          f"seal index entry (seq {seq}, offset {offset}) is not on that frame")
+                self._expected, self._offset = seq, offset
         hint, self._hint = self._hint, None
         if hint is not None and hint[0] == segments[i].base_seq and self._expected < hint[1] <= self.next_seq:
             if self._frame_at(hint[2], hint[1]):

@@ -1,0 +1,55 @@
+"""What the hostile-files fuzzer found (tests/test_hostile_fuzz.py, journal/crashsim/hostile.py),
+held as plain tests: each crafts the input the fuzzer minimised with the harness's encoders (the
+checksums stay genuine while a field lies) and failed on the code before its fix."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from journal.crashsim import hostile
+from journal.engine import format as fmt
+
+
+def _journal_with_sealed_segments(path: pathlib.Path) -> int:
+    import journal
+
+    with journal.open(path, create=True, segment_size_bytes=4096, index_interval_bytes=512) as j:
+        for i in range(80):
+            j.append({"type": "x", "n": i, "pad": hostile._noise(i, 20)})
+        return j.last_seq
+
+
+@pytest.mark.parametrize("where", ["inside the seal frame", "on the seal frame", "past the end",
+                                   "on another record's frame", "inside a frame"])
+def test_a_seal_index_entry_off_its_frame_is_refused_not_skipped(tmp_path: pathlib.Path, where: str) -> None:
+    """Found by the fuzzer (seed 10, input 653): read() of a journal whose first footer's index
+    entry named an offset inside the seal frame skipped that segment's records without a word;
+    the cursor took the entry on trust. The checksum holds (the footer was re-sealed), so only
+    checking the frame at the entry tells."""
+    import journal
+
+    path = tmp_path / "j"
+    last = _journal_with_sealed_segments(path)
+    name = hostile.segment_names(hostile.read_tree(str(path)))[0]
+    seg = hostile.parse_segment((path / name).read_bytes())
+    assert seg is not None and seg.sealed
+    info = fmt.decode_seal_payload(seg.frames[-1].stored)
+    offsets = seg.offsets()
+    entries = list(info.entries)
+    seq0, _ = entries[0]
+    entries[0] = (seq0, {"inside the seal frame": info.seal_offset + 1, "on the seal frame": info.seal_offset,
+                         "past the end": 1 << 40, "on another record's frame": offsets[3],
+                         "inside a frame": offsets[1] + 5}[where])
+    seg.frames[-1].stored = hostile.pack_seal(info.record_count, info.first_seq, info.last_seq,
+                                              info.index_interval_bytes, entries, info.keys, info.seal_offset)
+    (path / name).write_bytes(seg.encode())
+    with journal.open(path, readonly=True) as j:
+        try:
+            seqs = [r.seq for r in j.read()]
+        except journal.CorruptionError as exc:
+            assert name in str(exc)
+        else:
+            assert seqs == list(range(1, last + 1)), f"read() skipped records: got {seqs[:5]}..."
+
