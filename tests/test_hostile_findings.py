@@ -53,3 +53,27 @@ def test_a_seal_index_entry_off_its_frame_is_refused_not_skipped(tmp_path: pathl
         else:
             assert seqs == list(range(1, last + 1)), f"read() skipped records: got {seqs[:5]}..."
 
+
+def test_damage_before_a_zero_filled_tail_is_corruption_not_a_torn_tail(tmp_path: pathlib.Path) -> None:
+    """Found by the fuzzer (seed 10, inputs 7, 273, 522): verify called a live segment 'torn'
+    (exit 7: nothing acknowledged is lost, `journal repair` cuts it) when it ended in reserved
+    zeros and held, before them, a genuine frame whose record does not decode; after repair cut
+    the zeros, verify called the same frame corrupt."""
+    import journal
+    from journal.engine.verify import verify
+
+    path = tmp_path / "j"
+    with journal.open(path, create=True, block_bytes=0) as j:
+        for i in range(6):
+            j.append({"type": "x", "n": i, "text": "compressible " * 40})
+    live = path / hostile.segment_names(hostile.read_tree(str(path)))[-1]
+    seg = hostile.parse_segment(live.read_bytes())
+    assert seg is not None
+    victim = seg.frames[2]
+    assert victim.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD
+    victim.stored = b"\x28\xb5\x2f\xfd" + b"not a zstd frame" * 4  # genuine checksum, payload no zstd decodes
+    live.write_bytes(seg.encode() + bytes(4096))  # the reserved space of a writer that did not close
+    assert verify(str(path)).verdict == "corrupt"
+    with journal.open(path, readonly=True) as j, pytest.raises(journal.CorruptionError):
+        list(j.read())
+

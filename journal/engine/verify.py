@@ -206,6 +206,9 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
             rep.records = sum(len(s.records) for s in walk.segments[:-1]) + sum(fr.records for fr in data_frames)
             rep.last_seq = max((r.seq for s in walk.segments for r in s.records
                                 if s is not live or r.seq < tail_first), default=0)
+            # A genuine frame before the tail whose record does not decode is damage all the same:
+            # cutting the tail leaves it there.
+            rep.problems.extend(loss for loss in live.losses if loss.offset < decision.valid_end)
         else:
             rep.problems.extend(live.losses)
         if decision.sealed:
