@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from journal.cli.common import DAMAGED, OK, configure_common, emit
+from journal.cli.common import DAMAGED, OK, configure_common, emit, open_journal
 
 COPY_BATCH_RECORDS = 512
 
@@ -30,7 +30,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import journal
-    from journal.api import Committed, JournalNotFoundError, NotAJournalError
+    from journal.api import Committed, JournalError, JournalNotFoundError, NotAJournalError, Retention
+    from journal.remote import is_url
 
     try:
         journal.open(args.dst, readonly=True).close()
@@ -39,10 +40,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise FileExistsError(f"{args.dst} exists; journal copy writes a new journal (delete it or pick another)")
     copied = 0
-    with journal.open(args.src, readonly=True) as src:
+    with open_journal(args.src, readonly=True) as src:
         total = src.last_seq
         first: int | None = None
-        with journal.open(args.dst, create=True) as dst:
+        # A journal whose prefix was dropped keeps its seqs: a new journal directory can begin
+        # where it does (journal.open's first_seq); a server journal begins at seq 1.
+        first_seq = src.first_seq if isinstance(src, Retention) else 1
+        if first_seq != 1 and is_url(args.dst):
+            raise JournalError(f"{args.src} begins at seq {first_seq} (a prefix was dropped) and a new server "
+                               "journal begins at seq 1, so its seqs would not be kept; copy it to a directory")
+        begin = {"first_seq": first_seq} if first_seq != 1 else {}
+        with open_journal(args.dst, create=True, **begin) as dst:
             batch: list[Any] = []
             keys: list[str | None] = []
             flags: list[bool] = []
@@ -70,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
             for rec in src.read():
                 if first is None:
                     first = rec.seq
-                    if first != 1:
-                        raise OSError(f"{args.src} begins at seq {first} (a prefix was dropped); copying it keeps its "
-                                      "seqs only on the file engine, which this version does not do yet")
+                    if first != first_seq:
+                        raise JournalError(f"{args.src} begins at seq {first_seq} but its first record is seq "
+                                           f"{first}; run `journal verify {args.src}`")
                 batch.append(rec.payload if rec.is_bytes else rec.event)
                 keys.append(rec.key)
                 flags.append(rec.synthetic)
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(journal: Any, src_target: str, dst_target: str) -> str | None:
-    with journal.open(src_target, readonly=True) as a, journal.open(dst_target, readonly=True) as b:
+    with open_journal(src_target, readonly=True) as a, open_journal(dst_target, readonly=True) as b:
         left, right = a.read(), b.read()
         for ra in left:
             rb = next(right, None)
