@@ -46,6 +46,36 @@ _optional("bench", "journal.cli.bench", "throughput against the stores a user wo
 _optional("hostile-test", "journal.cli.hostile_test", "every reader and command on crafted journal directories")
 
 
+def version_line() -> str:
+    """What ``journal --version`` prints: the release, where the package was imported from (a
+    checkout in the current directory shadows an installed package), the Python, the frame path."""
+    from importlib import metadata
+
+    import journal
+    from journal.errors import DISTRIBUTION_NAME
+
+    try:
+        release = metadata.version(DISTRIBUTION_NAME)
+    except metadata.PackageNotFoundError:
+        release = f"(not installed as {DISTRIBUTION_NAME})"
+    where = os.path.dirname(os.path.abspath(journal.__file__))
+    frame_path = "C helper" if journal.native_available() else "pure Python (no C helper)"
+    return f"journal {release} from {where}, Python {sys.version.split()[0]}, frame path: {frame_path}"
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked (it imports the engine, which --help does not need)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="print the version, the Python and the frame path, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from journal.cli.common import Parser
 
@@ -53,12 +83,31 @@ def build_parser() -> argparse.ArgumentParser:
         prog="journal",
         description="A crash-safe append-only journal for agent session event logs. See docs/CLI.md.",
     )
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
+        # _parser: the subcommand's own parser, which reports arguments it does not know (main)
+        p.set_defaults(_module=module, _parser=p)
         importlib.import_module(module).configure(p)
     return parser
+
+
+def _cli_message(exc: BaseException) -> str:
+    """The error's message for someone at the command line: where the library's message tells a
+    Python caller what to call (journal.open(..., create=True)), what to type instead."""
+    from journal.errors import JournalLockedError, JournalNotFoundError, NotAJournalError
+
+    if isinstance(exc, JournalNotFoundError):
+        return (f"no journal at {exc.path!r}: check the path (`journal import`, `journal copy` and "
+                "`journal salvage` write a new journal)")
+    if isinstance(exc, NotAJournalError):
+        return f"{exc.path!r} is not a journal ({exc.why}): give the command a journal directory"
+    if isinstance(exc, JournalLockedError):
+        holder = f"process {exc.pid}" if exc.pid is not None else "another process"
+        return (f"journal {exc.path!r} is locked for writing by {holder}: wait for it to finish; "
+                "info, cat, tail and verify read it meanwhile without the lock")
+    return str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,7 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     Parser.json_errors = "--json" in argv  # usage errors too are one JSON object then
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # The subcommand's own parser says so, with its usage line, not the top level's.
+        (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
         return 2
@@ -82,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except (JournalError, OSError, ValueError) as exc:  # OSError: FileNotFoundError, PermissionError ...
-        return fail(args, args.command, exit_code_for(exc), str(exc), errorType=type(exc).__name__)
+        return fail(args, args.command, exit_code_for(exc), _cli_message(exc), errorType=type(exc).__name__)
     return code
 
 
