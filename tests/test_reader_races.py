@@ -21,6 +21,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,11 +29,12 @@ import pytest
 import xxhash
 
 import journal
+from journal.cli import main
 from journal.engine import format as fmt
 from journal.engine.reader import Cursor
 from journal.errors import CorruptionError, ForeignSegmentError, JournalIOError, PrefixDroppedError, SequenceError
-from journal.fs import File, OsFileSystem
-from tests.conftest import segments
+from journal.fs import File, OsFile, OsFileSystem
+from tests.conftest import report_count, segments
 
 SEGMENT_BYTES = 4096
 
@@ -56,6 +58,28 @@ class ListingFS(OsFileSystem):
         if hook is not None:
             hook(path)
         return super().open_read(path)
+
+
+class _NoSyncFile(OsFile):
+    def fsync(self) -> None:
+        pass
+
+    def fdatasync(self) -> None:
+        pass
+
+
+class NoSyncFS(OsFileSystem):
+    """The real file system without the writer's syncs: what these tests race is the names and
+    the bytes a writer puts in place, not a power loss, and the four syncs of each roll-over
+    would only make the roll-overs the readers race fewer."""
+
+    def open_write(self, path: str, create: bool) -> File:
+        f = super().open_write(path, create)
+        assert isinstance(f, OsFile)
+        return _NoSyncFile(f.path, f.fileno())
+
+    def fsync_dir(self, path: str) -> None:
+        pass
 
 
 def payload(seq: int, size_bytes: int = 760) -> bytes:
@@ -191,10 +215,14 @@ def test_a_segment_dropped_between_the_listing_and_its_open(tmp_path: Path) -> N
             return hook
 
         with journal.open(path, readonly=True, fs=fs) as ro:
-            # A fresh read: it lists, and its first segment goes before it opens it. It reads
-            # what the journal holds now, as a read started a moment later would.
+            # A read from the handle's first seq: it lists, and its first segment goes before it
+            # opens it. The records it asked for are gone: it says so, and where to read on.
             fs.before_open = drop_at(names[0])
-            _check(list(ro.read()), kept, w.last_seq)
+            with pytest.raises(PrefixDroppedError) as exc:
+                list(ro.read())
+            assert (exc.value.next_seq, exc.value.first_seq) == (1, kept)
+            _check(list(ro.read(after_seq=kept - 1)), kept, w.last_seq)
+            assert ro.get(1) is None and ro.get(kept) is not None  # the journal no longer holds it
 
     # A reader in the middle of its reading: the next segment goes before it opens it.
     path2 = tmp_path / "j2"
@@ -240,8 +268,11 @@ def test_a_read_only_open_racing_a_drop_opens_what_is_left(tmp_path: Path) -> No
 # --- 11. a newer format is not corruption --------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "journal.cli", *args], capture_output=True, text=True, timeout=120)
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the `journal` command, run in this process."""
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _newer_header(seg: Path) -> None:
@@ -266,7 +297,9 @@ def _newer_frame(seg: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["live header", "sealed header", "sealed frame"])
-def test_a_newer_format_is_reported_as_one_by_verify_repair_and_salvage(tmp_path: Path, where: str) -> None:
+def test_a_newer_format_is_reported_as_one_by_verify_repair_and_salvage(
+    tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "j"
     with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
         _until_segments(w, path, 3)
@@ -276,14 +309,14 @@ def test_a_newer_format_is_reported_as_one_by_verify_repair_and_salvage(tmp_path
     before = {p.name: p.read_bytes() for p in segments(path)}
     for cmd in (["verify", str(path)], ["verify", str(path), "--json"], ["repair", str(path)],
                 ["repair", str(path), "--dry-run"], ["salvage", str(path), str(tmp_path / "copy")]):
-        res = _cli(*cmd)
-        said = res.stdout + res.stderr
-        assert res.returncode == 6, (cmd, said)
+        code, out, err = _cli(capsys, *cmd)
+        said = out + err
+        assert code == 6, (cmd, said)
         assert "newer" in said.lower() and "upgrade" in said.lower(), (cmd, said)
         assert "salvage" not in said.replace(str(path), "").replace("journal salvage:", ""), (cmd, said)
         assert "CORRUPT" not in said and "Traceback" not in said, (cmd, said)
         if "--json" in cmd:
-            assert json.loads(res.stdout)["verdict"] == "newer-format"
+            assert json.loads(out)["verdict"] == "newer-format"
     assert not (tmp_path / "copy").exists()
     assert {p.name: p.read_bytes() for p in segments(path)} == before  # nothing changed
 
@@ -302,7 +335,9 @@ def _two_journals(root: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("which", [1, 0])  # a middle segment, the first
-def test_a_foreign_segment_is_blamed_on_itself_not_on_the_live_one(tmp_path: Path, which: int) -> None:
+def test_a_foreign_segment_is_blamed_on_itself_not_on_the_live_one(
+    tmp_path: Path, which: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     a, b = _two_journals(tmp_path)
     name = _names(a)[which]
     shutil.copy(b / name, a / name)
@@ -310,7 +345,172 @@ def test_a_foreign_segment_is_blamed_on_itself_not_on_the_live_one(tmp_path: Pat
         with pytest.raises(ForeignSegmentError) as exc:
             journal.open(a, readonly=readonly)
         assert exc.value.segment == name and name in str(exc.value), str(exc.value)
-    res = _cli("verify", str(a), "--json")
-    assert res.returncode == 3, res.stderr
-    assert {p["segment"] for p in json.loads(res.stdout)["problems"]} <= {name, _names(a)[which + 1]}
-    assert all(p["segment"] == name for p in json.loads(res.stdout)["problems"] if "journal" in p["reason"])
+    code, out, err = _cli(capsys, "verify", str(a), "--json")
+    assert code == 3, err
+    problems = json.loads(out)["problems"]
+    assert {p["segment"] for p in problems} <= {name, _names(a)[which + 1]}  # and the seqs it took
+    assert [p["segment"] for p in problems if "journal" in p["reason"]] == [name]
+
+
+# --- the class: readers racing a writer on the real file system ---------------------------------
+#
+# A writer rolls 4 KiB segments over every few records, seals and drops prefixes, while followers
+# (threads and a process), read-only opens and cursors read the same directory. It starts with
+# enough segments that a listing of the directory takes several readdir calls, as a journal with
+# small segments reaches within seconds: that is when a listing misses a segment renamed in while
+# it runs. Every record a reader gets is checked (contiguous, the bytes written), and every error
+# is a failure but one: PrefixDroppedError for records a drop really removed before the reader
+# read them (the readers then read on from where the journal begins).
+
+CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
+RACE_ROUNDS = int(os.environ.get("JOURNAL_READER_RACE_ROUNDS", "40" if CAMPAIGN else "6"))
+RACE_PREFILL_SEGMENTS = 700  # a listing of this many names takes more than one readdir call
+RACE_RECORDS_A_ROUND = 400  # about 80 segments rolled over a round
+RACE_KEEP_RECORDS = 3000  # a drop keeps the newest records (and the directory large)
+
+
+class _Readers:
+    """What the readers saw: records checked, errors, drops they were legitimately behind."""
+
+    def __init__(self) -> None:
+        self.mu = threading.Lock()
+        self.errors: list[str] = []
+        self.records = 0
+        self.behind_drops = 0
+        self.opens = 0
+
+    def failed(self, who: str, exc: BaseException) -> None:
+        with self.mu:
+            self.errors.append(f"{who}: {type(exc).__name__}: {exc}")
+
+
+def _follow(path: Path, stop: threading.Event, seen: _Readers, who: str) -> None:
+    """Follow from where a read-only open finds the journal's end, checking every record; behind
+    a drop, read on from where the journal begins."""
+    try:
+        with journal.open(path, readonly=True) as ro:
+            after = ro.last_seq
+            while True:
+                try:
+                    for rec in ro.follow(after_seq=after, poll_interval_s=0.001, stop=stop):
+                        if rec.seq != after + 1 or rec.payload != payload(rec.seq):
+                            raise AssertionError(f"record {rec.seq} where {after + 1} was due, or not its bytes")
+                        after = rec.seq
+                        with seen.mu:
+                            seen.records += 1
+                    return
+                except PrefixDroppedError as exc:
+                    if not exc.next_seq == after + 1 < exc.first_seq:
+                        raise
+                    with seen.mu:
+                        seen.behind_drops += 1
+                    after = exc.first_seq - 1
+    except BaseException as exc:  # every other error is a false report
+        seen.failed(who, exc)
+
+
+def _open_and_read(path: Path, stop: threading.Event, seen: _Readers, who: str) -> None:
+    """Read-only opens, each checking what it finds: the end, a point read, a cursor from the
+    start across segments the writer drops meanwhile."""
+    try:
+        while not stop.is_set():
+            with journal.open(path, readonly=True) as ro:
+                last, first = ro.last_seq, ro.first_seq
+                tail_records = list(ro.read(after_seq=max(first, last - 6) - 1))  # to the end as it is now
+                _check(tail_records, max(first, last - 6), max(last, tail_records[-1].seq))
+                got = ro.get(last)
+                assert got is not None and got.payload == payload(last)
+                expected = first
+                try:  # from the handle's first seq: the writer may drop it meanwhile
+                    for rec in ro.read():
+                        if rec.seq != expected:
+                            raise AssertionError(f"read {rec.seq} where {expected} was due")
+                        assert rec.payload == payload(rec.seq)
+                        expected += 1
+                        if expected > first + 200:
+                            break
+                except PrefixDroppedError as exc:
+                    if not exc.next_seq == expected < exc.first_seq:
+                        raise
+                    with seen.mu:
+                        seen.behind_drops += 1
+                with seen.mu:
+                    seen.opens += 1
+                    seen.records += len(tail_records)
+    except BaseException as exc:
+        seen.failed(who, exc)
+
+
+def _child_follower(path: str) -> None:
+    """A follower in another process (tests/test_reader_races.py runs it): follows until its
+    stdin closes, then prints what it saw as JSON."""
+    stop = threading.Event()
+    seen = _Readers()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    readers = [threading.Thread(target=_follow, args=(Path(path), stop, seen, "process follower")),
+               threading.Thread(target=_open_and_read, args=(Path(path), stop, seen, "process reader"))]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    print(json.dumps({"errors": seen.errors, "records": seen.records, "behind": seen.behind_drops,
+                      "opens": seen.opens}))
+
+
+def _write_rounds(w: journal.Journal, rounds: int, after_round: Callable[[int], None]) -> int:
+    """The writer: rounds of appends (one at a time, some in batches), a seal, a drop."""
+    drops = 0
+    for r in range(rounds):
+        written = 0
+        while written < RACE_RECORDS_A_ROUND:
+            n = 1 if written % 3 else 4
+            first = w.last_seq + 1
+            outs = w.append_many([payload(first + i) for i in range(n)], "flush")
+            assert [o.seq for o in outs if isinstance(o, journal.Committed)] == list(range(first, first + n))
+            written += n
+        if r % 2:
+            w.seal()
+        if w.last_seq - RACE_KEEP_RECORDS > w.first_seq:
+            drops += bool(w.drop_prefix(w.last_seq - RACE_KEEP_RECORDS).segments_dropped)
+        after_round(r)
+    w.sync()
+    return drops
+
+
+def test_readers_racing_a_writer_on_a_real_file_system_never_report_false_damage(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    w = journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES, fs=NoSyncFS())
+    while w._segment_number < RACE_PREFILL_SEGMENTS:
+        first = w.last_seq + 1
+        w.append_many([payload(first + i) for i in range(5)], "flush")
+    stop = threading.Event()
+    seen = _Readers()
+    threads = [threading.Thread(target=_follow, args=(path, stop, seen, f"follower {i}")) for i in range(2)]
+    threads += [threading.Thread(target=_open_and_read, args=(path, stop, seen, f"reader {i}")) for i in range(2)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tests.test_reader_races import _child_follower as f; f(sys.argv[1])",
+         str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    for t in threads:
+        t.start()
+    try:
+        drops = _write_rounds(w, RACE_ROUNDS, lambda r: None)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        out, err = child.communicate(timeout=120)
+        w.close()
+    assert child.returncode == 0, err
+    got = json.loads(out.strip().splitlines()[-1])
+    errors = seen.errors + got["errors"]
+    assert not errors, "\n".join(errors[:10])
+    assert drops > 0 and seen.opens > 0 and got["opens"] > 0
+    assert seen.records > 0 and got["records"] > 0
+    report_count("readers racing a writer on ext4 (tests/test_reader_races.py)",
+                 {"rounds": RACE_ROUNDS, "records written": w.last_seq, "segments": w._segment_number + 1,
+                  "drops": drops, "records read": seen.records + got["records"],
+                  "read-only opens": seen.opens + got["opens"],
+                  "behind a drop": seen.behind_drops + got["behind"], "false reports": 0})

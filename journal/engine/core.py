@@ -87,6 +87,7 @@ from journal.errors import (
     JournalLockedError,
     JournalNotFoundError,
     NotAJournalError,
+    PrefixDroppedError,
     ReadOnlyError,
     present,
 )
@@ -927,6 +928,8 @@ class Journal(Writer):
         try:
             for rec in cursor.read(limit=1):
                 return rec if rec.seq == seq else None
+        except PrefixDroppedError:
+            return None  # dropped since this handle was opened: the journal no longer holds it
         finally:
             cursor.close()
         return None

@@ -411,12 +411,18 @@ class Cursor:
         return opened
 
     def _seek(self, segments: list[SegmentName]) -> bool:
-        """Position on the segment holding ``next_seq``; False if no segment does yet."""
+        """Position on the segment holding ``next_seq``; False if no segment does yet.
+
+        Raises PrefixDroppedError if ``next_seq`` was dropped (drop_prefix) since the handle that
+        made this cursor was opened (its first seq was then at most ``next_seq``)."""
         bases = [s.base_seq for s in segments]
         i = bisect.bisect_right(bases, self.next_seq) - 1
         if i < 0:
             if not segments:
                 return False
+            first = first_seq_now(self._fs, self._dir)
+            if first > self.next_seq:
+                raise PrefixDroppedError(self._dir, self.next_seq, first)
             i = 0
         self.close()
         self._cur = self._open(segments[i])
