@@ -248,6 +248,7 @@ def run_campaign(
                 fs, ledger = record_run(wl, run_seed)
                 rng = random.Random(f"{run_seed}/{model}/{name}")
                 expects: dict[int, tuple[Expect, str]] = {}  # by crash point
+                ledgers: dict[int, Ledger] = {}  # the ledger at each crash point, for the workload's check
                 before = tally.states
                 budget = min(STATES_PER_RUN_MAX, states - tally.states)
                 for replay, state in states_of_run(fs, model, rng, budget):
@@ -266,8 +267,11 @@ def run_campaign(
                     tally.states += 1
                     deep = tally.states % DEEP_EVERY == 0
                     second = SECOND_CRASH_STATES if tally.states % SECOND_CRASH_EVERY == 0 else 0
+                    if wl.check is not None and state.point not in ledgers:
+                        ledgers[state.point] = ledger.at(state.point)
                     verdict = check_image(
-                        wl, built.image, exp, built.damaged_synced, rng, deep, second, padded=is_padded(wl)
+                        wl, built.image, exp, built.damaged_synced, rng, deep, second, padded=is_padded(wl),
+                        ledger=ledgers.get(state.point),
                     )
                     tally.deep += deep
                     tally.second_crash += bool(second)
@@ -321,11 +325,17 @@ def save_failure(f: Failure, save_dir: str, n: int) -> str:
 
 
 def replay_failure(path: str) -> tuple[Failure, list[str]]:
-    """Check a saved failure again; returns it and the violations found now (empty: fixed)."""
+    """Check a saved failure again; returns it and the violations found now (empty: fixed).
+
+    The saved image and expectation are checked as they are; a workload's own ``check`` needs
+    the ledger, which is not saved: the run is recorded again with the failure's seed (exact for
+    a single-threaded workload) and its ledger at the crash point is what the check gets."""
     with open(path) as fh:
         f = Failure.from_json(json.load(fh))
     wl = for_model(WORKLOADS[f.workload], f.model)
+    ledger = record_run(wl, f.seed)[1].at(f.point) if wl.check is not None else None
     verdict = check_image(
-        wl, f.image, f.expect, f.damaged_synced, random.Random(f.seed), deep=True, padded=is_padded(wl)
+        wl, f.image, f.expect, f.damaged_synced, random.Random(f.seed), deep=True, padded=is_padded(wl),
+        ledger=ledger,
     )
     return f, verdict.violations

@@ -13,7 +13,10 @@ What a crash at point k must leave (docs/CRASH-TESTING.md has the reasons):
    silently dropped;
 5. stable -- recovering the recovered image again gives the same records and the same files;
 6. writable -- appends after recovery continue at n+1 and survive the next power loss;
-7. recovery is crash-safe -- a second power loss anywhere inside recovery still satisfies 1-4.
+7. recovery is crash-safe -- a second power loss anywhere inside recovery still satisfies 1-4;
+
+and the workload's own ``check``, given the records read back and the ledger as it stood at the
+crash, returns no violation.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from journal.crashsim.memfs import Image, MemFileSystem
 from journal.crashsim.model import Replay, crash_points, exhaustive, sample
 from journal.crashsim.workloads.core import JOURNAL_PATH, Ledger, Workload
 from journal.engine.core import Journal
+from journal.engine.reader import Record
 from journal.errors import CorruptionError
 from journal.outcomes import Committed, NotCommitted
 
@@ -95,11 +99,27 @@ class Verdict:
     image_after: Image | None = None
 
 
-def _recover(wl: Workload, image: Image, create: bool) -> tuple[list[tuple[int, bytes]], MemFileSystem]:
+def _recover_records(wl: Workload, image: Image, create: bool) -> tuple[list[Record], MemFileSystem]:
     fs = MemFileSystem.from_image(image)
     fs.record_reads = False
-    recs = wl.recover(fs, JOURNAL_PATH, wl.options, create)
+    return wl.recover(fs, JOURNAL_PATH, wl.options, create), fs
+
+
+def _recover(wl: Workload, image: Image, create: bool) -> tuple[list[tuple[int, bytes]], MemFileSystem]:
+    recs, fs = _recover_records(wl, image, create)
     return [(r.seq, r.payload) for r in recs], fs
+
+
+def workload_check(wl: Workload, records: list[Record], ledger: Ledger | None) -> list[str]:
+    """The workload's own ``check`` on the records read back (nothing without one, or without
+    the ledger); a check that raises is a violation too."""
+    if wl.check is None or ledger is None:
+        return []
+    try:
+        found = wl.check(records, ledger)
+    except Exception as exc:
+        return [f"the workload's check raised {type(exc).__name__}: {exc}"]
+    return [f"workload check: {v}" for v in found]
 
 
 def check_records(recs: list[tuple[int, bytes]], exp: Expect) -> list[str]:
@@ -140,8 +160,10 @@ def check_image(
     deep: bool = False,
     second_crash_states: int = 0,
     padded: bool = False,
+    ledger: Ledger | None = None,
 ) -> Verdict:
-    """Recover ``image`` and check invariants 1-5 (and 6-7 when ``deep`` / asked).
+    """Recover ``image`` and check invariants 1-5 (and 6-7 when ``deep`` / asked), and the
+    workload's own ``check`` with ``ledger`` (the ledger as it stood at the crash).
 
     ``padded``: the engine runs with its sector padding option, so no unsynced write may share a
     sector with synced bytes; damage to synced bytes is then the engine's fault, and refusing
@@ -149,7 +171,7 @@ def check_image(
     """
     v = Verdict()
     try:
-        recs, fs1 = _recover(wl, image, create=not exp.created)
+        records, fs1 = _recover_records(wl, image, create=not exp.created)
     except CorruptionError as exc:
         if damaged_synced and not padded:
             v.detected_damage = True
@@ -161,8 +183,10 @@ def check_image(
     except Exception as exc:
         v.violations.append(f"recovery raised {type(exc).__name__}: {exc}")
         return v
+    recs = [(r.seq, r.payload) for r in records]
     v.records = recs
     v.violations.extend(check_records(recs, exp))
+    v.violations.extend(workload_check(wl, records, ledger))
     if damaged_synced and v.violations:
         why = "despite sector padding" if padded else "(no power-safe overwrite)"
         v.violations.insert(0, f"synced bytes were damaged {why} and the loss went unreported")

@@ -18,6 +18,7 @@ A workload that checks more than the core invariants passes ``check=`` (see ``Wo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -90,6 +91,19 @@ class Ledger:
         with self.mu:
             self.ticks += 1
             return self.ticks
+
+    def at(self, point: int) -> Ledger:
+        """The ledger as it stood when a crash at ``point`` happened, for a workload's ``check``:
+        the calls that had started (an outcome only where the call had returned; one in flight,
+        or that raised, has none), the journal created only if its open had returned, and the
+        drop_prefix calls that had started (``end`` -1 where one had not returned)."""
+        with self.mu:
+            attempts = [a if 0 <= a.end <= point else dataclasses.replace(a, end=-1, outcome=None, t1=-1, error=None)
+                        for a in self.attempts if a.start < point or a.start == 0]
+            drops = [d if 0 <= d.end <= point else dataclasses.replace(d, end=-1)
+                     for d in self.drops if d.start < point]
+        created = self.created_at if 0 <= self.created_at <= point else -1
+        return Ledger(attempts, created, ticks=self.ticks, errors=list(self.errors), drops=drops)
 
 
 class RecordingJournal:
@@ -211,8 +225,10 @@ class Workload:
 
     ``run`` drives the engine; ``options`` are the journal.open keyword arguments it uses (the
     checker reopens with the same); ``recover`` is how a runtime opens after a crash (default:
-    ``Journal.open`` and read everything); ``check`` adds invariants of its own: it gets the
-    records read back after recovery and the ledger, and returns violations as strings.
+    ``Journal.open`` and read everything); ``check`` adds invariants of its own: the campaign
+    calls it for every crash state whose image recovers, with the records read back and the
+    ledger as it stood at the crash (``Ledger.at``), and reports the violations (strings) it
+    returns like its own.
     ``prepare`` (optional) builds the starting disk image, so the recorded trace starts from it
     (used to crash recovery itself).
     """
