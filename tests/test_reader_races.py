@@ -153,6 +153,25 @@ def test_a_read_only_open_does_not_trust_a_listing_that_missed_a_new_segment(tmp
                 assert ro.get(w.last_seq) is not None
 
 
+def test_a_prefix_copy_does_not_trust_a_listing_that_missed_a_new_segment(tmp_path: Path) -> None:
+    # A fork of a live session copies its prefix while the writer goes on: a copy that went by a
+    # listing that missed a segment stopped short (or linked the next one after a gap).
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+        names = _names(path)
+        fs.hidden = {names[2]}
+        for at_seq in ((fmt.parse_segment_name(names[2]) or 0) + 1, (fmt.parse_segment_name(names[3]) or 0) + 1):
+            dst = tmp_path / f"copy-{at_seq}"
+            dst.mkdir()
+            with journal.open(path, readonly=True, fs=fs) as ro:
+                ro.copy_prefix(dst, at_seq)
+            with journal.open(dst) as copy:
+                assert copy.last_seq == at_seq
+                _check(list(copy.read()), 1, at_seq)
+
+
 def test_a_segment_really_missing_is_still_refused_by_every_reader(tmp_path: Path) -> None:
     path = tmp_path / "j"
     with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:

@@ -31,9 +31,9 @@ from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.encoding import Encoded, frame_specs
 from journal.engine.options import Options
-from journal.engine.reader import Record, decode_block, raise_for_stop
-from journal.engine.segment import list_segments, read_header, read_seal, read_start
-from journal.errors import CorruptionError, InvariantError
+from journal.engine.reader import DROPPED, THERE, Record, decode_block, raise_for_stop, segment_named, why_missing
+from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
+from journal.errors import CorruptionError, InvariantError, SequenceError
 from journal.fs import File, FileSystem, pread_exact, write_all, write_atomic
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
@@ -81,6 +81,7 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
                     out.bytes_copied += size
                 if seal.last_seq == at_seq:
                     break
+                _next_by_name(fs, src, segments, i, seal.last_seq)
                 continue
             # The wanted record is inside this segment: copy its header and frames up to it.
             limit = size if seal is None else seal.seal_offset
@@ -184,6 +185,26 @@ def _put(out: File, buf: bytes, end: int, at: int) -> None:
 
 def _record_flags(rec: Record) -> int:
     return (fmt.FLAG_BYTES if rec.is_bytes else 0) | (fmt.FLAG_SYNTHETIC if rec.synthetic else 0)
+
+
+def _next_by_name(fs: FileSystem, src: str, segments: list[SegmentName], i: int, last_seq: int) -> None:
+    """Make ``segments[i + 1]`` the segment after the sealed ``segments[i]``, which ends at
+    ``last_seq``: a listing of a live journal can miss the one that begins at ``last_seq + 1``
+    (reader.why_missing), and a copy that went on past it would lack its records."""
+    nxt = last_seq + 1
+    if i + 1 < len(segments) and segments[i + 1].base_seq == nxt:
+        return
+    cause = why_missing(fs, src, nxt)
+    if cause == THERE:
+        segments.insert(i + 1, segment_named(nxt))
+    elif cause == DROPPED:
+        raise ValueError(f"journal {src!r}: drop_prefix removed the records after seq {last_seq} while they "
+                         "were copied")
+    elif i + 1 < len(segments):
+        later = segments[i + 1]
+        raise SequenceError(later.name, 0, later.base_seq,
+                            f"sequence gap between segments: {segments[i].name} ends at seq {last_seq}")
+    # else: nothing after it yet (the writer seals a segment before it makes the next)
 
 
 def _try_link(fs: FileSystem, src: str, dst: str) -> bool:
