@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import OK, configure_common, dumps, event_type, int_at_least, record_json
+from journal.cli.common import OK, configure_common, dumps, event_type, int_at_least, open_journal, record_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,12 +24,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import journal
 
     types = set(args.type or ())
     left = args.limit
     out = sys.stdout
-    with journal.open(args.path, readonly=True) as j:
+    with open_journal(args.path, readonly=True) as j:
         for rec in j.read(after_seq=args.after_seq):
             if left is not None and left <= 0:
                 break

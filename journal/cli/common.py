@@ -156,6 +156,18 @@ def record_json(rec: Any) -> dict[str, Any]:
     return out
 
 
+def open_journal(target: str, **options: Any) -> Any:
+    """``journal.open`` for a command: with the largest ``record_size_bytes_max`` the API allows,
+    so a command reads (and copies) any record a writer could have stored. The limit belongs to a
+    handle, not to the journal (which does not record its writer's), and a command has no option
+    for it: with the handle's default a record over 16 MiB was refused with advice to raise a
+    limit the command could not take."""
+    import journal
+    from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
+
+    return journal.open(target, record_size_bytes_max=RECORD_SIZE_BYTES_MAX_LIMIT, **options)
+
+
 def is_session(j: Any) -> bool:
     """A session journal starts with its ``session.started`` header (journal/session/session.py)."""
     first = next(iter(j.read()), None)

@@ -10,7 +10,7 @@ import argparse
 import os
 from typing import Any
 
-from journal.cli.common import OK, configure_common, emit
+from journal.cli.common import OK, configure_common, emit, open_journal
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from journal.fs import OsFileSystem
     from journal.remote import is_url
 
-    with journal.open(args.path, readonly=True) as j:
+    with open_journal(args.path, readonly=True) as j:
         rep = j.recovery
         last_seq = j.last_seq
         where = j.path

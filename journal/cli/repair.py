@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from journal.cli.common import DAMAGED, ERROR, NEWER_FORMAT, OK, configure_common, emit, is_session
+from journal.cli.common import DAMAGED, ERROR, NEWER_FORMAT, OK, configure_common, emit, is_session, open_journal
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import journal
     from journal.cli.progress import Progress
     from journal.engine.verify import CORRUPT, NEWER, verify
     from journal.remote import is_url
@@ -62,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
                 f"would cut {t.length_bytes} bytes ({t.reason}) at {t.segment} offset {t.offset}, {kept}"
             )
         data["byteLevel"].extend(f"would remove unfinished segment file {n}" for n in check.temp_files)
-        j = journal.open(args.path, readonly=True)
+        j = open_journal(args.path, readonly=True)
     else:
-        j = journal.open(args.path)
+        j = open_journal(args.path)
         data["byteLevel"] = list(j.recovery.actions)
         data["quarantined"] = list(j.recovery.quarantined)
     try:

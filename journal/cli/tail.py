@@ -10,7 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import OK, configure_common, dumps, event_type, int_at_least, record_json, seconds
+from journal.cli.common import (
+    OK,
+    configure_common,
+    dumps,
+    event_type,
+    int_at_least,
+    open_journal,
+    record_json,
+    seconds,
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,11 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import journal
 
     types = set(args.type or ())
     out = sys.stdout
-    with journal.open(args.path, readonly=True) as j:
+    with open_journal(args.path, readonly=True) as j:
         start = max(0, j.last_seq - max(0, args.lines))
         if types:
             # The last N of a type may lie anywhere: read them all, keep the last N.

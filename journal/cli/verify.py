@@ -21,7 +21,17 @@ import argparse
 import sys
 from typing import Any
 
-from journal.cli.common import DAMAGED, ERROR, NEWER_FORMAT, OK, TORN, configure_common, emit, is_session
+from journal.cli.common import (
+    DAMAGED,
+    ERROR,
+    NEWER_FORMAT,
+    OK,
+    TORN,
+    configure_common,
+    emit,
+    is_session,
+    open_journal,
+)
 
 # The session verdicts (``session.verdict`` in --json; None when the journal is not a session).
 SESSION_CLEAN = "clean"  # replay passes; open structures are notes
@@ -54,12 +64,11 @@ def session_check(path: str) -> dict[str, Any]:
     Replays the session with the built-in registry and reducer, as a session reader opening it
     would (readonly: nothing is repaired), then plans the closers a repair would append.
     """
-    import journal
     from journal.session import Session
     from journal.session.errors import NewerSchemaError, SessionError, UnknownEventTypeError
 
     out: dict[str, Any] = {"verdict": None, "openStructures": [], "skipped": None, "error": None, "seq": None}
-    with journal.open(path, readonly=True) as j:
+    with open_journal(path, readonly=True) as j:
         if not is_session(j):
             out["skipped"] = "not a session journal"
             return out

@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from journal.engine import format as fmt
 
+# The largest record_size_bytes_max a handle may have: a record's stored payload (its key and
+# compression's framing included) must fit a frame. What a command reads and writes with, so it
+# takes any record a writer could have stored (the journal does not record the writer's limit).
+RECORD_SIZE_BYTES_MAX_LIMIT = fmt.FRAME_STORED_BYTES_LIMIT - fmt.RECORD_STORED_OVERHEAD_BYTES_MAX
+
 
 @dataclass(frozen=True)
 class Options:
@@ -34,7 +39,7 @@ class Options:
             raise ValueError(f"sector_bytes must be 0 or a power of two of at least {sector_min}")
         if not fmt.SEGMENT_SIZE_BYTES_MIN <= self.segment_size_bytes <= fmt.SEGMENT_SIZE_BYTES_MAX:
             raise ValueError("segment_size_bytes must be between 4 KiB and 1 TiB")
-        record_max = fmt.FRAME_STORED_BYTES_LIMIT - fmt.RECORD_STORED_OVERHEAD_BYTES_MAX
+        record_max = RECORD_SIZE_BYTES_MAX_LIMIT
         if not 1 <= self.record_size_bytes_max <= record_max:
             raise ValueError(f"record_size_bytes_max must be between 1 and {record_max}")
         if not 0 <= self.reserve_bytes <= fmt.RESERVE_BYTES_MAX:

@@ -27,6 +27,7 @@ from typing import Any
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import tail
+from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
 from journal.engine.reader import Record, decode_block, decode_payload
 from journal.engine.recovery import QUARANTINE_DIR
 from journal.engine.segment import TMP_SUFFIX, read_start
@@ -553,7 +554,10 @@ def _write(
     from journal.outcomes import Committed
 
     total = len(seqs) or 1
-    with Journal.open(path, create=True, fs=fs, first_seq=first_seq) as out:
+    # The new journal takes any record a writer could have stored (the source's writer may
+    # have raised its limit, as the API allows: the journal does not record it).
+    limit = RECORD_SIZE_BYTES_MAX_LIMIT
+    with Journal.open(path, create=True, fs=fs, first_seq=first_seq, record_size_bytes_max=limit) as out:
         batch: list[Any] = []
         keys: list[str | None] = []
         synthetic: bool | None = None
@@ -565,7 +569,10 @@ def _write(
                 outs = out.append_many(batch, durability="flush", idempotency_keys=keys, synthetic=bool(synthetic))
                 failed = [o for o in outs if not isinstance(o, Committed)]
                 if failed:
-                    raise OSError(getattr(failed[0], "errno", None), f"a batch was not written: {failed[0].reason}")
+                    errno = getattr(failed[0], "errno", None)
+                    if errno is None:  # not the file system's refusal: no errno to blame (free space ...)
+                        raise JournalError(f"a batch was not written: {failed[0].reason}")
+                    raise OSError(errno, f"a batch was not written: {failed[0].reason}")
             batch, keys = [], []
 
         def add(event: Any, key: str | None, synth: bool) -> None:
