@@ -85,6 +85,9 @@ JSON_FLOATS = Extension(
     sources=["native/json_floats.c"],
     py_limited_api=True,
     extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-Wall", "-Wextra"],
+    # It calls nothing of libc, so the linker would leave libc out of its needed libraries, and
+    # auditwheel, which reads the C library a wheel targets from its extensions, stops at it.
+    extra_link_args=["-Wl,--no-as-needed", "-lc"] if sys.platform.startswith("linux") else [],
 )
 
 # A pwrite and an fdatasync under one release of the GIL (native/write_sync.c says why);
