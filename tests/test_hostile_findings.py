@@ -82,16 +82,15 @@ def test_copy_keeps_the_seqs_of_a_journal_whose_prefix_was_dropped(tmp_path: pat
     """Found by the fuzzer on an untouched base (any seed): `journal copy` of a healthy journal
     after drop_prefix exited 1 with a bare OSError ("this version does not do it yet"); a new
     journal directory can begin at the source's first seq, so the copy keeps every seq."""
-    import journal
     from journal.cli import main
 
     src, dst = tmp_path / "src", tmp_path / "dst"
     last = _journal_with_sealed_segments(src)
-    with journal.open(src) as j:
+    with hostile.open_file(src) as j:
         first = j.drop_prefix(last).first_seq
     assert first > 1
     code, _, err = hostile.capture(lambda: main(["copy", str(src), str(dst), "--json"]))
     assert code == 0, err
-    with journal.open(src, readonly=True) as a, journal.open(dst, readonly=True) as b:
+    with hostile.open_file(src, readonly=True) as a, hostile.open_file(dst, readonly=True) as b:
         assert b.first_seq == first and b.last_seq == last
         assert [(r.seq, r.payload) for r in a.read()] == [(r.seq, r.payload) for r in b.read()]

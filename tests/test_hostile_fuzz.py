@@ -121,11 +121,10 @@ def test_a_lie_keeps_the_checksums_genuine(bases: dict[str, hostile.Base], name:
 
 def test_rekey_changes_every_salt_and_keeps_the_journal_readable(bases: dict[str, hostile.Base],
                                                                  tmp_path: pathlib.Path) -> None:
-    import journal
 
     tree = hostile.rekey(bases["mixed"].tree, b"\x01" * 16)
     hostile.write_tree(tree, str(tmp_path / "j"))
-    with journal.open(tmp_path / "j", readonly=True) as j:
+    with hostile.open_file(tmp_path / "j", readonly=True) as j:
         assert j.first_seq > 1 and sum(1 for _ in j.read()) == j.last_seq - j.first_seq + 1
     for _, seg in hostile.parsed_segments(tree):
         assert seg.journal_id == b"\x01" * 16 and seg.salt == fmt.segment_salt(seg.journal_id, seg.number, seg.base_seq)
@@ -202,3 +201,19 @@ def test_the_command_replays_a_saved_input(tmp_path: pathlib.Path, bases: dict[s
     assert [ln.split()[0] for ln in out.splitlines() if ln and not ln.startswith(" ")][:1] == ["cat"]
     assert all(" fail " not in ln for ln in out.splitlines()), out
 
+
+
+def test_every_mutation_applies_and_none_raises(bases: dict[str, hostile.Base]) -> None:
+    """Making inputs is the harness's own code: none may raise, and every mutation must get to
+    change something (a mutation that never applies tests nothing)."""
+    applied: dict[str, int] = {name: 0 for name in hostile.MUTATIONS}
+    for index in range(400):
+        if hostile.is_import_input(1, index):
+            form, data, _ = hostile.make_import_input(1, index)
+            assert form in hostile.IMPORT_SOURCES and data
+            continue
+        _, _, keys, done = hostile.make_input(1, index, bases)
+        for key, what in zip(keys, done, strict=True):
+            if not what.endswith("(not applicable)"):
+                applied[key.partition(":")[2]] += 1
+    assert all(applied.values()), applied

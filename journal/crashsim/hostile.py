@@ -54,12 +54,15 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import xxhash
 import zstandard
 
 from journal.engine import format as fmt
+
+if TYPE_CHECKING:
+    from journal.engine.core import Journal as EngineJournal
 
 # --- limits ---------------------------------------------------------------------------------------
 
@@ -370,7 +373,8 @@ def _records_of(fr: FrameModel) -> int:
     if fr.kind == fmt.KIND_DATA:
         return 1
     if fr.kind == fmt.KIND_BLOCK and len(fr.stored) >= 4:
-        return max(1, min(struct.unpack_from("<I", fr.stored, 0)[0], fmt.BLOCK_RECORDS_MAX))
+        (count,) = struct.unpack_from("<I", fr.stored, 0)
+        return max(1, min(int(count), fmt.BLOCK_RECORDS_MAX))
     return 0
 
 
@@ -475,6 +479,13 @@ IMPORT_SOURCES: dict[str, list[dict[str, Any]]] = {
 }
 
 
+def open_file(path: str | os.PathLike[str], **options: Any) -> EngineJournal:
+    """``journal.open`` of a journal directory, as a user calls it (the file engine's Journal)."""
+    import journal
+
+    return cast("EngineJournal", journal.open(path, **options))
+
+
 def _line(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
@@ -490,9 +501,8 @@ def _noise(i: int, n: int) -> str:
 
 
 def _base_mixed(path: str) -> None:
-    import journal
 
-    with journal.open(path, create=True, segment_size_bytes=4096, index_interval_bytes=512) as j:
+    with open_file(path, create=True, segment_size_bytes=4096, index_interval_bytes=512) as j:
         for r in range(10):
             for i in range(3):
                 j.append({"type": "user.message", "n": i, "text": _text(i, 5), "id": _noise(r * 10 + i, 8)})
@@ -515,12 +525,11 @@ def _base_mixed(path: str) -> None:
 
 def _quarantine_tail(path: str) -> None:
     """Leave a torn tail and let a writer's open keep it in quarantine/."""
-    import journal
 
     live = os.path.join(path, segment_names(read_tree(path))[-1])
     with open(live, "ab") as f:
         f.write(b"torn tail, not a frame" * 3)
-    journal.open(path).close()
+    open_file(path).close()
 
 
 def _base_session(path: str) -> None:
@@ -543,9 +552,8 @@ def _base_session(path: str) -> None:
 
 
 def _base_padded(path: str) -> None:
-    import journal
 
-    with journal.open(path, create=True, segment_size_bytes=8192, sector_bytes=512, compress=False,
+    with open_file(path, create=True, segment_size_bytes=8192, sector_bytes=512, compress=False,
                       block_bytes=0) as j:
         for i in range(30):
             j.append({"type": "padded", "n": i, "text": _text(i, 8)}, idempotency_key=f"p{i}" if i % 5 == 0 else None)
@@ -555,9 +563,8 @@ def _base_padded(path: str) -> None:
 
 
 def _base_v1(path: str) -> None:
-    import journal
 
-    with journal.open(path, create=True, segment_size_bytes=4096, block_bytes=0) as j:
+    with open_file(path, create=True, segment_size_bytes=4096, block_bytes=0) as j:
         for i in range(60):
             j.append({"type": "v1", "n": i, "text": _text(i, 12)})
     tree = read_tree(path)
@@ -568,17 +575,15 @@ def _base_v1(path: str) -> None:
 
 
 def _base_tiny(path: str) -> None:
-    import journal
 
-    with journal.open(path, create=True) as j:
+    with open_file(path, create=True) as j:
         j.append({"type": "only", "n": 1})
         j.append_many([{"a": 1}, {"b": 2}, {"c": 3}])
 
 
 def _base_empty(path: str) -> None:
-    import journal
 
-    journal.open(path, create=True).close()
+    open_file(path, create=True).close()
 
 
 def _base_imported(path: str) -> None:
@@ -1322,7 +1327,12 @@ def make_import_input(seed: int, index: int) -> tuple[str, bytes, str]:
         elif how == "hostile-json":
             ln = _hostile_json(rng)[0].replace(b"\n", b" ")
         else:
-            obj = json.loads(ln)
+            try:
+                obj = json.loads(ln)
+            except (ValueError, RecursionError):  # an earlier oddity made it no JSON object
+                obj = None
+            if not isinstance(obj, dict):
+                continue
             for key in list(obj)[:3]:
                 obj[key] = rng.choice([None, 5, [], {"x": []}, "s" * 3, 1e308])
             ln = _line(obj)
@@ -1388,12 +1398,12 @@ def _count_read(it: Iterator[Any]) -> int:
 def reader_open_write(p: Paths) -> dict[str, Any]:
     import journal
 
-    with journal.open(p.journal) as j:
+    with open_file(p.journal) as j:
         before = j.last_seq
         out = j.append({"type": "hostile.after-open", "n": before})
         if not isinstance(out, journal.Committed) or out.seq != before + 1:
             raise Violation(f"append after a writer's open: {out!r}, last seq was {before}")
-    with journal.open(p.journal, readonly=True) as r:
+    with open_file(p.journal, readonly=True) as r:
         got = r.get(before + 1)
         if got is None or got.event != {"type": "hostile.after-open", "n": before}:
             raise Violation(f"the record appended after the writer's open reads back as {got!r}")
@@ -1401,16 +1411,14 @@ def reader_open_write(p: Paths) -> dict[str, Any]:
 
 
 def reader_open_readonly(p: Paths) -> dict[str, Any]:
-    import journal
 
-    with journal.open(p.journal, readonly=True) as j:
+    with open_file(p.journal, readonly=True) as j:
         return {"lastSeq": j.last_seq, "firstSeq": j.first_seq, "tail": j.recovery.tail}
 
 
 def reader_read(p: Paths) -> dict[str, Any]:
-    import journal
 
-    with journal.open(p.journal, readonly=True) as j:
+    with open_file(p.journal, readonly=True) as j:
         n = _count_read(j.read())
         if n and n != j.last_seq - j.first_seq + 1:
             raise Violation(f"read() gave {n} records of seqs {j.first_seq}..{j.last_seq}")
@@ -1418,9 +1426,8 @@ def reader_read(p: Paths) -> dict[str, Any]:
 
 
 def reader_get(p: Paths) -> dict[str, Any]:
-    import journal
 
-    with journal.open(p.journal, readonly=True) as j:
+    with open_file(p.journal, readonly=True) as j:
         first, last = j.first_seq, j.last_seq
         got = 0
         for seq in sorted({first, last, (first + last) // 2, last + 1, 1, 2, first + 7, 1 << 62, U64 >> 1}):
@@ -1438,21 +1445,19 @@ def reader_get(p: Paths) -> dict[str, Any]:
 
 
 def reader_follow(p: Paths) -> dict[str, Any]:
-    import journal
 
-    with journal.open(p.journal, readonly=True) as j:
+    with open_file(p.journal, readonly=True) as j:
         return {"records": _count_read(j.follow(poll_interval_s=0.01, idle_timeout_s=FOLLOW_IDLE_S))}
 
 
 def reader_copy_prefix(p: Paths) -> dict[str, Any]:
-    import journal
 
     os.makedirs(p.dest, mode=0o700)
-    with journal.open(p.journal, readonly=True) as j:
+    with open_file(p.journal, readonly=True) as j:
         if j.last_seq < j.first_seq:
             return {"made": False, "empty": True}  # no prefix to fork at
         got = j.copy_prefix(p.dest, at_seq=(j.first_seq + j.last_seq) // 2)
-    with journal.open(p.dest, readonly=True) as f:
+    with open_file(p.dest, readonly=True) as f:
         n = _count_read(f.read())
     return {"made": True, "copied": n, "fork": repr(got)[:80]}
 
@@ -1569,13 +1574,12 @@ def _start_first_seq(e: Entry | None) -> int | None:
 
 def check_copy(dest: str) -> dict[str, Any]:
     """A journal a copier made verifies clean and reads whole."""
-    import journal
     from journal.engine.verify import verify
 
     rep = verify(dest)
     if rep.verdict != "clean":
         raise Violation(f"the journal made at {dest} does not verify clean: {rep.summary()[:300]}")
-    with journal.open(dest, readonly=True) as j:
+    with open_file(dest, readonly=True) as j:
         return {"destRecords": _count_read(j.read())}
 
 
@@ -1865,9 +1869,12 @@ def cross_check(results: Mapping[str, dict[str, Any]], session: bool) -> list[tu
         return out
     verdict = verify.get("facts", {}).get("verdict")
     if verdict == "clean":
-        for name in ("open-readonly", "read", "get", "follow", "cat", "info", "open-write", "copy"):
+        for name in ("open-readonly", "read", "get", "follow", "cat", "info", "tail", "open-write", "copy"):
             r = results.get(name)
-            if r is not None and r.get("status") != "ok":
+            if r is None:
+                continue
+            code = r.get("facts", {}).get("code", 0)
+            if r.get("status") != "ok" or code != 0:
                 why = r.get("error") or r.get("failure") or r.get("facts")
                 out.append((name, f"verify calls the journal clean, but {name} gave {str(why)[:300]}"))
     if verdict == "torn":
@@ -1950,10 +1957,10 @@ def campaign(readers: Sequence[Reader], worker_argv: Sequence[str], seconds: flo
                     key = f"{fail.reader}: {fail.signature}"
                     if save_dir is not None and saved.get(key, 0) < SAVE_PER_SIGNATURE:
                         saved[key] = saved.get(key, 0) + 1
+                        tree_min: Tree | None = tree
+                        desc_min = desc
                         if minimise and tree is not None:
                             tree_min, desc_min = minimize(worker, readers, bases, seed, index, fail, work)
-                        else:
-                            tree_min, desc_min = tree, desc
                         fail.saved = save_failure(save_dir, fail, tree_min, desc_min, inp if tree is None else None)
                     summary.failures.append(fail)
                     if out is not None:
@@ -2070,10 +2077,9 @@ def replay(path: str, readers: Sequence[Reader], worker_argv: Sequence[str],
 
 
 def _looks_like_session(path: str) -> bool:
-    import journal
 
     try:
-        with journal.open(path, readonly=True) as j:
+        with open_file(path, readonly=True) as j:
             rec = next(iter(j.read()), None)
             return rec is not None and not rec.is_bytes and isinstance(rec.event, dict) and \
                 rec.event.get("type") == "session.started"
