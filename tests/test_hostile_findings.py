@@ -94,3 +94,21 @@ def test_copy_keeps_the_seqs_of_a_journal_whose_prefix_was_dropped(tmp_path: pat
     with hostile.open_file(src, readonly=True) as a, hostile.open_file(dst, readonly=True) as b:
         assert b.first_seq == first and b.last_seq == last
         assert [(r.seq, r.payload) for r in a.read()] == [(r.seq, r.payload) for r in b.read()]
+
+
+@pytest.mark.parametrize("kind", [{"x": []}, ["user"], 5, None])
+def test_an_import_line_whose_type_is_not_a_string_is_kept_unmapped(tmp_path: pathlib.Path, kind: object) -> None:
+    """Found by the fuzzer (seed 12, input 192): a JSONL line whose "type" was an object made
+    `journal import jsonl` fail with a TypeError traceback (unhashable type: 'dict')."""
+    import json
+
+    from journal.cli import main
+
+    src = tmp_path / "log.jsonl"
+    src.write_text(json.dumps({"type": kind, "text": "odd"}) + "\n" + json.dumps({"type": "user_message", "text": "hi"})
+                   + "\n")
+    code, out, err = hostile.capture(lambda: main(["import", "jsonl", str(src), str(tmp_path / "s"), "--json"]))
+    assert code == 0, err
+    with hostile.open_file(tmp_path / "s", readonly=True) as j:
+        types = [r.event["type"] for r in j.read()]
+    assert "import.record" in types and "user.message" in types

@@ -79,6 +79,8 @@ class JsonlFormat:
 
     def map(self, obj: dict[str, Any], lineno: int) -> list[Mapped]:
         t = obj.get("type")
+        if not isinstance(t, str):  # a type of another JSON kind (a list, an object) names nothing mapped
+            return []
         text = _text_of(obj.get("text", obj.get("content", obj.get("message"))))
         call = obj.get("toolCallId", obj.get("tool_call_id", obj.get("call_id", obj.get("id"))))
         if t in self.USER:
