@@ -107,7 +107,7 @@ def test_an_import_line_whose_type_is_not_a_string_is_kept_unmapped(tmp_path: pa
     src = tmp_path / "log.jsonl"
     src.write_text(json.dumps({"type": kind, "text": "odd"}) + "\n" + json.dumps({"type": "user_message", "text": "hi"})
                    + "\n")
-    code, out, err = hostile.capture(lambda: main(["import", "jsonl", str(src), str(tmp_path / "s"), "--json"]))
+    code, _, err = hostile.capture(lambda: main(["import", "jsonl", str(src), str(tmp_path / "s"), "--json"]))
     assert code == 0, err
     with hostile.open_file(tmp_path / "s", readonly=True) as j:
         types = [r.event["type"] for r in j.read()]
