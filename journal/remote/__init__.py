@@ -6,7 +6,7 @@
 
 ``journal.open`` sends a string with a scheme here; ``open_url`` picks the backend by the
 scheme. Each backend is a module of its own and imports its client library (psycopg, nats-py,
-the optional extras ``journal[postgres]`` and ``journal[nats]``) only when it is used.
+the optional extras ``journal-engine[postgres]`` and ``journal-engine[nats]``) only when it is used.
 
 What every backend shares is here too: the URL grammar (``url.py``) and the bytes of a record
 (``records.py``: the engine's frame, checksum and payload encoding, so a row or a message whose
@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from journal.api import Journal, Store
-from journal.errors import InvalidArgumentError
+from journal.errors import InvalidArgumentError, install_line
 from journal.remote.url import SCHEMES, RemoteURL, parse_url
 
 
@@ -43,7 +43,7 @@ def open_store(url: str, **options: Any) -> Store:
         module = importlib.import_module(f"journal.remote.{name}")
     except ImportError as exc:
         raise InvalidArgumentError(f"{parsed.display()} needs the {parsed.backend} backend's client library: "
-                                   f"pip install 'journal[{parsed.backend}]' ({exc})") from exc
+                                   f"{install_line(parsed.backend)} ({exc})") from exc
     opened: Store = module.open_store(parsed, **options)
     return opened
 
@@ -56,8 +56,7 @@ def _backend(parsed: RemoteURL) -> ModuleType:
     except ImportError as exc:
         extra = {"postgres": "postgres", "nats": "nats"}[parsed.backend]
         raise InvalidArgumentError(
-            f"{parsed.display()} needs the {parsed.backend} backend's client library: pip install 'journal[{extra}]' "
-            f"({exc})"
+            f"{parsed.display()} needs the {parsed.backend} backend's client library: {install_line(extra)} ({exc})"
         ) from exc
 
 

@@ -82,14 +82,20 @@ from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import nats
-import nats.errors
-import nats.js.errors
 import xxhash
-from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.js import api as js_api
+
+from journal.errors import MissingExtraError
+
+try:
+    import nats
+    import nats.errors
+    import nats.js.errors
+    from nats.aio.client import Client as NATS
+    from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
+    from nats.js import api as js_api
+except ImportError as exc:  # the extra is not installed
+    raise MissingExtraError(__name__, "nats-py 2.6 or later", "nats", exc) from exc
 
 from journal.api import Journal, PrefixDrop, RecoveryReport, Retention
 from journal.engine import format as fmt

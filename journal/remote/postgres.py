@@ -70,13 +70,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 import xxhash
 
+from journal.errors import MissingExtraError
+
 try:
     import psycopg
     from psycopg import sql
 except ImportError as exc:  # pragma: no cover - the extra is not installed
-    raise ImportError(
-        f"PostgreSQL journals need psycopg 3: pip install 'journal[postgres]' ({exc})"
-    ) from exc
+    raise MissingExtraError(__name__, "psycopg 3.1.18 or later", "postgres", exc) from exc
 
 from journal.api import PrefixDrop, RecoveryReport, Retention
 from journal.engine import format as fmt
