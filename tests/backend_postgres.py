@@ -31,7 +31,7 @@ def unreachable() -> str | None:
     try:
         import psycopg
     except ImportError as exc:
-        return f"psycopg is not installed ({exc}): pip install 'journal[postgres]'"
+        return f"psycopg is not installed ({exc}): pip install 'journal-engine[postgres]'"
     try:
         with psycopg.connect(PG_URL, connect_timeout=3) as conn:
             conn.execute("SELECT 1")

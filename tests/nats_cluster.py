@@ -51,7 +51,7 @@ def skip_reason() -> str | None:
     try:
         import nats  # noqa: F401
     except ImportError:
-        return "nats-py not installed (pip install 'journal[nats]')"
+        return "nats-py not installed (pip install 'journal-engine[nats]')"
     return None
 
 

@@ -29,6 +29,7 @@ from journal.benchmark import stores as st
 from journal.benchmark.events import KINDS, Event, make_events, real_session_events, size_summary
 from journal.benchmark.stores import JournalStore, Store
 from journal.engine import native
+from journal.errors import install_line
 
 THREADS = 16
 ONE_WRITER_BASELINE = "JSONL write+fdatasync, one writer (baseline)"
@@ -205,7 +206,7 @@ class Bench:
             if s.available():
                 out.append(s)
             else:
-                self.report.skipped[s.name] = f"package {s.package!r} not installed (pip install 'journal[bench]')"
+                self.report.skipped[s.name] = f"package {s.package!r} not installed ({install_line('bench')})"
         return out
 
     def rounds(

@@ -19,7 +19,7 @@ Durability of each adapter, as the table's "durable" column states it:
   The decode scan also reads that file with orjson.loads instead of json.loads ("JSONL
   buffered, orjson.loads"): the fastest reading of JSONL a user could pick.
 
-Peers are optional (``pip install 'journal[bench]'``): an adapter whose package is missing
+Peers are optional (``pip install 'journal-engine[bench]'``): an adapter whose package is missing
 reports itself unavailable and the runner lists it as skipped.
 """
 

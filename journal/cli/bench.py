@@ -1,7 +1,7 @@
 """journal bench: throughput against the stores a user would otherwise pick, side by side.
 
 Runs every workload against journal and the peers (JSONL, SQLite, and LMDB and RocksDB when
-``pip install 'journal[bench]'`` installed them), alternating stores within each round, and
+``pip install 'journal-engine[bench]'`` installed them), alternating stores within each round, and
 writes a markdown table, a PNG chart and the raw figures as JSON into ``--out``.
 """
 
