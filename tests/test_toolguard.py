@@ -171,6 +171,14 @@ def test_error_result_may_run_again(tmp_path: Path) -> None:
     g.close()
 
 
+def test_call_ids_that_could_name_an_attempt_are_refused(tmp_path: Path) -> None:
+    g = _guard(tmp_path)
+    for bad in ("c1~2", "", "x" * 200):
+        with pytest.raises(ValueError, match="call_id"):
+            g.scope("t1").before(bad, "deploy", {})
+    g.close()
+
+
 def test_running_twice_in_process_is_refused(tmp_path: Path) -> None:
     g = _guard(tmp_path)
     s = g.scope("t1")

@@ -294,9 +294,11 @@ class GuardScope:
     def before(self, call_id: str, tool: str, args: Any = None, *, side_effect: str = "external-write",
                idempotency: str = "unsafe") -> Decision:
         """What to do with call ``call_id`` now; syncs its intent when it is to run."""
-        if not isinstance(call_id, str) or not call_id or len(call_id.encode("utf-8")) > CALL_ID_BYTES_MAX:
-            raise ValueError(f"call_id must be a non-empty string of at most {CALL_ID_BYTES_MAX} bytes, "
-                             f"not {call_id!r}")
+        if (not isinstance(call_id, str) or not call_id or len(call_id.encode("utf-8")) > CALL_ID_BYTES_MAX
+                or ATTEMPT_SEP in call_id):
+            # "~" marks attempts: a call id holding it could name another call's attempt.
+            raise ValueError(f"call_id must be a non-empty string of at most {CALL_ID_BYTES_MAX} bytes without "
+                             f"{ATTEMPT_SEP!r}, not {call_id!r} (hash a longer or other id)")
         with self._lock:
             call = self._calls.get(call_id)
             if call is None or not call.attempts:
