@@ -112,3 +112,27 @@ def test_an_import_line_whose_type_is_not_a_string_is_kept_unmapped(tmp_path: pa
     with hostile.open_file(tmp_path / "s", readonly=True) as j:
         types = [r.event["type"] for r in j.read()]
     assert "import.record" in types and "user.message" in types
+
+
+@pytest.mark.parametrize("stored", [b'{"t":"\\ud83d"}', b'{"t":"a\\udfffb","e":"\\u00e9"}'])
+def test_cat_prints_a_stored_lone_surrogate_as_an_escape(tmp_path: pathlib.Path, stored: bytes) -> None:
+    """Found by the fuzzer (seed 10 input 345, seed 12 inputs 83 and 150): a record whose stored
+    JSON holds a lone surrogate escape (the writer refuses such text; json reads it) made
+    `journal cat` and `tail` exit 1 with a UnicodeEncodeError; they print it as JSON's escape."""
+    import functools
+    import json
+
+    from journal.cli import main
+
+    path = tmp_path / "j"
+    with hostile.open_file(path, create=True, block_bytes=0) as j:
+        j.append({"t": "placeholder"})
+    live = path / hostile.segment_names(hostile.read_tree(str(path)))[-1]
+    seg = hostile.parse_segment(live.read_bytes())
+    assert seg is not None
+    seg.frames[0].stored, seg.frames[0].raw_len = stored, len(stored)
+    live.write_bytes(seg.encode())
+    for command in (["cat", str(path)], ["tail", str(path), "-n", "1"]):
+        code, out, err = hostile.capture(functools.partial(main, command))
+        assert code == 0, err
+        assert json.loads(out)["event"] == json.loads(stored)

@@ -45,7 +45,15 @@ def configure_common(parser: argparse.ArgumentParser, json_flag: bool = True) ->
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (json reads one from a stored "\ud83d"; the writer never stores
+            # one) is no UTF-8 text, and printing it raised: JSON's escapes say it exactly.
+            return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), sort_keys=False)
+    return text
 
 
 def emit(args: argparse.Namespace, human: str, data: Any) -> None:

@@ -247,7 +247,7 @@ def r_import_skip_bad(p: Paths) -> dict[str, Any]:
 
 
 READERS: list[Reader] = [
-    *hostile.ENGINE_READERS[:-1],  # open for writing goes last among the journal's own readers
+    *hostile.ENGINE_READERS[:-2],  # the writers' opens go last among the journal's own readers
     Reader("info", READ_ONLY, r_info),
     Reader("cat", READ_ONLY, r_cat),
     Reader("tail", READ_ONLY, r_tail),
@@ -257,7 +257,7 @@ READERS: list[Reader] = [
     Reader("copy", COPIER, r_copy),
     Reader("export", COPIER, r_export),
     Reader("fork", COPIER, r_fork, sessions_only=True),
-    hostile.ENGINE_READERS[-1],
+    *hostile.ENGINE_READERS[-2:],
     Reader("repair", WRITER, r_repair),
     Reader("import", COPIER, r_import, imports=True),
     Reader("import-skip-bad", COPIER, r_import_skip_bad, imports=True),

@@ -1403,10 +1403,33 @@ def reader_open_write(p: Paths) -> dict[str, Any]:
         out = j.append({"type": "hostile.after-open", "n": before})
         if not isinstance(out, journal.Committed) or out.seq != before + 1:
             raise Violation(f"append after a writer's open: {out!r}, last seq was {before}")
+        for seq in sorted({j.first_seq, (j.first_seq + before) // 2, before}):
+            rec = j.get(seq) if seq >= 1 else None  # through the writer's own index of its live segment
+            if rec is not None:
+                _materialise(rec)
     with open_file(p.journal, readonly=True) as r:
         got = r.get(before + 1)
         if got is None or got.event != {"type": "hostile.after-open", "n": before}:
             raise Violation(f"the record appended after the writer's open reads back as {got!r}")
+    return {"lastSeq": before}
+
+
+def reader_open_shared(p: Paths) -> dict[str, Any]:
+    """A shared writer: its batch catches up with the files (the other writers' appends) first."""
+    import journal
+
+    with open_file(p.journal, writer="shared") as j:
+        before = j.last_seq
+        out = j.append({"type": "hostile.shared", "n": before})
+        if not isinstance(out, journal.Committed):
+            raise Violation(f"a shared writer's append after its open: {out!r}")
+        got = j.get(out.seq)
+        if got is None or got.event != {"type": "hostile.shared", "n": before}:
+            raise Violation(f"the record a shared writer appended reads back as {got!r}")
+        for seq in (j.first_seq, before):
+            rec = j.get(seq) if seq >= 1 else None
+            if rec is not None:
+                _materialise(rec)
     return {"lastSeq": before}
 
 
@@ -1476,6 +1499,7 @@ ENGINE_READERS: list[Reader] = [
     Reader("follow", READ_ONLY, reader_follow),
     Reader("copy-prefix", COPIER, reader_copy_prefix),
     Reader("session-open", READ_ONLY, reader_session_open, sessions_only=True),
+    Reader("open-shared", WRITER, reader_open_shared),
     Reader("open-write", WRITER, reader_open_write),
 ]
 
@@ -1869,7 +1893,8 @@ def cross_check(results: Mapping[str, dict[str, Any]], session: bool) -> list[tu
         return out
     verdict = verify.get("facts", {}).get("verdict")
     if verdict == "clean":
-        for name in ("open-readonly", "read", "get", "follow", "cat", "info", "tail", "open-write", "copy"):
+        for name in ("open-readonly", "read", "get", "follow", "cat", "info", "tail", "open-write", "open-shared",
+                     "copy"):
             r = results.get(name)
             if r is None:
                 continue
@@ -1878,7 +1903,7 @@ def cross_check(results: Mapping[str, dict[str, Any]], session: bool) -> list[tu
                 why = r.get("error") or r.get("failure") or r.get("facts")
                 out.append((name, f"verify calls the journal clean, but {name} gave {str(why)[:300]}"))
     if verdict == "torn":
-        for name in ("open-readonly", "open-write"):
+        for name in ("open-readonly", "open-write", "open-shared"):
             r = results.get(name)
             if r is not None and r.get("status") != "ok":
                 why = r.get("error") or r.get("failure")
