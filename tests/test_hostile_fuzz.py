@@ -59,7 +59,8 @@ def test_every_reader_survives_hostile_journal_directories() -> None:
     report_count("hostile files: reader runs", f"{summary.runs} by {len(summary.readers)} readers "
                  f"({', '.join(summary.readers)})")
     report_count("hostile files: limits per run",
-                 f"{summary.memory_bytes >> 20} MiB address space, {summary.timeout_s:.0f} s wall")
+                 f"{summary.memory_bytes >> 20} MiB address space, {summary.timeout_s:.0f} s wall; the most resident "
+                 f"memory a run took: {summary.peak_rss_bytes / (1 << 20):.0f} MiB ({summary.peak_rss_reader})")
     report_count("hostile files: outcomes", ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items())))
     report_count("hostile files: failures", len(summary.failures))
     assert summary.inputs >= INPUTS_MIN and summary.journals and summary.runs >= summary.inputs * 5, summary.lines()
@@ -98,7 +99,7 @@ def test_the_bases_hold_what_the_mutations_need(bases: dict[str, hostile.Base]) 
     assert bases["session"].session and len(hostile.parsed_segments(bases["session"].tree)) >= 2
 
 
-@pytest.mark.parametrize("name", ["frame-seq", "frame-flags", "frame-raw-len", "frame-dict-id", "payload",
+@pytest.mark.parametrize("name", ["frame-seq", "frame-flags", "frame-raw-len", "frame-dict-id", "payload", "envelope",
                                   "payload-key", "block", "footer", "header"])
 def test_a_lie_keeps_the_checksums_genuine(bases: dict[str, hostile.Base], name: str) -> None:
     """Each structure-aware mutation changes a field or a payload and leaves every frame genuine

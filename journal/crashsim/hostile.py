@@ -834,6 +834,61 @@ def m_payload(tree: Tree, rng: random.Random) -> str | None:
     return f"{name}: frame {i} payload {what}, raw length {fr.raw_len}"
 
 
+_ENVELOPE_LIES: dict[str, list[Any]] = {
+    "type": ["turn.ended", "tool.result", "x.unknown-type", "", "session.started", 5, None, ["turn.started"]],
+    "schemaVersion": [2, 0, -1, 10**30, "1", 1.5, None],
+    "sessionId": ["another-session", "", 7, None],
+    "turnId": [None, 5, "", "t" * 300, {"a": 1}, "t-unknown"],
+    "toolCallId": [None, 5, "", "c-unknown", ["c0"]],
+    "data": [[], "s", None, {"reason": 5}, {"workspace": 5, "lineage": "x"}, {"text": {"a": []}}],
+    "time": [5, "not a time", None],
+    "ignorable": [True, "yes", 0],
+    "causationId": [-1, 10**20, "x"],
+}
+
+
+def _writer_zstd(raw: bytes) -> bytes:
+    """zstd as the writer makes it: no content size, no checksum."""
+    return zstandard.ZstdCompressor(level=1, write_content_size=False).compress(raw)
+
+
+@mutation(6)
+def m_envelope(tree: Tree, rng: random.Random) -> str | None:
+    """A genuine record whose JSON is well formed and whose session envelope lies: a field of the
+    wrong type or value, one missing, one added (what the session layer's readers must refuse)."""
+    found: list[tuple[str, SegModel, int, bytes, dict[str, Any]]] = []
+    for name, seg in parsed_segments(tree):
+        for i, fr in enumerate(seg.frames):
+            if fr.kind != fmt.KIND_DATA or fr.flags & fmt.FLAG_BYTES:
+                continue
+            key = fr.stored[: 1 + fr.stored[0]] if fr.flags & fmt.FLAG_KEYED and fr.stored else b""
+            body = fr.stored[len(key) :]
+            try:
+                raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 20) \
+                    if fr.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD else body
+                obj = json.loads(raw)
+            except (zstandard.ZstdError, ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict) and "type" in obj:
+                found.append((name, seg, i, key, obj))
+    if not found:
+        return None
+    name, seg, i, key, obj = rng.choice(found)
+    field_name = rng.choice(sorted(_ENVELOPE_LIES))
+    how = rng.choice(["set", "set", "delete"])
+    if how == "delete" and field_name in obj:
+        del obj[field_name]
+    else:
+        obj[field_name] = rng.choice(_ENVELOPE_LIES[field_name])
+        how = "set"
+    raw = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    fr = seg.frames[i]
+    fr.stored = key + (_writer_zstd(raw) if fr.flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD else raw)
+    fr.raw_len = len(raw)
+    _put(tree, name, seg, True)
+    return f"{name}: frame {i} envelope {how} {field_name} = {obj.get(field_name)!r}"[:200]
+
+
 @mutation(4)
 def m_payload_key(tree: Tree, rng: random.Random) -> str | None:
     """A keyed frame whose key does not fit, or is no text."""
@@ -1630,6 +1685,7 @@ def run_one(reader: Reader, input_dir: str, box: str, pristine: Tree | None) -> 
     outside = {k: v for k, v in fingerprint(box).items() if not _inside(k)}
     before = fingerprint(paths.journal)
     result: dict[str, Any] = {"reader": reader.name, "status": "ok", "facts": {}}
+    _reset_peak_rss()
     cwd = os.getcwd()
     os.chdir(paths.out)  # a relative path a reader wrongly makes lands where the checks see it
     try:
@@ -1652,12 +1708,33 @@ def run_one(reader: Reader, input_dir: str, box: str, pristine: Tree | None) -> 
                       traceback=traceback.format_exc()[-4000:], signature=_signature(exc))
     finally:
         os.chdir(cwd)
+    result["peakRssBytes"] = _peak_rss()
     if result["status"] != "fail":
         try:
             _check_files(reader, paths, before, outside, pristine, result)
         except Violation as exc:
             result.update(status="fail", failure=f"violation: {exc}", signature=f"violation: {_violation_kind(exc)}")
     return result
+
+
+def _reset_peak_rss() -> None:
+    """Start this process's resident-memory high-water mark afresh (Linux: /proc/self/clear_refs),
+    so that the mark after a run is that run's peak."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+
+def _peak_rss() -> int:
+    """This process's resident-memory high-water mark (VmHWM), in bytes; 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _inside(rel: str) -> bool:
@@ -1861,6 +1938,8 @@ class Summary:
     failures: list[Failure] = field(default_factory=list)
     worker_starts: int = 0
     elapsed_s: float = 0.0
+    peak_rss_bytes: int = 0  # the most resident memory one run took (its worker's, imports included)
+    peak_rss_reader: str = ""
     mutations: dict[str, int] = field(default_factory=dict)
 
     def signatures(self) -> dict[str, int]:
@@ -1877,7 +1956,8 @@ class Summary:
             f"{self.runs} reader runs",
             f"readers ({len(self.readers)}): {', '.join(self.readers)}",
             f"limits per run: {self.memory_bytes >> 20} MiB address space (RLIMIT_AS), {self.timeout_s:.0f} s wall; "
-            f"worker processes started: {self.worker_starts}",
+            f"worker processes started: {self.worker_starts}; the most resident memory a run took: "
+            f"{self.peak_rss_bytes / (1 << 20):.0f} MiB ({self.peak_rss_reader or '-'})",
             "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items()))
             + "; typed errors: " + ", ".join(f"{k} {v}" for k, v in sorted(self.errors.items(), key=lambda x: -x[1])),
             f"failures: {len(self.failures)}"
@@ -1971,6 +2051,8 @@ def campaign(readers: Sequence[Reader], worker_argv: Sequence[str], seconds: flo
                                      "signature": "violation: readers disagree with verify"}
                 for res in results.values():
                     summary.runs += 1
+                    if res.get("peakRssBytes", 0) > summary.peak_rss_bytes:
+                        summary.peak_rss_bytes, summary.peak_rss_reader = res["peakRssBytes"], res["reader"]
                     st = res["status"]
                     summary.outcomes[st] = summary.outcomes.get(st, 0) + 1
                     if st == "error":
