@@ -40,6 +40,8 @@ from journal.errors import (
     ReadOnlyError,
     RecordTooLargeError,
     SequenceError,
+    UnexpectedFileError,
+    UnexpectedLinkError,
     WriteFailedError,
 )
 from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
@@ -117,6 +119,8 @@ __all__ = [
     "RecordTooLargeError",
     "RecoveryReport",
     "SequenceError",
+    "UnexpectedFileError",
+    "UnexpectedLinkError",
     "WriteFailedError",
     "native_available",
     "open",

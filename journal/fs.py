@@ -14,7 +14,9 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeGuard
+
+from journal.errors import UnexpectedFileError, UnexpectedLinkError
 
 FILE_MODE = 0o600  # agent logs carry prompts, secrets and tool output: owner-only by default
 DIR_MODE = 0o700
@@ -66,10 +68,24 @@ class FileSystem(Protocol):
     def mkdir(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
     def listdir(self, path: str) -> list[str]: ...
-    def exists(self, path: str) -> bool: ...
-    def is_dir(self, path: str) -> bool: ...
+    def exists(self, path: str) -> bool:
+        """Whether the name ``path`` is there, whatever it is: a symbolic link counts, even one
+        to nothing (it is not followed)."""
+        ...
+
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` is a directory, following a symbolic link: for a directory a caller
+        names (a journal, a store's root, a destination). A directory the engine names itself
+        is checked with ``is_link`` first (``ensure_dir``, ``remove_tree``)."""
+        ...
+
+    def is_link(self, path: str) -> bool:
+        """Whether the name ``path`` is a symbolic link (not followed; False where nothing is)."""
+        ...
+
     def try_lock(self, path: str) -> Lock | None:
-        """Take the exclusive writer lock, or None if another holder has it."""
+        """Take the exclusive writer lock, or None if another holder has it. Like every open of
+        the file layer, a symbolic link at ``path`` is refused (UnexpectedLinkError), never followed."""
         ...
 
     def read_lock_owner(self, path: str) -> int | None: ...
@@ -137,21 +153,106 @@ class OsLock:
             self._fd = -1
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _open_file(path: str, flags: int) -> int:
+    """os.open of a file the engine names, by every open of OsFileSystem: never through a
+    symbolic link at ``path`` (O_NOFOLLOW: UnexpectedLinkError), never waiting on a FIFO
+    (O_NONBLOCK: a FIFO opened to read would wait for a writer forever; it changes nothing for a
+    regular file), and a regular file only (anything else but a directory: UnexpectedFileError).
+    The directories above ``path`` are resolved as the OS does: the caller's journal directory
+    may be a link (docs/GUARANTEES.md, "Links")."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and _is_link(path):
+            raise UnexpectedLinkError(path) from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    raise UnexpectedFileError(path, _KINDS.get(stat.S_IFMT(mode), "not a regular file"), errno.ENXIO)
+
+
+def _empty_dir_at(top: int) -> None:
+    """Remove everything in the open directory ``top``, relative to directory descriptors
+    (unlinkat, openat, rmdir at): a directory is entered by a descriptor opened with O_NOFOLLOW,
+    so a name that is, or is swapped during the walk for, a symbolic link is unlinked itself and
+    never followed. Depth first on a stack of its own: a tree made deep on purpose cannot exhaust
+    the interpreter's recursion (only descriptors, an OSError)."""
+    stack: list[tuple[int, list[str], str]] = [(top, os.listdir(top), "")]
+    try:
+        while stack:
+            fd, names, name_here = stack[-1]
+            if not names:
+                stack.pop()
+                if stack:  # an emptied subdirectory: closed, then removed from its parent
+                    os.close(fd)
+                    os.rmdir(name_here, dir_fd=stack[-1][0])
+                continue
+            name = names.pop()
+            if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=fd)
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                os.unlink(name, dir_fd=fd)  # no longer a directory (a link now): the name alone goes
+                continue
+            try:
+                inner = os.listdir(child)
+            except OSError:
+                os.close(child)
+                raise
+            stack.append((child, inner, name))
+    finally:
+        for fd, _names, _name in stack[1:]:
+            os.close(fd)
+
+
 class OsFileSystem:
-    """The real thing: POSIX calls, owner-only modes, flock for the writer lock."""
+    """The real thing: POSIX calls, owner-only modes, flock for the writer lock. No open, lock
+    or removal follows a symbolic link at the name it is given (docs/GUARANTEES.md, "Links")."""
 
     def open_read(self, path: str) -> File:
-        return OsFile(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        return OsFile(path, _open_file(path, os.O_RDONLY))
 
     def open_write(self, path: str, create: bool) -> File:
-        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
-        return OsFile(path, os.open(path, flags, FILE_MODE))
+        return OsFile(path, _open_file(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)))
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
 
     def link(self, src: str, dst: str) -> None:
-        os.link(src, dst)
+        # link(2) would make ``dst`` the file a link at ``src`` points to (Python asks it to
+        # follow): a file from elsewhere in the journal. Refused; the race left after this check
+        # at worst links the link itself, which every open then refuses.
+        if _is_link(src):
+            raise UnexpectedLinkError(src)
+        os.link(src, dst, follow_symlinks=False)
 
     def unlink(self, path: str) -> None:
         os.unlink(path)
@@ -161,6 +262,23 @@ class OsFileSystem:
 
     def rmdir(self, path: str) -> None:
         """Remove an empty directory (remove_tree's last step; optional in other file layers)."""
+        os.rmdir(path)
+
+    def remove_tree(self, path: str) -> None:
+        """``remove_tree`` on a real file system, by directory descriptors (``_empty_dir_at``):
+        a symbolic link met anywhere, ``path`` itself included, is unlinked and never followed.
+        The directories above ``path`` are resolved as the OS does."""
+        try:
+            fd = os.open(path, _DIR_FLAGS)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(path):
+                os.unlink(path)
+                return
+            raise
+        try:
+            _empty_dir_at(fd)
+        finally:
+            os.close(fd)
         os.rmdir(path)
 
     def fsync_dir(self, path: str) -> None:
@@ -182,8 +300,11 @@ class OsFileSystem:
         except FileNotFoundError:
             return False
 
+    def is_link(self, path: str) -> bool:
+        return _is_link(path)
+
     def try_lock(self, path: str) -> Lock | None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = _open_file(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -202,8 +323,11 @@ class OsFileSystem:
 
     def read_lock_owner(self, path: str) -> int | None:
         try:
-            with open(path, "rb") as f:
-                fields = f.read(LOCK_NOTE_BYTES).split()
+            fd = _open_file(path, os.O_RDONLY)
+            try:
+                fields = os.pread(fd, LOCK_NOTE_BYTES, 0).split()
+            finally:
+                os.close(fd)
         except OSError:
             return None
         return int(fields[0]) if fields and fields[0].isdigit() else None
@@ -214,7 +338,7 @@ def flock_holder(path: str) -> int | None:
     nobody does, or if that cannot be known here. It takes no lock: a writer opening at the same
     moment is never turned away by a look."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)  # a link's own inode: never flocked, so no holder
         with open("/proc/locks") as f:
             lines = f.read().splitlines()
     except OSError:
@@ -444,20 +568,66 @@ def read_file(fs: FileSystem, path: str) -> bytes:
         f.close()
 
 
+# The calls remove_tree makes one by one through a file layer. An OsFileSystem that replaces
+# none of them walks by directory descriptors instead (OsFileSystem.remove_tree); one that does
+# (a test's hooks) is walked through its own methods, so whatever wraps them sees every call.
+_WALK_CALLS = ("listdir", "unlink", "rmdir", "is_dir", "is_link", "remove_tree")
+
+
+def _walks_by_descriptor(fs: FileSystem) -> TypeGuard[OsFileSystem]:
+    return isinstance(fs, OsFileSystem) and all(
+        getattr(type(fs), name) is getattr(OsFileSystem, name) and name not in vars(fs) for name in _WALK_CALLS
+    )
+
+
 def remove_tree(fs: FileSystem, path: str) -> None:
     """Remove the directory ``path`` and everything in it, through ``fs``: files by ``unlink``,
     directories by the file layer's ``rmdir`` where it has one (a layer without it keeps the
     emptied directories). Raises the first OSError; what was removed by then stays removed.
-    Used for what was never published (a temporary build directory) or is superseded."""
+    Used for what was never published (a temporary build directory) or is superseded.
+
+    A symbolic link, anywhere in the tree or at ``path`` itself, is unlinked, never followed:
+    what it points to is left as it is. On a real file system the walk goes by directory
+    descriptors, so a directory swapped for a link while it runs is not followed either."""
+    if _walks_by_descriptor(fs):
+        fs.remove_tree(path)
+        return
+    if fs.is_link(path):
+        fs.unlink(path)
+        return
     for name in fs.listdir(path):
         child = os.path.join(path, name)
-        if fs.is_dir(child):
+        if not fs.is_link(child) and fs.is_dir(child):
             remove_tree(fs, child)
         else:
             fs.unlink(child)
     rmdir = getattr(fs, "rmdir", None)
     if rmdir is not None:
         rmdir(path)
+
+
+def follow_link(fs: FileSystem, path: str) -> str:
+    """``path`` with a symbolic link at its end resolved (as the OS would): for a file the caller
+    names (an import's source, a snapshot file), which may be a link. The file layer's opens
+    follow none themselves."""
+    return os.path.realpath(path) if fs.is_link(path) else path
+
+
+def refuse_link(fs: FileSystem, path: str) -> str:
+    """``path``, unless it is a symbolic link (UnexpectedLinkError): for a name the engine makes
+    and then goes on using by its path (a directory it writes into, a file it trusts by name)."""
+    if fs.is_link(path):
+        raise UnexpectedLinkError(path)
+    return path
+
+
+def ensure_dir(fs: FileSystem, path: str) -> bool:
+    """Make the directory ``path`` unless it is one; True if it was made here (not yet durable in
+    its parent). A symbolic link there is refused (UnexpectedLinkError), never written through."""
+    if fs.is_dir(refuse_link(fs, path)):
+        return False
+    fs.mkdir(path)
+    return True
 
 
 def make_dirs(fs: FileSystem, path: str) -> None:
@@ -478,17 +648,24 @@ def temp_dir_beside(fs: FileSystem, dest: str, tag: str, lock_name: str) -> str:
 
     Leftovers of earlier runs for the same ``dest`` that failed or crashed are removed first,
     unless a process still holds the lock file ``lock_name`` in one (a run building it now).
+    ``dest`` is the caller's: a link there is followed, and the build is made beside its target.
     """
-    dest = os.path.abspath(dest)
+    dest = os.path.abspath(follow_link(fs, dest))
     parent, name = os.path.split(dest)
     make_dirs(fs, parent)
     prefix = f".{name}.{tag}-"
     for stale in fs.listdir(parent):
         path = os.path.join(parent, stale)
-        if not (stale.startswith(prefix) and fs.is_dir(path)):
+        # A build is a directory made here: a link of that name (planted where others can write,
+        # /tmp say) is no build of ours, and is neither followed nor removed.
+        if not stale.startswith(prefix) or fs.is_link(path) or not fs.is_dir(path):
             continue
-        lock = fs.try_lock(os.path.join(path, lock_name)) if fs.exists(os.path.join(path, lock_name)) else None
-        if fs.exists(os.path.join(path, lock_name)) and lock is None:
+        lock_path = os.path.join(path, lock_name)
+        # A build's lock is a file its maker made: a link there holds no lock, so the leftover
+        # is removed like any other (remove_tree unlinks the link itself).
+        held = fs.exists(lock_path) and not fs.is_link(lock_path)
+        lock = fs.try_lock(lock_path) if held else None
+        if held and lock is None:
             continue  # being built right now
         try:
             remove_tree(fs, path)
@@ -505,8 +682,10 @@ def publish_dir(fs: FileSystem, tmp: str, dest: str) -> None:
     which the rename replaces) and make the rename durable (its parent directory's fsync).
 
     If that fsync fails, the rename is taken back (and an empty ``dest`` made again), so that a
-    failed publish leaves what was there before and ``tmp`` for its caller to remove.
+    failed publish leaves what was there before and ``tmp`` for its caller to remove. A link at
+    ``dest`` is followed, as ``temp_dir_beside`` follows it: ``tmp`` replaces its target.
     """
+    dest = follow_link(fs, dest)
     parent = os.path.dirname(os.path.abspath(dest))
     was_dir = fs.exists(dest)
     fs.rename(tmp, dest)

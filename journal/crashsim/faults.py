@@ -120,6 +120,9 @@ class FaultyFileSystem:
     def is_dir(self, path: str) -> bool:
         return self.inner.is_dir(path)
 
+    def is_link(self, path: str) -> bool:
+        return self.inner.is_link(path)
+
     def try_lock(self, path: str) -> Lock | None:
         return self.inner.try_lock(path)
 

@@ -348,6 +348,9 @@ class MemFileSystem:
         with self._mu:
             return posixpath.normpath(path) in self._dirs
 
+    def is_link(self, path: str) -> bool:
+        return False  # this file system has no symbolic links: the engine never makes one
+
     def try_lock(self, path: str) -> Lock | None:
         # The lock file is created like the real one (it may or may not survive a crash), but
         # the lock itself lives in memory: a crash releases it, as the kernel would.

@@ -27,7 +27,7 @@ from journal.api import RecoveryReport as RecoveryReport  # explicit re-export: 
 from journal.engine import format as fmt
 from journal.engine import tail
 from journal.errors import JournalError
-from journal.fs import FileSystem, UnexpectedEOFError, write_all, write_atomic
+from journal.fs import FileSystem, UnexpectedEOFError, ensure_dir, refuse_link, write_all, write_atomic
 
 QUARANTINE_DIR = "quarantine"
 
@@ -84,14 +84,13 @@ def _name(segment: str, offset: int, digest_hex: str) -> str:
 def quarantine(fs: FileSystem, dirpath: str, segment: str, offset: int, cut: bytes) -> str:
     """Keep cut bytes aside, durably, before they are removed from the segment."""
     qdir = os.path.join(dirpath, QUARANTINE_DIR)
-    if not fs.is_dir(qdir):
-        fs.mkdir(qdir)
+    ensure_dir(fs, qdir)  # a link there is refused: the cut bytes would be written elsewhere
     # Synced every time, not only when made here: a recovery that crashed (or failed) after
     # the mkdir or the rename left a name that exists but may not be durable yet, and the
     # segment is about to be truncated on the strength of it.
     fs.fsync_dir(dirpath)
     name = quarantine_name(segment, offset, cut)
-    final = os.path.join(qdir, name)
+    final = refuse_link(fs, os.path.join(qdir, name))  # a link is no copy kept aside
     if fs.exists(final):
         fs.fsync_dir(qdir)
     else:
@@ -117,11 +116,10 @@ def quarantine_span(fs: FileSystem, dirpath: str, segment: str, src: tail.Segmen
             digest.update(memoryview(zeros)[: min(n, len(zeros))])
             n -= len(zeros)
     qdir = os.path.join(dirpath, QUARANTINE_DIR)
-    if not fs.is_dir(qdir):
-        fs.mkdir(qdir)
+    ensure_dir(fs, qdir)  # a link there is refused: the cut bytes would be written elsewhere
     fs.fsync_dir(dirpath)  # as quarantine() says why
     name = _name(segment, offset, digest.hexdigest())
-    final = os.path.join(qdir, name)
+    final = refuse_link(fs, os.path.join(qdir, name))  # a link is no copy kept aside
     if fs.exists(final):
         fs.fsync_dir(qdir)
         return os.path.join(QUARANTINE_DIR, name)

@@ -30,7 +30,16 @@ from journal.api import LOCK_FILE, Committed, Journal
 from journal.engine.core import Journal as FileJournal
 from journal.engine.segment import list_segments
 from journal.errors import InvalidArgumentError, JournalError, JournalLockedError, JournalNotFoundError
-from journal.fs import FileSystem, OsFileSystem, make_dirs, publish_dir, remove_tree, take_lock, temp_dir_beside
+from journal.fs import (
+    FileSystem,
+    OsFileSystem,
+    make_dirs,
+    publish_dir,
+    refuse_link,
+    remove_tree,
+    take_lock,
+    temp_dir_beside,
+)
 
 TRASH_DIR: Final = ".trash"
 NAME_BYTES_MAX: Final = 200
@@ -105,11 +114,11 @@ class DirectoryStore:
                 build.close()
                 if self._fs.exists(tmp):
                     remove_tree(self._fs, tmp)
-        return FileJournal.open(where, readonly=readonly, fs=self._fs, **options)
+        return FileJournal.open(refuse_link(self._fs, where), readonly=readonly, fs=self._fs, **options)
 
     def exists(self, name: str) -> bool:
         where = self.path_of(name)
-        return self._fs.is_dir(where) and bool(list_segments(self._fs, where))
+        return not self._fs.is_link(where) and self._fs.is_dir(where) and bool(list_segments(self._fs, where))
 
     def names(self) -> list[str]:
         if not self._fs.exists(self.root):
@@ -118,13 +127,18 @@ class DirectoryStore:
         for name in sorted(self._fs.listdir(self.root)):
             if name.startswith(".") or not _NAME.fullmatch(name):
                 continue
-            if self._fs.is_dir(os.path.join(self.root, name)):
+            path = os.path.join(self.root, name)
+            if not self._fs.is_link(path) and self._fs.is_dir(path):  # a link is no journal of the store's
                 out.append(name)
         return out
 
     def delete(self, name: str) -> None:
         where = self.path_of(name)
         if not self._fs.exists(where):
+            return
+        if self._fs.is_link(where):  # not a journal the store made: the name goes, what it points to stays
+            self._fs.unlink(where)
+            self._fs.fsync_dir(self.root)
             return
         # The journal's writer lock is held from before the rename until its files are gone: a
         # journal open for writing (here or in another process) is refused, never deleted
@@ -134,7 +148,7 @@ class DirectoryStore:
         if lock is None:
             raise JournalLockedError(where, self._fs.read_lock_owner(lock_path))
         try:
-            trash = os.path.join(self.root, TRASH_DIR)
+            trash = self._trash()
             make_dirs(self._fs, trash)
             dead = os.path.join(trash, f"{name}.{os.urandom(4).hex()}")
             self._fs.rename(where, dead)
@@ -147,7 +161,7 @@ class DirectoryStore:
     def copy(
         self, source: str, target: str, *, upto_seq: int | None = None, append: Sequence[Any] = ()
     ) -> None:
-        src, dst = self.path_of(source), self.path_of(target)
+        src, dst = refuse_link(self._fs, self.path_of(source)), refuse_link(self._fs, self.path_of(target))
         if self._fs.exists(dst):
             raise FileExistsError(f"journal {target!r} exists in {self.root}; delete it before copying onto it")
         if not self.exists(source):
@@ -179,8 +193,17 @@ class DirectoryStore:
             if self._fs.exists(tmp):
                 remove_tree(self._fs, tmp)
 
-    def _empty_trash(self) -> None:
+    def _trash(self) -> str:
+        """``<root>/.trash``, where a symbolic link is no trash of the store's: the link alone is
+        removed (a deletion renamed into it, or emptying it, would reach what it points to)."""
         trash = os.path.join(self.root, TRASH_DIR)
+        if self._fs.is_link(trash):
+            self._fs.unlink(trash)
+            self._fs.fsync_dir(self.root)
+        return trash
+
+    def _empty_trash(self) -> None:
+        trash = self._trash()
         if self._fs.exists(trash):
             for name in self._fs.listdir(trash):
-                remove_tree(self._fs, os.path.join(trash, name))
+                remove_tree(self._fs, os.path.join(trash, name))  # a link in it goes itself, never its target

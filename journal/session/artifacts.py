@@ -31,7 +31,7 @@ from typing import Any
 import zstandard
 
 from journal.api import Journal
-from journal.fs import FileSystem, OsFileSystem, write_atomic
+from journal.fs import FileSystem, OsFileSystem, refuse_link, write_atomic
 from journal.session.errors import SessionError
 
 SCHEME = "artifact://"
@@ -119,6 +119,8 @@ class ArtifactStore:
         """Make directory ``d`` if needed and its entry durable, once per store object."""
         if d in self._durable:
             return
+        if d != self.path:  # a shard or tmp/, made here: a link is refused, never written through
+            refuse_link(self.fs, d)
         if not self.fs.exists(d):
             self.fs.mkdir(d)
         self.fs.fsync_dir(os.path.dirname(os.path.abspath(d)))

@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import xxhash
 
 from journal.api import Journal
-from journal.fs import FileSystem, OsFileSystem
+from journal.fs import FileSystem, OsFileSystem, follow_link
 from journal.fs import write_atomic as fs_write_atomic
 from journal.session.envelope import Event, decode
 from journal.session.errors import SessionError
@@ -178,7 +178,7 @@ def read(path: SnapshotSource, fs: FileSystem | None = None) -> SavedSnapshot:
         return decode_file(data, path.where)
     fs = fs or OsFileSystem()
     p = os.fspath(path)
-    f = fs.open_read(p)
+    f = fs.open_read(follow_link(fs, p))  # a file the caller names: a link to it is followed
     try:
         size = f.size()
         if size > SNAPSHOT_BYTES_MAX:

@@ -53,7 +53,7 @@ import xxhash
 
 import journal
 from journal.api import LOCK_FILE, Committed, Journal, JournalError, JournalNotFoundError, NotAJournalError
-from journal.fs import FileSystem, Lock, OsFileSystem, take_lock
+from journal.fs import FileSystem, Lock, OsFileSystem, ensure_dir, refuse_link, take_lock
 from journal.fs import remove_tree as remove_dir
 from journal.session.artifacts import ArtifactStore
 from journal.session.envelope import SESSION_ID_RE, check_session_id
@@ -169,19 +169,26 @@ class SessionStore:
         for where in (SESSIONS_DIR, ARCHIVE_DIR):
             d = self._dir(where, session_id)
             if self.fs.exists(d):
-                return d
+                return self._own(d)
         raise SessionNotFoundError(session_id, "")
+
+    def _own(self, d: str) -> str:
+        """``d``, a session's directory, which the store made: a link there or at its journal is
+        never followed (its writes and locks would go elsewhere) but refused, typed, with the
+        path to move away (UnexpectedLinkError)."""
+        refuse_link(self.fs, os.path.join(refuse_link(self.fs, d), JOURNAL_DIR))
+        return d
 
     def journal_path(self, session_id: str) -> str:
         return os.path.join(self.session_dir(session_id), JOURNAL_DIR)
 
     def snapshots_dir(self, session_id: str) -> str:
-        return os.path.join(self.session_dir(session_id), SNAPSHOTS_DIR)
+        return refuse_link(self.fs, os.path.join(self.session_dir(session_id), SNAPSHOTS_DIR))
 
     @property
     def artifacts(self) -> ArtifactStore:
         if self._artifacts is None:
-            self._artifacts = ArtifactStore(self._dir(ARTIFACTS_DIR), self.fs)
+            self._artifacts = ArtifactStore(refuse_link(self.fs, self._dir(ARTIFACTS_DIR)), self.fs)
         return self._artifacts
 
     # --- sessions -----------------------------------------------------------------------
@@ -291,8 +298,9 @@ class SessionStore:
         removed first) lists the builds under way, not every session of the store.
         """
         building = self._dir(SESSIONS_DIR, BUILD_DIR)
-        if not self.fs.exists(building):
-            self.fs.mkdir(building)  # never published: what is renamed out of it is synced there
+        # Never published: what is renamed out of it is synced there. A link there is refused:
+        # removing the leftovers in it would reach what it points to.
+        ensure_dir(self.fs, building)
         prefix = f"{session_id}.new-"
         for stale in self.fs.listdir(building):
             if stale.startswith(prefix):
@@ -316,7 +324,7 @@ class SessionStore:
             return self._archived(session_id)
         if not self.fs.exists(src):
             raise SessionNotFoundError(session_id, "active ")
-        lock = self.fs.try_lock(os.path.join(src, JOURNAL_DIR, LOCK_FILE))
+        lock = self.fs.try_lock(os.path.join(self._own(src), JOURNAL_DIR, LOCK_FILE))
         if lock is None:
             raise StoreError(f"session {session_id!r} is open for writing elsewhere; close it before archiving")
         try:
@@ -432,7 +440,8 @@ class SessionStore:
 
     def _open_log(self, generation: int) -> Journal:
         return journal.open(
-            self._log_path(generation), create=True, fs=self.fs, segment_size_bytes=INDEX_LOG_SEGMENT_BYTES,
+            refuse_link(self.fs, self._log_path(generation)),  # made by the store: a link is never followed
+            create=True, fs=self.fs, segment_size_bytes=INDEX_LOG_SEGMENT_BYTES,
             reserve_bytes=0,  # opened for every update and closed: nothing to gain from reserving
             compress=False,  # records of a few hundred bytes: decompressing them would slow listings
         )
@@ -508,7 +517,7 @@ class SessionStore:
 
     def _replay_log(self, generation: int, idx: dict[str, SessionInfo]) -> None:
         try:
-            j = journal.open(self._log_path(generation), readonly=True, fs=self.fs)
+            j = journal.open(refuse_link(self.fs, self._log_path(generation)), readonly=True, fs=self.fs)
         except NotAJournalError:
             return  # made by a compaction, no update logged yet
         with j:
@@ -563,14 +572,15 @@ class SessionStore:
     def _ids(self, where: str) -> builtins.list[str]:
         out = []
         for name in self.fs.listdir(self._dir(where)):
-            if SESSION_ID_RE.fullmatch(name) and ".." not in name:
+            # A link is no session the store made: not listed, and never opened or locked.
+            if SESSION_ID_RE.fullmatch(name) and ".." not in name and not self.fs.is_link(self._dir(where, name)):
                 out.append(name)
         return out
 
     def _writer_alive(self, session_id: str, status: str) -> bool:
         if status != "active":
             return False
-        lock = self.fs.try_lock(os.path.join(self._dir(SESSIONS_DIR, session_id), JOURNAL_DIR, LOCK_FILE))
+        lock = self.fs.try_lock(os.path.join(self._own(self._dir(SESSIONS_DIR, session_id)), JOURNAL_DIR, LOCK_FILE))
         if lock is None:
             return True
         lock.release()
