@@ -136,3 +136,24 @@ def test_cat_prints_a_stored_lone_surrogate_as_an_escape(tmp_path: pathlib.Path,
         code, out, err = hostile.capture(functools.partial(main, command))
         assert code == 0, err
         assert json.loads(out)["event"] == json.loads(stored)
+
+
+def test_a_keyed_frame_with_an_empty_key_is_corruption(tmp_path: pathlib.Path) -> None:
+    """Found by the fuzzer (seed 10 input 224, seed 13 input 129): a keyed frame whose key length
+    byte is 0 read as a record with the key "" (the format's keys are 1 to 255 bytes), verify
+    called the journal clean, and `journal copy` then failed with exit 2 on that key."""
+    import journal
+    from journal.engine.verify import verify
+
+    path = tmp_path / "j"
+    with hostile.open_file(path, create=True, block_bytes=0) as j:
+        j.append({"n": 1}, idempotency_key="k1")
+        j.append({"n": 2})
+    live = path / hostile.segment_names(hostile.read_tree(str(path)))[-1]
+    seg = hostile.parse_segment(live.read_bytes())
+    assert seg is not None and seg.frames[0].flags & fmt.FLAG_KEYED
+    seg.frames[0].stored = b"\x00" + seg.frames[0].stored[1 + seg.frames[0].stored[0] :]
+    live.write_bytes(seg.encode())
+    with hostile.open_file(path, readonly=True) as r, pytest.raises(journal.CorruptionError, match="empty key"):
+        list(r.read())
+    assert verify(str(path)).verdict == "corrupt"

@@ -795,6 +795,8 @@ def split_keyed(stored: bytes | memoryview) -> tuple[bytes, memoryview]:
     if len(mv) < 1 or len(mv) < 1 + mv[0]:
         raise ValueError("keyed payload shorter than its key")
     key_len = mv[0]
+    if key_len == 0:  # a key is 1 to 255 bytes: the writer never stores an empty one
+        raise ValueError("keyed payload with an empty key")
     return bytes(mv[1 : 1 + key_len]), mv[1 + key_len :]
 
 
