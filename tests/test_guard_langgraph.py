@@ -344,3 +344,42 @@ def test_a_return_value_json_cannot_hold_goes_through_the_savers_serde(tmp_path:
     finally:
         guard.close()
         saver.close()
+
+
+def _task_life(tmp: Path, crash: bool, inp: Any) -> dict[str, Any]:
+    """A functional-API workflow whose guarded @task appends a line; killed inside the first task."""
+    from langgraph.func import entrypoint, task
+
+    saver = JournalSaver(str(tmp / "cp"))
+    guard = ToolGuard(saver._store)
+
+    @task
+    @guarded(guard)
+    def send(x: int) -> int:
+        _line(tmp / "side.log", f"deploy:{x}:{os.getpid()}")
+        if crash:
+            _die()
+        return x * 10
+
+    @entrypoint(checkpointer=saver)
+    def workflow(n: int) -> list[int]:
+        return [send(i).result() for i in range(n)]
+
+    try:
+        out = workflow.invoke(inp, THREAD, durability="sync")
+        st = workflow.get_state(THREAD)
+        return {"out": out if isinstance(out, list) else None, "interrupts": [i.value for i in st.interrupts]}
+    finally:
+        guard.close()
+        saver.close()
+
+
+def test_a_guarded_task_killed_mid_call_is_asked_about(tmp_path: Path) -> None:
+    killed, _ = in_child(_task_life, tmp_path, True, 2)
+    assert killed and _deploys(tmp_path) == {0: 1}
+    _, resumed = in_child(_task_life, tmp_path, False, None)
+    assert [(u["tool"], u["args"]) for u in resumed["interrupts"]] == [("send", 0)]
+    assert _deploys(tmp_path) == {0: 1}
+    _, done = in_child(_task_life, tmp_path, False, Command(resume={"answer": "happened", "result": 7}))
+    assert done == {"out": [7, 10], "interrupts": []}
+    assert _deploys(tmp_path) == {0: 1, 1: 1}
