@@ -6,6 +6,7 @@
     session_snapshot  session-snapshot: a power loss inside a snapshot save
     shared_writers    shared-writers: two shared-mode handles taking turns (journal/engine/shared.py)
     retention         retention: seal, append what stays, drop the prefix before it
+    toolguard         toolguard: a power loss over the tool guard's intent and result writes
 
 Importing any module of the package (``journal.crashsim.workloads.core`` included) runs this
 file first, so the set of workloads a campaign sees never depends on which other modules
@@ -23,13 +24,14 @@ from journal.crashsim.workloads import (
     session_repair,
     session_snapshot,
     shared_writers,
+    toolguard,
 )
 from journal.crashsim.workloads.core import WORKLOADS, Ctx, Ledger, RecordingJournal, Workload, workload
 
 ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers", "retention")
-SESSION = ("session-repair", "session-fork", "session-snapshot")
+SESSION = ("session-repair", "session-fork", "session-snapshot", "toolguard")
 BUILTIN = ENGINE + SESSION
-MODULES = (core, shared_writers, retention, session_repair, session_fork, session_snapshot)
+MODULES = (core, shared_writers, retention, session_repair, session_fork, session_snapshot, toolguard)
 
 
 def builtin() -> dict[str, Workload]:
