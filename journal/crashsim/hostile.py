@@ -1974,7 +1974,7 @@ def cross_check(results: Mapping[str, dict[str, Any]], session: bool) -> list[tu
     verdict = verify.get("facts", {}).get("verdict")
     if verdict == "clean":
         for name in ("open-readonly", "read", "get", "follow", "cat", "info", "tail", "open-write", "open-shared",
-                     "copy"):
+                     "copy", "salvage"):
             r = results.get(name)
             if r is None:
                 continue
