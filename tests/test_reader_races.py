@@ -389,7 +389,9 @@ RACE_KEEP_RECORDS = 3000  # a drop keeps the newest records (and the directory l
 
 
 class _Readers:
-    """What the readers saw: records checked, errors, drops they were legitimately behind."""
+    """What the readers saw: records checked, errors, drops they were legitimately behind. The
+    writer starts once every reader has made its first open (``ready``); the followers then read
+    up to the writer's last seq (``target``, known once ``stop`` is set)."""
 
     def __init__(self) -> None:
         self.mu = threading.Lock()
@@ -397,43 +399,60 @@ class _Readers:
         self.records = 0
         self.behind_drops = 0
         self.opens = 0
+        self.stop = threading.Event()
+        self.target = 0
+        self.ready: list[threading.Event] = []
+
+    def reader(self) -> threading.Event:
+        ready = threading.Event()
+        self.ready.append(ready)
+        return ready
 
     def failed(self, who: str, exc: BaseException) -> None:
         with self.mu:
             self.errors.append(f"{who}: {type(exc).__name__}: {exc}")
 
 
-def _follow(path: Path, stop: threading.Event, seen: _Readers, who: str) -> None:
-    """Follow from where a read-only open finds the journal's end, checking every record; behind
-    a drop, read on from where the journal begins."""
+def _follow(path: Path, seen: _Readers, who: str, ready: threading.Event) -> None:
+    """Follow from where a read-only open finds the journal's end until the writer is done, then
+    read what is left, checking every record; behind a drop, read on from where the journal
+    begins. It must end exactly at the writer's last seq."""
     try:
         with journal.open(path, readonly=True) as ro:
             after = ro.last_seq
-            while True:
-                try:
-                    for rec in ro.follow(after_seq=after, poll_interval_s=0.001, stop=stop):
-                        if rec.seq != after + 1 or rec.payload != payload(rec.seq):
-                            raise AssertionError(f"record {rec.seq} where {after + 1} was due, or not its bytes")
-                        after = rec.seq
+            ready.set()
+            for phase in ("follow", "the rest"):
+                while True:
+                    try:
+                        records = (ro.follow(after_seq=after, poll_interval_s=0.001, stop=seen.stop)
+                                   if phase == "follow" else ro.read(after_seq=after))
+                        for rec in records:
+                            if rec.seq != after + 1 or rec.payload != payload(rec.seq):
+                                raise AssertionError(f"record {rec.seq} where {after + 1} was due, or not its bytes")
+                            after = rec.seq
+                            with seen.mu:
+                                seen.records += 1
+                        break
+                    except PrefixDroppedError as exc:
+                        if not exc.next_seq == after + 1 < exc.first_seq:
+                            raise
                         with seen.mu:
-                            seen.records += 1
-                    return
-                except PrefixDroppedError as exc:
-                    if not exc.next_seq == after + 1 < exc.first_seq:
-                        raise
-                    with seen.mu:
-                        seen.behind_drops += 1
-                    after = exc.first_seq - 1
+                            seen.behind_drops += 1
+                        after = exc.first_seq - 1
+            if after != seen.target:
+                raise AssertionError(f"read up to seq {after}; the writer wrote up to {seen.target}")
     except BaseException as exc:  # every other error is a false report
+        ready.set()
         seen.failed(who, exc)
 
 
-def _open_and_read(path: Path, stop: threading.Event, seen: _Readers, who: str) -> None:
-    """Read-only opens, each checking what it finds: the end, a point read, a cursor from the
-    start across segments the writer drops meanwhile."""
+def _open_and_read(path: Path, seen: _Readers, who: str, ready: threading.Event) -> None:
+    """Read-only opens until the writer is done, each checking what it finds: the end, a point
+    read, a cursor from the start across segments the writer drops meanwhile."""
     try:
-        while not stop.is_set():
+        while True:
             with journal.open(path, readonly=True) as ro:
+                ready.set()
                 last, first = ro.last_seq, ro.first_seq
                 tail_records = list(ro.read(after_seq=max(first, last - 6) - 1))  # to the end as it is now
                 _check(tail_records, max(first, last - 6), max(last, tail_records[-1].seq))
@@ -456,28 +475,43 @@ def _open_and_read(path: Path, stop: threading.Event, seen: _Readers, who: str) 
                 with seen.mu:
                     seen.opens += 1
                     seen.records += len(tail_records)
+            if seen.stop.is_set():
+                return
     except BaseException as exc:
+        ready.set()
         seen.failed(who, exc)
 
 
-def _child_follower(path: str) -> None:
-    """A follower in another process (tests/test_reader_races.py runs it): follows until its
-    stdin closes, then prints what it saw as JSON."""
-    stop = threading.Event()
-    seen = _Readers()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-    readers = [threading.Thread(target=_follow, args=(Path(path), stop, seen, "process follower")),
-               threading.Thread(target=_open_and_read, args=(Path(path), stop, seen, "process reader"))]
-    for t in readers:
+def _start_readers(path: Path, seen: _Readers, followers: int, openers: int, who: str) -> list[threading.Thread]:
+    threads = [threading.Thread(target=_follow, args=(path, seen, f"{who}follower {i}", seen.reader()))
+               for i in range(followers)]
+    threads += [threading.Thread(target=_open_and_read, args=(path, seen, f"{who}reader {i}", seen.reader()))
+                for i in range(openers)]
+    for t in threads:
         t.start()
-    for t in readers:
+    for ready in seen.ready:
+        ready.wait()
+    return threads
+
+
+def _child_readers(path: str) -> None:
+    """Readers in another process (the race test below runs it): a follower and read-only opens.
+    Prints "ready" once each has opened the journal; reads the writer's last seq from stdin when
+    the writer is done, then prints what they saw as JSON."""
+    seen = _Readers()
+    threads = _start_readers(Path(path), seen, 1, 1, "process ")
+    print("ready", flush=True)
+    seen.target = int(sys.stdin.read())
+    seen.stop.set()
+    for t in threads:
         t.join()
     print(json.dumps({"errors": seen.errors, "records": seen.records, "behind": seen.behind_drops,
                       "opens": seen.opens}))
 
 
-def _write_rounds(w: journal.Journal, rounds: int, after_round: Callable[[int], None]) -> int:
-    """The writer: rounds of appends (one at a time, some in batches), a seal, a drop."""
+def _write_rounds(w: journal.Journal, rounds: int) -> int:
+    """The writer: rounds of appends (one at a time, some in batches), a seal, a drop of all but
+    the newest records."""
     drops = 0
     for r in range(rounds):
         written = 0
@@ -491,7 +525,6 @@ def _write_rounds(w: journal.Journal, rounds: int, after_round: Callable[[int], 
             w.seal()
         if w.last_seq - RACE_KEEP_RECORDS > w.first_seq:
             drops += bool(w.drop_prefix(w.last_seq - RACE_KEEP_RECORDS).segments_dropped)
-        after_round(r)
     w.sync()
     return drops
 
@@ -502,32 +535,34 @@ def test_readers_racing_a_writer_on_a_real_file_system_never_report_false_damage
     while w._segment_number < RACE_PREFILL_SEGMENTS:
         first = w.last_seq + 1
         w.append_many([payload(first + i) for i in range(5)], "flush")
-    stop = threading.Event()
     seen = _Readers()
-    threads = [threading.Thread(target=_follow, args=(path, stop, seen, f"follower {i}")) for i in range(2)]
-    threads += [threading.Thread(target=_open_and_read, args=(path, stop, seen, f"reader {i}")) for i in range(2)]
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from tests.test_reader_races import _child_follower as f; f(sys.argv[1])",
+        [sys.executable, "-c", "import sys; from tests.test_reader_races import _child_readers as f; f(sys.argv[1])",
          str(path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
-    for t in threads:
-        t.start()
+    threads: list[threading.Thread] = []
     try:
-        drops = _write_rounds(w, RACE_ROUNDS, lambda r: None)
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
+        threads = _start_readers(path, seen, 2, 2, "")
+        drops = _write_rounds(w, RACE_ROUNDS)
     finally:
-        stop.set()
+        seen.target = w.last_seq
+        seen.stop.set()
         for t in threads:
             t.join()
-        out, err = child.communicate(timeout=120)
+        out, err = child.communicate(f"{w.last_seq}\n", timeout=300)
         w.close()
     assert child.returncode == 0, err
     got = json.loads(out.strip().splitlines()[-1])
     errors = seen.errors + got["errors"]
     assert not errors, "\n".join(errors[:10])
-    assert drops > 0 and seen.opens > 0 and got["opens"] > 0
-    assert seen.records > 0 and got["records"] > 0
+    written = RACE_ROUNDS * RACE_RECORDS_A_ROUND
+    # Each follower read every record written after its open (its first open came first).
+    assert drops > 0 and seen.opens >= 2 and got["opens"] >= 1
+    assert seen.records >= 2 * written and got["records"] >= written
     report_count("readers racing a writer on ext4 (tests/test_reader_races.py)",
                  {"rounds": RACE_ROUNDS, "records written": w.last_seq, "segments": w._segment_number + 1,
                   "drops": drops, "records read": seen.records + got["records"],
