@@ -10,8 +10,10 @@ It lives in a module of its own, below ``journal.api`` (which re-exports it), fo
   rule for every backend, so the decoding that turns a payload back into an event is written
   once, here, and not once per backend.
 
-It imports nothing of the package but its own compiled leaf, ``journal._json_floats``
-(native/json_floats.c, optional), so the engine's reader and any backend can use it freely.
+It imports nothing of the package but the typed errors (``journal.errors``, the layer below it:
+a payload that is not what its flags say is CorruptionError, whoever reads it) and its own
+compiled leaf, ``journal._json_floats`` (native/json_floats.c, optional), so the engine's reader
+and any backend can use it freely.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import zstandard
+
 try:
     import orjson
 except ImportError:  # no build of it for this interpreter: every payload takes the json path
     orjson = None  # type: ignore[assignment]
+
+from journal.errors import CorruptionError
 
 # Payloads of dict events are UTF-8 JSON from the writer's encoder (never a BOM, never another
 # encoding): decoding the bytes once and handing a str to a prebuilt decoder skips json.loads'
@@ -83,27 +89,93 @@ def _no_big_float(value: dict[str, Any] | list[Any]) -> bool:
     return True
 
 
+# The zstd frame magic's first byte (0xFD2FB528, little-endian). Legacy (0xFD2FB522..27) and
+# skippable (0x184D2A5?) frames start otherwise, so a payload that starts with it and has none
+# of the header descriptor's bits that bring a content size (Frame_Content_Size_flag, bits 7-6,
+# and Single_Segment_flag, bit 5) declares no size: ``max_output_size`` bounds its decoding.
+ZSTD_MAGIC_FIRST_BYTE = 0x28
+ZSTD_SIZE_DECLARED_BITS = 0xE0
+
+
+def zstd_declares_no_size(data: bytes | memoryview) -> bool:
+    """Whether the zstd frame ``data`` surely declares no content size (the writer's frames never
+    do): the test the reader's hot loop spells out inline. False means: ask ``zstd_declared_size``."""
+    return len(data) > 4 and data[0] == ZSTD_MAGIC_FIRST_BYTE and not data[4] & ZSTD_SIZE_DECLARED_BITS
+
+
+def zstd_declared_size(data: bytes | memoryview) -> int | None:
+    """The content size the zstd frame ``data`` declares in its header, or None if it declares
+    none. zstandard's ``decompress`` allocates a declared size whole, whatever
+    ``max_output_size`` says: every caller compares it with what the bytes may hold first.
+    Raises ValueError for a header zstd cannot read."""
+    if zstd_declares_no_size(data):
+        return None
+    try:
+        size = zstandard.frame_content_size(data)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd frame header does not decode: {exc}") from None
+    return None if size < 0 else size
+
+
+def zstd_decompress_bounded(
+    dctx: zstandard.ZstdDecompressor, data: bytes | memoryview, size_bytes_max: int
+) -> bytes:
+    """The first zstd frame of ``data``, decoded into at most ``size_bytes_max`` bytes (and never
+    an allocation beyond that): ValueError for a frame that declares more, or does not decode,
+    or decodes to more. Every zstd payload read from storage is decoded through this bound."""
+    declared = zstd_declared_size(data)
+    if declared is not None and declared > size_bytes_max:
+        raise ValueError(f"zstd frame declares {declared} bytes of content, over the {size_bytes_max} it may hold")
+    try:
+        out: bytes = dctx.decompress(data, max_output_size=size_bytes_max)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd payload does not decode: {exc}") from None
+    return out
+
+
 class Record:
-    """One record read back: its seq and the event exactly as it was appended."""
+    """One record read back: its seq and the event exactly as it was appended.
 
-    __slots__ = ("_event", "is_bytes", "key", "payload", "seq", "synthetic")
+    ``segment`` and ``offset`` say where its frame is (a server backend: the journal's URL and
+    0), for the CorruptionError of a payload that is not what its flags say."""
 
-    def __init__(self, seq: int, payload: bytes, is_bytes: bool, key: str | None, synthetic: bool) -> None:
+    __slots__ = ("_event", "_offset", "_segment", "is_bytes", "key", "payload", "seq", "synthetic")
+
+    def __init__(
+        self, seq: int, payload: bytes, is_bytes: bool, key: str | None, synthetic: bool,
+        segment: str = "", offset: int = 0,
+    ) -> None:
         self.seq = seq
         self.payload = payload  # the uncompressed stored bytes (UTF-8 JSON, or the raw bytes)
         self.is_bytes = is_bytes
         self.key = key
         self.synthetic = synthetic
         self._event: Any = None
+        self._segment = segment
+        self._offset = offset
 
     @property
     def event(self) -> Any:
-        """The appended dict (decoded from JSON) or the appended bytes."""
+        """The appended dict (decoded from JSON) or the appended bytes.
+
+        Raises CorruptionError (segment, offset, seq, reason) for a payload that is not the UTF-8
+        JSON of an object: its frame's checksum held, so it was written so, and it is no event.
+        Every reader's records decode here, so each of them reports such a payload the same way."""
         if self.is_bytes:
             return self.payload
         if self._event is None:
-            self._event = decode_json(self.payload)
+            try:
+                value = decode_json(self.payload)
+            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+                raise self.corrupt(f"the payload of a JSON record does not decode ({_why(exc)})") from None
+            if type(value) is not dict:
+                raise self.corrupt(f"the payload of a JSON record is a JSON {type(value).__name__}, not an object")
+            self._event = value
         return self._event
+
+    def corrupt(self, reason: str) -> CorruptionError:
+        """The CorruptionError for this record, naming where its frame is."""
+        return CorruptionError(self._segment, self._offset, self.seq, reason)
 
     def __repr__(self) -> str:
         return f"Record(seq={self.seq}, {len(self.payload)} bytes{', synthetic' if self.synthetic else ''})"
@@ -123,6 +195,12 @@ def _walk_in_c() -> Callable[[Any], bool] | None:
         return None
     walk: Callable[[Any], bool] = mod.no_big_float
     return walk
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested deeper than this interpreter's recursion limit"
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 # The walk decode_json uses: in C where it was built (a tenth of a decode scan in Python).

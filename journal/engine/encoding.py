@@ -144,7 +144,7 @@ def same_event(raw: bytes, is_bytes: bool, enc: Encoded) -> bool:
         return False
     try:
         return bool(_CANONICAL(json.loads(raw)) == _CANONICAL(json.loads(enc.raw)))
-    except ValueError:
+    except (ValueError, RecursionError):  # a stored payload that is no JSON (or too deep) is no event
         return False
 
 

@@ -32,12 +32,14 @@ from journal.errors import (
     present,
 )
 from journal.fs import File, FileSystem, pread_upto
+from journal.record import ZSTD_MAGIC_FIRST_BYTE, ZSTD_SIZE_DECLARED_BITS, zstd_decompress_bounded
 from journal.record import Record as Record  # explicit re-export: engine modules import it from here
 
 READ_CHUNK_BYTES = 1024 * 1024
 _KIND_MASK, _KIND_DATA, _KIND_BLOCK = fmt.FLAG_KIND_MASK, fmt.KIND_DATA, fmt.KIND_BLOCK
 _HEADER = fmt.FRAME_HEADER_SIZE_BYTES
 _CODEC_MASK, _ZSTD, _BYTES, _SYNTHETIC = fmt.FLAG_CODEC_MASK, fmt.CODEC_ZSTD, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC
+_ZSTD_MAGIC_FIRST, _ZSTD_SIZE_BITS = ZSTD_MAGIC_FIRST_BYTE, ZSTD_SIZE_DECLARED_BITS
 _SLOW_FLAGS = fmt.FLAG_KEYED | (fmt.FLAG_CODEC_MASK & ~fmt.CODEC_ZSTD)  # keyed, or a codec decoded elsewhere
 FEW_RECORDS = 64  # a read of at most this many records starts with a small chunk
 FEW_RECORDS_CHUNK_BYTES = 128 * 1024  # two sparse-index intervals: the record is usually inside
@@ -72,20 +74,25 @@ def decode_stored(
     but no Frame (a point read: building one cost a tenth of it)."""
     key: str | None = None
     if flags & fmt.FLAG_KEYED:
-        raw_key, stored = fmt.split_keyed(stored)
+        try:
+            raw_key, stored = fmt.split_keyed(stored)
+        except ValueError as exc:
+            raise CorruptionError(segment, offset, seq, str(exc)) from None
         key = raw_key.decode("utf-8", "surrogateescape")
     if raw_len > record_size_bytes_max:
         raise RecordTooLargeError(raw_len, record_size_bytes_max, reading=True)
     if flags & fmt.FLAG_CODEC_MASK == fmt.CODEC_ZSTD:
+        # Bounded by the record's own length (raw_len, itself at most the size limit): a zstd
+        # header that declares more is refused before anything of that size is allocated.
         try:
-            payload = _decompressor().decompress(stored, max_output_size=raw_len)
-        except zstandard.ZstdError as exc:
-            raise CorruptionError(segment, offset, seq, f"zstd payload does not decode: {exc}") from None
+            payload = zstd_decompress_bounded(_decompressor(), stored, raw_len)
+        except ValueError as exc:
+            raise CorruptionError(segment, offset, seq, str(exc)) from None
     else:
         payload = bytes(stored)
     if len(payload) != raw_len:
         raise CorruptionError(segment, offset, seq, "payload length differs from its header")
-    return Record(seq, payload, bool(flags & fmt.FLAG_BYTES), key, bool(flags & fmt.FLAG_SYNTHETIC))
+    return Record(seq, payload, bool(flags & fmt.FLAG_BYTES), key, bool(flags & fmt.FLAG_SYNTHETIC), segment, offset)
 
 
 def decode_block(
@@ -95,17 +102,18 @@ def decode_block(
     by the table). A table or body that disagrees with the frame is CorruptionError: the frame's
     checksum held, so its writer wrote it so, and nothing in it can be trusted to be a record."""
     payload, head = block_body(frame, buf, buf_offset, segment, record_size_bytes_max)
-    return _block_records(payload, head.lengths, head.flags, frame.first_seq)
+    return _block_records(payload, head.lengths, head.flags, frame.first_seq, segment, frame.offset)
 
 
 class DecodedBlock:
     """A block frame decoded once for point reads (Journal.get): its body and where each of its
     records starts, so that a read of any of them cuts one record out."""
 
-    __slots__ = ("first_seq", "flags", "offset", "payload", "starts")
+    __slots__ = ("first_seq", "flags", "offset", "payload", "segment", "starts")
 
     def __init__(self, frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, size_max: int):
         self.payload, head = block_body(frame, buf, buf_offset, segment, size_max)
+        self.segment = segment
         self.offset = frame.offset
         self.first_seq = frame.first_seq
         self.flags = head.flags
@@ -120,7 +128,7 @@ class DecodedBlock:
         i = seq - self.first_seq
         f = self.flags[i]
         payload = self.payload[self.starts[i] : self.starts[i + 1]]
-        return Record(seq, payload, bool(f & _BYTES), None, bool(f & _SYNTHETIC))
+        return Record(seq, payload, bool(f & _BYTES), None, bool(f & _SYNTHETIC), self.segment, self.offset)
 
 
 def block_body(
@@ -143,10 +151,10 @@ def block_body(
         raise RecordTooLargeError(longest, record_size_bytes_max, reading=True)
     body = stored[head.body_offset :]
     if frame.flags & _CODEC_MASK == _ZSTD:
-        try:
-            payload = _decompressor().decompress(body, max_output_size=frame.raw_len)
-        except zstandard.ZstdError as exc:
-            raise CorruptionError(segment, frame.offset, first, f"zstd block does not decode: {exc}") from None
+        try:  # bounded by the block's length, itself at most BLOCK_BYTES_LIMIT (decode_stored)
+            payload = zstd_decompress_bounded(_decompressor(), body, frame.raw_len)
+        except ValueError as exc:
+            raise CorruptionError(segment, frame.offset, first, f"zstd block: {exc}") from None
     else:
         payload = bytes(body)
     if len(payload) != frame.raw_len:
@@ -154,22 +162,25 @@ def block_body(
     return payload, head
 
 
-def _block_records(payload: bytes, lengths: tuple[int, ...], flags: bytes, first_seq: int) -> list[Record]:
-    """Cut a block's decoded body into its records. Most blocks hold JSON records written by the
-    application only (every flags byte 0): one loop without per-record flag tests."""
+def _block_records(
+    payload: bytes, lengths: tuple[int, ...], flags: bytes, first_seq: int, segment: str, offset: int
+) -> list[Record]:
+    """Cut a block's decoded body into its records (of the frame at ``offset`` of ``segment``).
+    Most blocks hold JSON records written by the application only (every flags byte 0): one loop
+    without per-record flag tests."""
     out: list[Record] = []
     pos = 0
     seq = first_seq
     if not any(flags):
         for n in lengths:
             end = pos + n
-            out.append(Record(seq, payload[pos:end], False, None, False))
+            out.append(Record(seq, payload[pos:end], False, None, False, segment, offset))
             pos = end
             seq += 1
         return out
     for n, f in zip(lengths, flags, strict=True):
         end = pos + n
-        out.append(Record(seq, payload[pos:end], bool(f & _BYTES), None, bool(f & _SYNTHETIC)))
+        out.append(Record(seq, payload[pos:end], bool(f & _BYTES), None, bool(f & _SYNTHETIC), segment, offset))
         pos = end
         seq += 1
     return out
@@ -590,6 +601,11 @@ class Cursor:
                 # decode_payload, without its per-record lookups (a tenth of a decode scan).
                 start = _off - offset + _HEADER
                 if flags & _CODEC_MASK == _ZSTD:
+                    # record.zstd_declares_no_size, inline: a zstd header that may declare a
+                    # content size (never the writer's) is checked against raw_len there.
+                    if stored_len < 5 or mv[start] != _ZSTD_MAGIC_FIRST or mv[start + 4] & _ZSTD_SIZE_BITS:
+                        yield decode_payload(frame, mv, offset, name, size_max)
+                        continue
                     try:
                         payload = decompress(mv[start : start + stored_len], max_output_size=raw_len)
                     except zstandard.ZstdError:
@@ -600,7 +616,7 @@ class Cursor:
                         continue
                 else:
                     payload = bytes(mv[start : start + stored_len])
-                yield Record(seq, payload, bool(flags & _BYTES), None, bool(flags & _SYNTHETIC))
+                yield Record(seq, payload, bool(flags & _BYTES), None, bool(flags & _SYNTHETIC), name, _off)
             if res.frames:
                 self._expected = res.frames[-1].seq + 1
             self._offset = res.stop_offset

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import io
 import os
 import re
 import time
@@ -32,6 +33,7 @@ import zstandard
 
 from journal.api import Journal
 from journal.fs import FileSystem, OsFileSystem, refuse_link, write_atomic
+from journal.record import zstd_declared_size
 from journal.session.errors import SessionError
 
 SCHEME = "artifact://"
@@ -40,6 +42,7 @@ BLOB_SUFFIX = ".zst"
 TMP_DIR = "tmp"
 ZSTD_LEVEL = 3
 ARTIFACT_BYTES_MAX = 1 << 32  # what one read may decompress to
+ARTIFACT_READ_CHUNK_BYTES = 1 << 20  # a blob without a declared size is decoded this much at a time
 PREVIEW_BYTES_DEFAULT = 2048  # what an event keeps of an output it moved here
 INLINE_BYTES_MAX_DEFAULT = 8192  # outputs up to this size stay in the event
 GC_GRACE_S_DEFAULT = 3600.0
@@ -102,6 +105,33 @@ class ArtifactInfo:
     mtime: float
 
 
+def _decompressed(ref: str, packed: bytes) -> bytes:
+    """The content of blob ``packed``, at most ARTIFACT_BYTES_MAX bytes of it.
+
+    Its zstd header declares its size (``put`` writes it), and zstandard's one-call decompress
+    allocates a declared size whole, however few bytes hold it: one over the limit is refused
+    at once, and the blob is decoded a chunk at a time, so what a read takes is what the blob
+    really holds, never what its header claims."""
+    try:
+        declared = zstd_declared_size(packed)
+    except ValueError as exc:
+        raise ArtifactCorruptError(ref, f"does not decompress: {exc}") from None
+    if declared is not None and declared > ARTIFACT_BYTES_MAX:
+        raise ArtifactCorruptError(ref, f"its zstd header declares {declared} bytes, over {ARTIFACT_BYTES_MAX}")
+    out = io.BytesIO()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(packed) as reader:
+            while chunk := reader.read(ARTIFACT_READ_CHUNK_BYTES):
+                if out.tell() + len(chunk) > ARTIFACT_BYTES_MAX:
+                    raise ArtifactCorruptError(ref, f"decompresses to more than {ARTIFACT_BYTES_MAX} bytes")
+                out.write(chunk)
+    except zstandard.ZstdError as exc:
+        raise ArtifactCorruptError(ref, f"does not decompress: {exc}") from None
+    if declared is not None and out.tell() != declared:
+        raise ArtifactCorruptError(ref, f"decompresses to {out.tell()} bytes, its zstd header says {declared}")
+    return out.getvalue()
+
+
 class ArtifactStore:
     """Content-addressed, compressed, verified blobs in one directory (created 0700)."""
 
@@ -160,10 +190,7 @@ class ArtifactStore:
             packed = f.pread(f.size(), 0)
         finally:
             f.close()
-        try:
-            data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=ARTIFACT_BYTES_MAX)
-        except zstandard.ZstdError as exc:
-            raise ArtifactCorruptError(ref, f"does not decompress: {exc}") from None
+        data = _decompressed(ref, packed)
         if hashlib.sha256(data).hexdigest() != digest:
             raise ArtifactCorruptError(ref, "content does not match its hash")
         return data
