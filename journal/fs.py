@@ -626,19 +626,28 @@ def ensure_dir(fs: FileSystem, path: str) -> bool:
     its parent). A symbolic link there is refused (UnexpectedLinkError), never written through."""
     if fs.is_dir(refuse_link(fs, path)):
         return False
-    fs.mkdir(path)
+    try:
+        fs.mkdir(path)
+    except FileExistsError:
+        # Made between the look and the mkdir by a concurrent creator (processes making one new
+        # store at once): as good as made here, if it is a directory and not a link.
+        if not fs.is_dir(refuse_link(fs, path)):
+            raise
+        return False
     return True
 
 
 def make_dirs(fs: FileSystem, path: str) -> None:
-    """Like mkdir -p, each new directory made durable in its parent."""
+    """Like mkdir -p, each new directory made durable in its parent: synced whether it was made
+    here or by a concurrent creator that may not have synced it yet (ensure_dir takes one made
+    meanwhile), so what is built in it next never stands on a name that a power loss can undo."""
     missing = []
     d = os.path.abspath(path)
     while not fs.exists(d):
         missing.append(d)
         d = os.path.dirname(d)
     for d in reversed(missing):
-        fs.mkdir(d)
+        ensure_dir(fs, d)
         fs.fsync_dir(os.path.dirname(d))
 
 

@@ -53,7 +53,7 @@ import xxhash
 
 import journal
 from journal.api import LOCK_FILE, Committed, Journal, JournalError, JournalNotFoundError, NotAJournalError
-from journal.fs import FileSystem, Lock, OsFileSystem, ensure_dir, refuse_link, take_lock
+from journal.fs import FileSystem, Lock, OsFileSystem, ensure_dir, make_dirs, refuse_link, take_lock
 from journal.fs import remove_tree as remove_dir
 from journal.session.artifacts import ArtifactStore
 from journal.session.envelope import SESSION_ID_RE, check_session_id
@@ -68,6 +68,7 @@ INDEX_LOG_PREFIX = "index.log-"  # + the generation in 10 digits: the journal of
 INDEX_LOCK = "INDEX.lock"
 SESSIONS_DIR = "sessions"
 BUILD_DIR = ".new"  # in sessions/: where a new session is made whole before its rename
+BUILD_LOCK_SUFFIX = ".lock"  # beside each build in .new/: held by its creator until it is done
 ARCHIVE_DIR = "archive"
 ARTIFACTS_DIR = "artifacts"
 JOURNAL_DIR = "journal"
@@ -152,10 +153,10 @@ class SessionStore:
         self.root = os.path.abspath(os.fspath(root))
         self.fs = fs or OsFileSystem()
         self.registry = registry or Registry()
+        # Processes may make one new store at once: make_dirs takes a directory another one made
+        # meanwhile, and syncs its entry either way.
         for d in (self.root, self._dir(SESSIONS_DIR), self._dir(ARCHIVE_DIR)):
-            if not self.fs.exists(d):
-                self.fs.mkdir(d)
-                self.fs.fsync_dir(os.path.dirname(d))
+            make_dirs(self.fs, d)
         self._artifacts: ArtifactStore | None = None
 
     # --- paths --------------------------------------------------------------------------
@@ -202,15 +203,11 @@ class SessionStore:
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
         options.setdefault("registry", self.registry)
-        tmp = self._build_dir(sid)
-        try:
+        with self._building(sid) as tmp:
             StoreSession.open(
                 os.path.join(tmp, JOURNAL_DIR), create=True, session_id=sid, workspace=workspace, fs=self.fs, **options
             ).close()
             self._publish(tmp, sid)
-        except BaseException:
-            remove_tree(self.fs, tmp)
-            raise
         opened = StoreSession.open(os.path.join(d, JOURNAL_DIR), fs=self.fs, **options)
         s = self._attach(cast(StoreSession, opened), sid)
         now = utc_now()
@@ -269,8 +266,7 @@ class SessionStore:
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
         snap = snapshot_path(os.path.join(os.path.dirname(parent), SNAPSHOTS_DIR), ForkReducer())
-        tmp = self._build_dir(sid)
-        try:
+        with self._building(sid) as tmp:
             got = fork(
                 parent,
                 os.path.join(tmp, JOURNAL_DIR),
@@ -283,34 +279,71 @@ class SessionStore:
                 fs=self.fs,
             )
             self._publish(tmp, sid)
-        except BaseException:
-            remove_tree(self.fs, tmp)
-            raise
         got = dataclasses.replace(got, path=os.path.join(d, JOURNAL_DIR))
         self._update([_put(self._read_info(sid))])
         return got
 
-    def _build_dir(self, session_id: str) -> str:
-        """A temp directory where a new session is made whole before it gets its name.
+    @contextmanager
+    def _building(self, session_id: str) -> Iterator[str]:
+        """A temp directory where a new session is made whole before it gets its name (removed
+        if the block raises).
 
         It is in ``sessions/.new/`` (a dot name: listings never show it), so that finding the
         leftovers of an earlier attempt for the same id that crashed or failed (never published,
-        removed first) lists the builds under way, not every session of the store.
+        removed first) lists the builds under way, not every session of the store. Each build
+        holds the lock file beside it (``<build>.lock``) until it is renamed out or removed:
+        another process creating the same id at the same moment removes only leftovers nobody
+        holds, and loses the rename with SessionExistsError instead of pulling a build from
+        under its creator.
         """
         building = self._dir(SESSIONS_DIR, BUILD_DIR)
         # Never published: what is renamed out of it is synced there. A link there is refused:
         # removing the leftovers in it would reach what it points to.
         ensure_dir(self.fs, building)
         prefix = f"{session_id}.new-"
-        for stale in self.fs.listdir(building):
-            if stale.startswith(prefix):
-                remove_tree(self.fs, os.path.join(building, stale))
+        for stale in sorted({n.removesuffix(BUILD_LOCK_SUFFIX) for n in self.fs.listdir(building)
+                             if n.startswith(prefix)}):
+            self._remove_build(os.path.join(building, stale))
         tmp = os.path.join(building, prefix + uuid.uuid4().hex[:8])
-        self.fs.mkdir(tmp)
-        return tmp
+        held = self.fs.try_lock(tmp + BUILD_LOCK_SUFFIX)
+        if held is None:  # a name nobody else has drawn
+            raise StoreError(f"the lock of a new build {tmp!r} is held elsewhere; try again")
+        try:
+            self.fs.mkdir(tmp)
+            try:
+                yield tmp
+            except BaseException:
+                remove_tree(self.fs, tmp)
+                raise
+        finally:
+            held.release()
+            self._unlink_lock(tmp + BUILD_LOCK_SUFFIX)
+
+    def _remove_build(self, path: str) -> None:
+        """Remove the leftover build ``path`` unless its creator still holds its lock."""
+        lock = self.fs.try_lock(path + BUILD_LOCK_SUFFIX)
+        if lock is None:
+            return  # being built right now
+        try:
+            if self.fs.exists(path):
+                remove_tree(self.fs, path)
+        finally:
+            lock.release()
+        self._unlink_lock(path + BUILD_LOCK_SUFFIX)
+
+    def _unlink_lock(self, path: str) -> None:
+        try:
+            self.fs.unlink(path)
+        except FileNotFoundError:
+            pass  # removed by another creator that took it after this one let it go
 
     def _publish(self, tmp: str, session_id: str) -> None:
-        self.fs.rename(tmp, self._dir(SESSIONS_DIR, session_id))
+        try:
+            self.fs.rename(tmp, self._dir(SESSIONS_DIR, session_id))
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):  # made meanwhile by another creator
+                raise SessionExistsError(session_id) from None
+            raise
         self.fs.fsync_dir(self._dir(SESSIONS_DIR))
 
     def archive(self, session_id: str) -> SessionInfo:
