@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIPPED = {
     "journal.engine._journal_native",  # the compiled helper: imported through journal.engine.native
     "journal.cli.__main__",  # runs the command
+    "journal.__main__",  # runs the command (python -m journal)
 }
 IMPORT_TIMEOUT_S = 120
 # Each check is a process start and an import: they wait on the interpreter, not on each other.
