@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.list:
         for name, wl in WORKLOADS.items():
-            doc = (wl.run.__doc__ or "").strip().splitlines()
-            out.write(f"{name:<{NAME_WIDTH}} {doc[0] if doc else ''}\n")
+            out.write(f"{name:<{NAME_WIDTH}} {_summary(name, wl.run)}\n")
         return 0
     if args.replay:
         failure, violations = campaign.replay_failure(args.replay)
@@ -144,3 +143,14 @@ def report(
     verdict = "OK" if bad == 0 else "FAILED"
     out.write(f"\n{verdict}: {bad} violation(s)\n")
     return 0 if bad == 0 else 1
+
+
+def _summary(name: str, run: object) -> str:
+    """One line on what a workload does: its function's docstring, or else its module's, whose
+    first line reads ``name: what it does``."""
+    doc = (getattr(run, "__doc__", None) or "").strip()
+    if not doc:
+        module = sys.modules.get(getattr(run, "__module__", ""))
+        doc = (getattr(module, "__doc__", None) or "").strip().removeprefix(f"{name}: ")
+        doc = doc[:1].upper() + doc[1:]
+    return doc.splitlines()[0] if doc else ""
