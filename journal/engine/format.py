@@ -480,6 +480,15 @@ class Stop(enum.IntEnum):
     SEALED = 6  # a valid seal frame; the segment ends here
 
 
+# What a scan that stopped at damage found there, in the words verify, salvage and recovery all
+# report it with.
+STOP_DAMAGE: dict[Stop, str] = {
+    Stop.TRUNCATED: "frame runs past the end of the file",
+    Stop.ZEROS: "zeroed bytes",
+    Stop.CHECKSUM: "bad frame (marker, length or checksum)",
+}
+
+
 class Frame(NamedTuple):
     offset: int  # of the frame header within the segment
     seq: int  # a data frame's record; a block's last record; padding and seal: the record before

@@ -256,8 +256,7 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
                 expected = follow.seq + 1 - _records_in(follow, data)
             continue
         # TRUNCATED, ZEROS or CHECKSUM: skip to the next frame that proves itself genuine.
-        reason = {fmt.Stop.TRUNCATED: "frame runs past the end of the file", fmt.Stop.ZEROS: "zeroed bytes",
-                  fmt.Stop.CHECKSUM: "bad frame (marker, length or checksum)"}[res.stop]
+        reason = fmt.STOP_DAMAGE[res.stop]
         found = fmt.next_genuine_frame(data, at + 1, salt)
         if found is None:
             loss = Loss(name, at, size - at, reason, expected, None, False)

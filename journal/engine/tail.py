@@ -354,6 +354,7 @@ def classify(
         # END with bytes left (a scan that stopped at frames_max) lands here only if the
         # caller passed a partial scan; the stop name then reads "end".
         at = stop + durable - span.start  # rest's offsets start at the stop, a Span's are the segment's
-        reason = f"{res.stop.name.lower()} frame before a durable (commit-marked) frame at offset {at}"
+        found = fmt.STOP_DAMAGE.get(res.stop, f"{res.stop.name.lower()} frame")
+        reason = f"{found} before a durable (commit-marked) frame at offset {at}"
         return Tail(CORRUPT, stop, last_seq, CorruptionError(segment, stop, last_seq + 1, reason))
     return Tail(TORN, stop, last_seq)

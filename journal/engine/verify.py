@@ -185,7 +185,15 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
         rep.problems.extend(live.losses)
     elif isinstance(failure, CorruptionError):
         exc = failure
-        rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
+        # The walk went on past the damage to the next genuine frame, as salvage does: where it
+        # found one, the bytes and seqs lost are that stretch's (salvage reports the same), not
+        # all the rest of the segment.
+        walked = next((loss for loss in live.losses if loss.offset == exc.offset), None)
+        if walked is not None:
+            rep.problems.append(Loss(live.name, exc.offset, walked.length_bytes, exc.reason, walked.seq_first,
+                                     walked.seq_last, True))
+        else:
+            rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
         rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
     else:
         if not (decision is not None):
