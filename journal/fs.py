@@ -23,6 +23,7 @@ DIR_MODE = 0o700
 LOCK_POLL_INTERVAL_S = 0.01
 LOCK_NOTE_BYTES = 64  # the lock file holds one note of this size, space-padded: "<pid>[ shared <state>]"
 _SEEK_DATA: int | None = getattr(os, "SEEK_DATA", None)  # Linux, the BSDs, macOS; not Windows
+_SEEK_HOLE: int | None = getattr(os, "SEEK_HOLE", None)
 
 
 class File(Protocol):
@@ -117,6 +118,12 @@ class OsFile:
     def size(self) -> int:
         return os.fstat(self._fd).st_size
 
+    def preadinto(self, buf: memoryview, offset: int) -> int:
+        """pread into ``buf`` (os.preadv): a reader that reads window after window into one
+        buffer does not have fresh memory faulted in for each (ten times the cost of the read
+        itself for a frame of 256 MiB, measured here)."""
+        return os.preadv(self._fd, [buf], offset)
+
     def seek_data(self, offset: int) -> int:
         """The next offset at or after ``offset`` that is not in a hole (SEEK_DATA; the file's
         position is never used for reads, so moving it costs nothing); ``offset`` itself where
@@ -129,6 +136,16 @@ class OsFile:
             if exc.errno == errno.ENXIO:  # at or past the end, or nothing but a hole after it
                 return max(offset, self.size())
             return offset  # EINVAL and the like: holes cannot be told here; every byte is read
+
+    def seek_hole(self, offset: int) -> int:
+        """The next offset at or after ``offset`` that is in a hole (SEEK_HOLE; the end of the
+        file counts as one); the file's size where the file system cannot say."""
+        if _SEEK_HOLE is None:
+            return max(offset, self.size())
+        try:
+            return os.lseek(self._fd, offset, _SEEK_HOLE)
+        except OSError:  # ENXIO: at or past the end; EINVAL and the like: no holes known
+            return max(offset, self.size())
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -529,6 +546,28 @@ def pread_exact(f: File, size: int, offset: int) -> bytes:
     return data
 
 
+def pread_into(f: File, buf: memoryview, offset: int) -> int:
+    """Fill ``buf`` with the bytes of ``f`` from ``offset``; the count read, less only where the
+    file ends (short reads are read on). On a plain OsFile one preadv a call, into ``buf``; on
+    any other file (the crash simulator's, a fault injector's, one whose ``pread`` is wrapped)
+    through its own ``pread``, so whatever wraps it sees every read."""
+    direct = f if type(f) is OsFile and "pread" not in f.__dict__ else None
+    size = len(buf)
+    got = 0
+    while got < size:
+        want = min(size - got, READ_CALL_BYTES_MAX)
+        if direct is not None:
+            n = direct.preadinto(buf[got : got + want], offset + got)
+        else:
+            data = f.pread(want, offset + got)
+            n = len(data)
+            buf[got : got + n] = data
+        if n <= 0:
+            break
+        got += n
+    return got
+
+
 def data_from(f: File, offset: int) -> int:
     """The first offset at or after ``offset`` that may hold a byte other than zero: past a hole
     (a sparse file's unwritten range, which reads as zeros) where the file layer can tell
@@ -538,6 +577,17 @@ def data_from(f: File, offset: int) -> int:
     seek = getattr(f, "seek_data", None)
     if seek is None:
         return offset
+    found: int = seek(offset)
+    return max(found, offset)
+
+
+def hole_from(f: File, offset: int) -> int | None:
+    """The first offset at or after ``offset`` that is in a hole (or the end of the file), where
+    the file layer can tell (``seek_hole``: SEEK_HOLE on a real file); None where it cannot. With
+    ``data_from``, where the data of a sparse file begins and ends, so a reader reads only that."""
+    seek = getattr(f, "seek_hole", None)
+    if seek is None:
+        return None
     found: int = seek(offset)
     return max(found, offset)
 

@@ -184,7 +184,11 @@ PAGE = 4096
 class _SplitPreadFS(OsFileSystem):
     """The first long pread of the live tail returns its first page as it was, lets ``during``
     run (a writer appending), then returns the later pages as they are: what a page-by-page
-    copy racing a pwrite can show."""
+    copy racing a pwrite can show. Its files cannot tell holes (no ``seek_data``/``seek_hole``:
+    a file system without SEEK_DATA, or reserved space written as zeros), so a reader reads the
+    reserved space whole, in one long pread, as the race needs; where holes are known it reads
+    only the page before the hole, and the race has nothing to split."""
+
 
     def __init__(self, during) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
@@ -211,6 +215,8 @@ class _SplitPreadFS(OsFileSystem):
             return inner(size, offset)
 
         f.pread = pread  # type: ignore[method-assign]
+        f.seek_data = None  # type: ignore[method-assign, assignment]
+        f.seek_hole = None  # type: ignore[method-assign, assignment]
         return f
 
 

@@ -18,7 +18,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from journal.fs import File, FileSystem, Lock, data_from
+from journal.fs import File, FileSystem, Lock, data_from, hole_from
 
 OPERATIONS = (
     "open_read",
@@ -175,6 +175,10 @@ class _FaultyFile:
         # Where the wrapped file's holes end (journal.fs.data_from): no bytes are read, so no
         # fault site; a read of what follows goes through pread and can fail there.
         return data_from(self._inner, offset)
+
+    def seek_hole(self, offset: int) -> int:
+        found = hole_from(self._inner, offset)
+        return self._inner.size() if found is None else found
 
     def close(self) -> None:
         self._inner.close()

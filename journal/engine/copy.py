@@ -170,17 +170,25 @@ def _write_cut(
     raise ValueError(f"journal {src!r} ends at seq {last}, before seq {at_seq}")
 
 
-def _put(out: File, buf: bytes, end: int, at: int) -> None:
-    """Write ``buf[:end]`` at ``at``, leaving a window of zeros only unwritten: a hole, which
-    reads back as those zeros once a later write (or the copy's truncate) sets the file's end.
-    A source left sparse (padding that is mostly a hole) stays sparse in the copy."""
+HOLE_PIECE_BYTES = 64 * 1024  # a run of zeros this long, aligned so, is left a hole in a copy
+
+
+def _put(out: File, buf: bytes | memoryview, end: int, at: int) -> None:
+    """Write ``buf[:end]`` at ``at``, leaving pieces of zeros only unwritten: holes, which read
+    back as those zeros once a later write (or the copy's truncate) sets the file's end. A
+    source left sparse (padding that is mostly a hole) stays sparse in the copy; the bytes
+    between holes go down in one write each."""
     view = memoryview(buf)
-    pos = 0
+    pos = run = 0  # [run, pos): bytes to write, not yet written
     while pos < end:
-        n = min(tail.WINDOW_BYTES, end - pos)
-        if buf.count(0, pos, pos + n) != n:
-            write_all(out, view[pos : pos + n], at + pos)
+        n = min(HOLE_PIECE_BYTES, end - pos)
+        if bytes(view[pos : pos + n]).count(0) == n:  # a copy of a piece: bytes.count runs in C
+            if run < pos:
+                write_all(out, view[run:pos], at + run)
+            run = pos + n
         pos += n
+    if run < end:
+        write_all(out, view[run:end], at + run)
 
 
 def _record_flags(rec: Record) -> int:

@@ -120,7 +120,7 @@ def _keys_in(win: tail.Window, out: list[tuple[str, int]]) -> None:
     for fr in win.res.frames:
         if fr.flags & fmt.FLAG_KEYED and fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA and fr.stored_len:
             at, end = fr.payload_offset - win.offset, fr.end - win.offset  # a keyed record is never in a block
-            raw_key = win.buf[at + 1 : min(at + 1 + win.buf[at], end)]
+            raw_key = bytes(win.buf[at + 1 : min(at + 1 + win.buf[at], end)])
             out.append((raw_key.decode("utf-8", "surrogateescape"), fr.seq))
 
 

@@ -42,7 +42,7 @@ from typing import NamedTuple, Protocol
 
 from journal.engine import format as fmt
 from journal.errors import CorruptionError, ForeignSegmentError, JournalError, NewerFormatError, SequenceError
-from journal.fs import File, data_from, pread_upto
+from journal.fs import File, data_from, hole_from, pread_into, pread_upto
 
 CLEAN = "clean"
 SEALED = "sealed"
@@ -122,6 +122,11 @@ class SegmentBytes(Protocol):
         hole); ``size`` or more if none does."""
         ...
 
+    def hole_from(self, offset: int) -> int:
+        """The first offset after ``offset`` (data there) where a hole begins, or ``size``: the end
+        of the data that starts at ``offset``."""
+        ...
+
 
 class InMemory:
     """Bytes a caller already holds, as SegmentBytes."""
@@ -137,6 +142,9 @@ class InMemory:
 
     def data_from(self, offset: int) -> int:
         return offset
+
+    def hole_from(self, offset: int) -> int:
+        return self.size
 
 
 class FileBytes:
@@ -155,14 +163,28 @@ class FileBytes:
             self.size = offset + len(data)  # cut since its size was taken: it ends here now
         return data
 
+    def read_into(self, offset: int, buf: memoryview) -> int:
+        """``read`` into ``buf`` (at most its length); the count read."""
+        want = max(0, min(len(buf), self.size - offset))
+        got = pread_into(self.file, buf[:want], offset)
+        if got < want:
+            self.size = offset + got  # cut since its size was taken: it ends here now
+        return got
+
     def data_from(self, offset: int) -> int:
         return data_from(self.file, offset)
+
+    def hole_from(self, offset: int) -> int:
+        found = hole_from(self.file, offset)
+        return self.size if found is None else min(found, self.size)
 
 
 class Window(NamedTuple):
     """One read of a segment and the frames wholly in it (segment offsets)."""
 
-    buf: bytes  # the segment's bytes from ``offset``
+    # The segment's bytes from ``offset``: valid until the scan goes on (a file's windows are
+    # read into one buffer, reused), so what is kept of them is copied out.
+    buf: bytes | memoryview
     offset: int
     res: fmt.ScanResult  # the frames in ``buf``; its stop is the scan's only if ``last``
     last: bool
@@ -178,8 +200,19 @@ def scan_windows(
     format's limit by ``fmt.scan`` before it sizes a read). A caller may stop early."""
     pos = start
     want = window_bytes
+    into = getattr(src, "read_into", None)  # a file: its windows are read into one buffer
+    arena = bytearray()
+    buf: bytes | memoryview
     while True:
-        buf = src.read(pos, min(want, src.size - pos))
+        n = max(0, min(want, src.size - pos))
+        if into is None:
+            buf = src.read(pos, n)
+        else:
+            if len(arena) < n:
+                buf, arena = b"", bytearray()  # the old one goes before the larger one is made
+                arena = bytearray(n)
+            buf = memoryview(arena)[:n]
+            buf = buf[: into(pos, buf)]
         end = pos + len(buf)
         res = fmt.scan(buf, 0, salt, expected_seq, base_offset=pos)
         if end >= src.size or not _cut_by_window(res, end):
@@ -242,7 +275,8 @@ def all_zeros(span: Span) -> bool:
         pos = src.data_from(pos)
         if pos >= src.size:
             return True
-        buf = src.read(pos, min(WINDOW_BYTES, src.size - pos))
+        data_end = src.hole_from(pos)  # read the data there, not the hole after it
+        buf = src.read(pos, min(WINDOW_BYTES, (data_end if data_end > pos else src.size) - pos))
         if not buf:
             return True  # the file ends here now
         if buf.count(0) != len(buf):
@@ -250,7 +284,7 @@ def all_zeros(span: Span) -> bool:
         pos += len(buf)
 
 
-class _GenuineFrames:
+class GenuineFrames:
     """``fmt.next_genuine_frame`` over SegmentBytes: the frame marker is searched a window at a
     time (holes skipped: a marker is not zero), and a candidate whose frame runs past the window
     is read whole from its header, so a search holds a window or one frame, never the file."""
@@ -290,11 +324,25 @@ class _GenuineFrames:
         return None
 
 
+def frame_at(src: SegmentBytes, offset: int, salt: int) -> tuple[fmt.GenuineFrame, bytes] | None:
+    """The genuine frame at ``offset`` of ``src`` with its bytes (from its header), or None. Its
+    header is read first: a length from disk sizes no read past the format's frame limit."""
+    head = src.read(offset, _HEADER)
+    if len(head) < _HEADER:
+        return None
+    stored_len = fmt.read_frame_header(head, 0)[1]
+    if stored_len > fmt.FRAME_STORED_BYTES_LIMIT:
+        return None
+    data = src.read(offset, _HEADER + stored_len)
+    got = fmt.verify_frame(data, 0, salt)
+    return None if got is None else (got._replace(offset=offset), data)
+
+
 def durable_point(span: Span, salt: int, after_seq: int) -> int | None:
     """``fmt.find_durable_point`` over ``span`` (segment offsets): the offset of a genuine
     commit-marked or seal frame above ``after_seq`` with a genuine frame of a higher seq after
     it, which proves the bytes before it were fdatasync'd; None if there is none."""
-    frames = _GenuineFrames(span.src, salt)
+    frames = GenuineFrames(span.src, salt)
     pos = span.start
     while True:
         commit = frames.next(pos)
