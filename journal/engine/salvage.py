@@ -18,8 +18,11 @@ resolution) still point where they did. ``renumber=True`` packs the records inst
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import os
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +45,15 @@ from journal.errors import (
     WriteFailedError,
     present,
 )
-from journal.fs import FileSystem, OsFileSystem, discard_dir, publish_dir, read_file, temp_dir_beside
+from journal.fs import File, FileSystem, OsFileSystem, discard_dir, pread_upto, publish_dir, temp_dir_beside
 
 LOST_TYPE = "journal.lost"
 SALVAGE_BATCH_RECORDS = 1024
+SALVAGE_BATCH_BYTES = 4 * 1024 * 1024  # of payload a batch of the new journal holds (a record over it goes alone)
+COPY_CHUNK_BYTES = 1024 * 1024  # what one read of a source segment takes when copying (a larger frame: its size)
+# Placeholders one salvage writes at most (each ~150 bytes): lost seqs beyond that are refused,
+# since keeping seqs cannot skip one, and renumbering writes none.
+PLACEHOLDERS_MAX = 1_000_000
 
 Progress = Callable[[int, int], None]
 
@@ -90,42 +98,104 @@ class Loss:
         }
 
 
+@dataclass(slots=True)
+class Run:
+    """Records ``seq_first``..``seq_last`` of one segment, one after another in its genuine frames
+    from the frame at ``offset`` on (padding frames between them aside; the first frame may be a
+    block whose records before ``seq_first`` are not part of it). What a walk keeps of a segment
+    instead of its records, and what salvage reads again to copy them: one run for a sound
+    segment, one more for each place of damage."""
+
+    segment: str
+    offset: int
+    seq_first: int
+    seq_last: int
+    misplaced: bool = False  # a genuine frame found out of sequence
+
+    @property
+    def records(self) -> int:
+        return self.seq_last - self.seq_first + 1
+
+    def part(self, seq_first: int, seq_last: int) -> Run:
+        """The records ``seq_first``..``seq_last`` of this run, as a run of their own."""
+        return Run(self.segment, self.offset, seq_first, seq_last, self.misplaced)
+
+
 @dataclass
 class SegmentWalk:
-    """What one segment holds, read with resynchronisation after damage."""
+    """What one segment holds, read with resynchronisation after damage.
+
+    Its records are decoded one frame at a time and not kept (``runs`` says where they are):
+    a walk holds one segment's frames and one record, never the journal's history."""
 
     name: str
     size_bytes: int
     header: fmt.SegmentHeader | None
     header_trusted: bool = True
-    records: list[Record] = field(default_factory=list)
     seal: fmt.SealInfo | None = None
     seal_offset: int | None = None
     losses: list[Loss] = field(default_factory=list)
     # The live segment's last loss when nothing genuine follows it: a torn tail, which recovery
     # cuts (it was never acknowledged as durable unless durable_after says otherwise).
     tail: Loss | None = None
-    frames: list[fmt.Frame] = field(default_factory=list)  # every genuine data or block frame, in file order
-    spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) of each record's frame (a block's)
-    misplaced: set[int] = field(default_factory=set)  # offsets of genuine frames found out of sequence
+    # Every genuine data or block frame, in file order: for the seal check; walk_journal drops
+    # them once the segment is checked.
+    frames: list[fmt.Frame] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # the records that decode, in file order
+    # Records held, and the highest seq among them: every record that decodes, until
+    # walk_journal leaves out second copies of a seq and the records of a foreign segment.
+    count: int = 0
+    last_seq: int | None = None
+    seal_problems: list[Loss] = field(default_factory=list)  # verify's check of the footer (walk_journal)
+    # Where the last genuine frame seen ends, and whether the last run's last record is the
+    # record right before a frame that starts there: only then does that frame continue it.
+    end: int = field(default=0, repr=False)
+    joins: bool = field(default=False, repr=False)
 
-    def add(self, frame: fmt.Frame, data: bytes, record_size_bytes_max: int) -> None:
+    def add(
+        self,
+        frame: fmt.Frame,
+        data: bytes | memoryview,
+        record_size_bytes_max: int,
+        misplaced: bool = False,
+        data_offset: int = 0,
+    ) -> None:
+        """Decode a genuine data or block frame's records (``data`` holds its bytes; it starts at
+        segment offset ``data_offset``): each that decodes (its payload what its flags say,
+        ``Record.event``) extends the runs; each that does not is a loss."""
         self.frames.append(frame)
+        joins = self.joins and frame.offset == self.end and not misplaced
+        self.end = frame.end
+        self.joins = False
         try:
             if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_BLOCK:
-                recs = decode_block(frame, data, 0, self.name, record_size_bytes_max)
+                recs = decode_block(frame, data, data_offset, self.name, record_size_bytes_max)
             else:
-                recs = [decode_payload(frame, data, 0, self.name, record_size_bytes_max)]
+                recs = [decode_payload(frame, data, data_offset, self.name, record_size_bytes_max)]
         except (CorruptionError, RecordTooLargeError) as exc:
             length = frame.end - frame.offset
             self.losses.append(Loss(self.name, frame.offset, length, str(exc), frame.first_seq, frame.seq))
             return
-        self.records.extend(recs)
-        self.spans.extend([(frame.offset, frame.end - frame.offset)] * len(recs))
-
-    @property
-    def last_seq(self) -> int | None:
-        return self.records[-1].seq if self.records else None
+        runs = self.runs
+        for rec in recs:
+            seq = rec.seq
+            if not rec.is_bytes:
+                try:
+                    rec.event  # noqa: B018 - decoding it is the check
+                except CorruptionError as exc:
+                    length = frame.end - frame.offset
+                    self.losses.append(Loss(self.name, frame.offset, length, exc.reason, seq, seq))
+                    joins = False
+                    continue
+            if joins and runs[-1].seq_last + 1 == seq:  # joins: a run holds the record before it
+                runs[-1].seq_last = seq
+            else:
+                runs.append(Run(self.name, frame.offset, seq, seq, misplaced))
+            joins = True  # the next record of this frame follows this one
+            self.count += 1
+            if self.last_seq is None or seq > self.last_seq:
+                self.last_seq = seq
+        self.joins = joins and not misplaced
 
 
 @dataclass
@@ -139,6 +209,10 @@ class JournalWalk:
     # wholly before it (a drop_prefix cut short by a crash) are not part of the journal.
     start: fmt.StartMarker | None = None
     dropped: list[str] = field(default_factory=list)
+    # The records kept, in seq order: one copy of each seq (the first in its place), none of a
+    # foreign segment. Stretches of runs; salvage reads them again to copy them.
+    kept: list[Run] = field(default_factory=list)
+    duplicates: int = 0  # second copies of a seq, left out of ``kept``
 
     @property
     def first_seq(self) -> int:
@@ -164,28 +238,44 @@ def reading(path: str) -> Iterator[None]:
         raise JournalIOError(path, exc, "reading") from exc
 
 
-def _durable_after(data: bytes, offset: int, salt: int) -> bool:
+def _durable_after(frames: tail.GenuineFrames, offset: int) -> bool:
     """Whether a genuine commit-marked or seal frame follows ``offset`` in the same segment."""
-    # Every commit-marked or seal frame carries a seq of at least 1 (seqs start there).
-    return fmt.find_later_commit(data, offset, salt, 0) is not None
+    pos = offset
+    while True:
+        got = frames.next(pos)
+        if got is None:
+            return False
+        # Every commit-marked or seal frame carries a seq of at least 1 (seqs start there).
+        if got.seq > 0 and (got.flags & fmt.FLAG_COMMIT or got.kind == fmt.KIND_SEAL):
+            return True
+        pos = got.offset + 1
 
 
-def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT) -> SegmentWalk:
-    """Read every genuine record of one segment's bytes, resynchronising after damage. Pure."""
-    walk = SegmentWalk(name, len(data), None)
+def walk_segment(
+    name: str,
+    data: bytes | bytearray | memoryview | tail.SegmentBytes,
+    record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT,
+) -> SegmentWalk:
+    """Read every genuine record of one segment's bytes, resynchronising after damage. Pure: it
+    reads only ``data``, bytes or a ``tail.SegmentBytes`` (a file), a window at a time (a
+    segment may be up to 1 TiB, a live one mostly a hole), so it holds a window and one frame."""
+    src = tail.InMemory(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    size = src.size
+    walk = SegmentWalk(name, size, None)
     base_from_name = fmt.parse_segment_name(name) or 1
+    head = src.read(0, fmt.SEGMENT_HEADER_SIZE_BYTES)
     try:
-        header = fmt.decode_segment_header(data)
+        header = fmt.decode_segment_header(head)
     except fmt.HeaderError as exc:
-        if exc.version > fmt.FORMAT_VERSION or len(data) < fmt.SEGMENT_HEADER_SIZE_BYTES:
-            walk.losses.append(Loss(name, 0, len(data), f"segment header: {exc.reason}", base_from_name, None,
+        if exc.version > fmt.FORMAT_VERSION or len(head) < fmt.SEGMENT_HEADER_SIZE_BYTES:
+            walk.losses.append(Loss(name, 0, size, f"segment header: {exc.reason}", base_from_name, None,
                                     newer=exc.version > fmt.FORMAT_VERSION))
             return walk
         # The header's checksum failed, but its salt may still be intact: frames are verified
         # with it one by one, so trying it costs nothing and a wrong salt matches no frame.
         salt_at, id_at = fmt.SEGMENT_SALT_OFFSET, fmt.SEGMENT_JOURNAL_ID_OFFSET
-        salt = int.from_bytes(data[salt_at : salt_at + fmt.SEGMENT_SALT_SIZE_BYTES], "little")
-        journal_id = data[id_at : id_at + fmt.SEGMENT_JOURNAL_ID_SIZE_BYTES]
+        salt = int.from_bytes(head[salt_at : salt_at + fmt.SEGMENT_SALT_SIZE_BYTES], "little")
+        journal_id = head[id_at : id_at + fmt.SEGMENT_JOURNAL_ID_SIZE_BYTES]
         header = fmt.SegmentHeader(fmt.FORMAT_VERSION, journal_id, -1, base_from_name, salt)
         walk.header_trusted = False
         walk.losses.append(Loss(name, 0, fmt.SEGMENT_HEADER_SIZE_BYTES, f"segment header: {exc.reason}", None, None))
@@ -197,20 +287,24 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
     salt = header.salt
     pos = fmt.SEGMENT_HEADER_SIZE_BYTES
     expected = header.base_seq
-    size = len(data)
+    genuine = tail.GenuineFrames(src, salt)  # the search for genuine frames past damage
     while True:
-        res = fmt.scan(data, pos, salt, expected)
-        for fr in res.frames:
-            kind = fr.flags & fmt.FLAG_KIND_MASK
-            if kind in fmt.RECORD_KINDS:
-                walk.add(fr, data, record_size_bytes_max)
-                expected = fr.seq + 1
-            elif kind == fmt.KIND_SEAL:
-                walk.seal_offset = fr.offset
-                try:
-                    walk.seal = fmt.decode_seal_payload(data[fr.payload_offset : fr.end])
-                except ValueError as exc:
-                    walk.losses.append(Loss(name, fr.offset, fr.end - fr.offset, f"seal footer: {exc}"))
+        for win in tail.scan_windows(src, pos, salt, expected):
+            for fr in win.res.frames:
+                kind = fr.flags & fmt.FLAG_KIND_MASK
+                if kind in fmt.RECORD_KINDS:
+                    walk.add(fr, win.buf, record_size_bytes_max, data_offset=win.offset)
+                    expected = fr.seq + 1
+                elif kind == fmt.KIND_PADDING:
+                    walk.end = fr.end  # the frame after it still continues the run before it
+                elif kind == fmt.KIND_SEAL:
+                    walk.seal_offset = fr.offset
+                    try:
+                        body = fr.payload_offset - win.offset
+                        walk.seal = fmt.decode_seal_payload(win.buf[body : body + fr.stored_len])
+                    except ValueError as exc:
+                        walk.losses.append(Loss(name, fr.offset, fr.end - fr.offset, f"seal footer: {exc}"))
+            res = win.res
         if res.stop == fmt.Stop.END:
             return walk
         if res.stop == fmt.Stop.SEALED:
@@ -219,11 +313,12 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
             return walk
         at = res.stop_offset
         if res.stop in (fmt.Stop.SEQ, fmt.Stop.FLAGS):
-            got = present(fmt.verify_frame(data, at, salt), "a scan stopped at SEQ or FLAGS on a genuine frame")
+            stopped_at = present(tail.frame_at(src, at, salt), "a scan stopped at SEQ or FLAGS on a genuine frame")
+            got, frame_bytes = stopped_at
             seq, flags, end = got.seq, got.flags, got.end
             kind = flags & fmt.FLAG_KIND_MASK
             pos = end
-            count = _records_in(got, data)
+            count = _records_in(got, frame_bytes, at)
             if res.stop == fmt.Stop.FLAGS:
                 first = seq + 1 - count if count else seq
                 walk.losses.append(Loss(name, at, end - at, "frame written by a newer format", first, seq, newer=True))
@@ -234,8 +329,7 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
                 walk.losses.append(Loss(name, at, 0, f"frame out of sequence: seq {first} where seq {expected} "
                                         "was expected", first, first - 1))
                 fr = fmt.Frame(at, seq, flags, got.raw_len, got.stored_len, count)
-                walk.add(fr, data, record_size_bytes_max)
-                walk.misplaced.add(at)
+                walk.add(fr, frame_bytes, record_size_bytes_max, misplaced=True, data_offset=at)
                 expected = seq + 1
             else:
                 # A seal or padding frame carries the last data seq before it.
@@ -244,47 +338,55 @@ def walk_segment(name: str, data: bytes, record_size_bytes_max: int = fmt.FRAME_
                 if kind == fmt.KIND_SEAL:
                     walk.seal_offset = at
                     try:
-                        walk.seal = fmt.decode_seal_payload(data[at + fmt.FRAME_HEADER_SIZE_BYTES : end])
+                        walk.seal = fmt.decode_seal_payload(frame_bytes[fmt.FRAME_HEADER_SIZE_BYTES :])
                     except ValueError as exc:
                         walk.losses.append(Loss(name, at, end - at, f"seal footer: {exc}"))
                     if end != size:
                         walk.losses.append(Loss(name, end, size - end, "bytes after the seal footer"))
                     return walk
-            follow = fmt.verify_frame(data, pos, salt)
-            if follow is not None and follow.kind in fmt.RECORD_KINDS and _records_in(follow, data):
-                # Re-anchor on the frame that follows, whatever it carries.
-                expected = follow.seq + 1 - _records_in(follow, data)
+            following = tail.frame_at(src, pos, salt)
+            if following is not None:
+                follow, follow_bytes = following
+                if follow.kind in fmt.RECORD_KINDS and _records_in(follow, follow_bytes, pos):
+                    # Re-anchor on the frame that follows, whatever it carries.
+                    expected = follow.seq + 1 - _records_in(follow, follow_bytes, pos)
             continue
         # TRUNCATED, ZEROS or CHECKSUM: skip to the next frame that proves itself genuine.
         reason = fmt.STOP_DAMAGE[res.stop]
-        found = fmt.next_genuine_frame(data, at + 1, salt)
+        found = genuine.next(at + 1)
         if found is None:
             loss = Loss(name, at, size - at, reason, expected, None, False)
             walk.losses.append(loss)
             # Nothing genuine after it: what the bytes are is the tail classifier's to say (torn
             # or zeros, which recovery cuts; never a durable point, with no genuine frame).
-            verdict = tail.classify(res, data[at:], header, name, name, last_seq=expected - 1)
+            verdict = tail.classify(res, tail.Span(src, at), header, name, name, last_seq=expected - 1)
             walk.tail = loss if verdict.cut else None
             return walk
         nxt, seq, flags = found.offset, found.seq, found.flags
         kind = flags & fmt.FLAG_KIND_MASK
-        count = _records_in(found, data)
+        count = _records_in(found, _table_of(src, found), found.offset)
         holds = kind in fmt.RECORD_KINDS and count > 0
         first = seq + 1 - count if holds else seq + 1  # the seq the found frame's records start at
-        walk.losses.append(Loss(name, at, nxt - at, reason, expected, first - 1, _durable_after(data, at, salt)))
+        walk.losses.append(Loss(name, at, nxt - at, reason, expected, first - 1, _durable_after(genuine, at)))
         if first >= expected:
             expected = first
         pos = nxt
 
 
-def _records_in(frame: fmt.GenuineFrame, data: bytes) -> int:
-    """How many records a genuine frame found in ``data`` holds: 1 for a data frame, a block's
-    count (0 if its table cannot be read), 0 for padding and seal frames."""
+def _records_in(frame: fmt.GenuineFrame, data: bytes, data_offset: int = 0) -> int:
+    """How many records a genuine frame found in ``data`` (which starts at offset ``data_offset``
+    of the frame's offsets) holds: 1 for a data frame, a block's count (0 if its table cannot be
+    read), 0 for padding and seal frames."""
     if frame.kind == fmt.KIND_DATA:
         return 1
     if frame.kind == fmt.KIND_BLOCK:
-        return fmt.block_count(data, frame.offset + fmt.FRAME_HEADER_SIZE_BYTES, frame.stored_len)
+        return fmt.block_count(data, frame.offset - data_offset + fmt.FRAME_HEADER_SIZE_BYTES, frame.stored_len)
     return 0
+
+
+def _table_of(src: tail.SegmentBytes, frame: fmt.GenuineFrame) -> bytes:
+    """A genuine frame's header and the start of its block table (what ``_records_in`` reads)."""
+    return src.read(frame.offset, fmt.FRAME_HEADER_SIZE_BYTES + min(frame.stored_len, fmt.BLOCK_COUNT_SIZE_BYTES))
 
 
 def _kind(kind: int) -> str:
@@ -299,10 +401,17 @@ def _size(fs: FileSystem, path: str) -> int:
         f.close()
 
 
+SegmentCheck = Callable[[SegmentWalk, bool], None]
+
+
 def walk_journal(path: str, progress: Progress | None = None,
                  record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT,
-                 fs: FileSystem | None = None) -> JournalWalk:
+                 fs: FileSystem | None = None, check: SegmentCheck | None = None) -> JournalWalk:
     """Read every segment of the journal at ``path`` through ``fs``; changes nothing.
+
+    One segment at a time: its bytes and frames are let go once it is walked (``check``, given
+    each segment and whether it is the last, sees them first), so what a walk holds is one
+    segment's frames and one record, plus a few runs per segment and the losses it found.
 
     Raises JournalNotFoundError, NotAJournalError, or JournalIOError when the file layer fails.
     """
@@ -333,10 +442,17 @@ def walk_journal(path: str, progress: Progress | None = None,
     total = sum(sizes) or 1
     done = 0
     walks: list[SegmentWalk] = []
-    for name, size in zip(segs, sizes, strict=True):
+    for i, (name, size) in enumerate(zip(segs, sizes, strict=True)):
         with reading(path):
-            data = read_file(fs, os.path.join(path, name))
-        walks.append(walk_segment(name, data, record_size_bytes_max))
+            f = fs.open_read(os.path.join(path, name))
+            try:
+                walked = walk_segment(name, tail.FileBytes(f), record_size_bytes_max)
+            finally:
+                f.close()
+            if check is not None:
+                check(walked, i == len(segs) - 1)
+        walked.frames = []
+        walks.append(walked)
         done += size
         if progress is not None:
             progress(done, total)
@@ -344,13 +460,15 @@ def walk_journal(path: str, progress: Progress | None = None,
     # The journal's id is the one most segments carry; on a tie, the earliest segment's (sealed
     # history never changes, so a later segment with another id is the one copied in), which is
     # what the writer and the readers conclude too.
-    journal_id = max(ids, key=lambda i: (ids.count(i), -ids.index(i))) if ids else None
+    counts = Counter(ids)
+    firsts = {jid: -n for n, jid in reversed(list(enumerate(ids)))}
+    journal_id = max(counts, key=lambda jid: (counts[jid], firsts[jid])) if ids else None
     between: list[Loss] = []
     for w in walks:
         if w.header is not None and w.header_trusted and journal_id is not None and w.header.journal_id != journal_id:
             between.append(Loss(w.name, 0, w.size_bytes, "segment belongs to a different journal: not copied",
                                 w.header.base_seq, w.last_seq))
-            w.records, w.spans = [], []
+            w.runs, w.count, w.last_seq = [], 0, None
     if start_loss is not None:
         between.append(start_loss)
     if start is not None and not walks:
@@ -362,55 +480,114 @@ def walk_journal(path: str, progress: Progress | None = None,
     ):
         between.append(Loss(first.name, 0, 0, f"{fmt.START_FILE} names segment number {start.segment_number} of "
                             f"another first segment (this one is number {first.header.segment_number})", None, None))
-    between.extend(_seq_losses(walks, first_seq))
-    return JournalWalk(path, walks, between, temps, journal_id, start, dropped)
+    seq_losses, kept, duplicates = _seq_losses(walks, first_seq)
+    between.extend(seq_losses)
+    return JournalWalk(path, walks, between, temps, journal_id, start, dropped, kept, duplicates)
 
 
-def _seq_losses(walks: list[SegmentWalk], first_seq: int = 1) -> list[Loss]:
-    """Second copies of a seq (dropped) and seqs no segment holds that no damage accounts for."""
+def _seq_losses(walks: list[SegmentWalk], first_seq: int = 1) -> tuple[list[Loss], list[Run], int]:
+    """Second copies of a seq (dropped) and seqs no segment holds that no damage accounts for;
+    the runs of records kept (``JournalWalk.kept``) and how many copies were dropped. Sets each
+    segment's ``count`` and ``last_seq`` to what is kept of it.
+
+    It works on runs and ranges of seqs, never on one seq at a time: its time and memory go with
+    the runs and losses (a few per segment, and one more for each place of damage), however many
+    records the journal holds and however wide a gap between two seqs is."""
     out: list[Loss] = []
-    first_at: dict[int, tuple[str, int]] = {}
-    offsets: dict[int, int] = {}
+    kept = _Kept()
+    duplicates = 0
     # Frames in their place first: of two copies of a seq, the one out of sequence is the stray.
-    chosen: dict[int, tuple[int, int]] = {}  # seq -> (walk index, record index)
-    for in_place in (True, False):
-        for wi, w in enumerate(walks):
-            for ri, (rec, (offset, length)) in enumerate(zip(w.records, w.spans, strict=True)):
-                if (offset not in w.misplaced) != in_place:
+    for misplaced in (False, True):
+        for w in walks:
+            for run in w.runs:
+                if run.misplaced != misplaced:
                     continue
-                if rec.seq in first_at:
-                    seg0, off0 = first_at[rec.seq]
-                    out.append(Loss(w.name, offset, length, f"second copy of seq {rec.seq} (the one kept is in "
-                                    f"{seg0} at offset {off0}): dropped", rec.seq, rec.seq - 1))
-                    continue
-                first_at[rec.seq] = (w.name, offset)
-                offsets[rec.seq] = offset
-                chosen[rec.seq] = (wi, ri)
-    for wi, w in enumerate(walks):
-        keep = sorted(ri for (i, ri) in chosen.values() if i == wi)
-        w.records = [w.records[ri] for ri in keep]
-        w.spans = [w.spans[ri] for ri in keep]
-    covered: list[tuple[int, int]] = []
+                for lo, hi, holder in kept.add(run):
+                    duplicates += hi - lo + 1
+                    seqs = f"seq {lo}" if lo == hi else f"seqs {lo}-{hi}"
+                    out.append(Loss(w.name, run.offset, 0, f"second copy of {seqs} (the one kept is in "
+                                    f"{holder.segment} at offset {holder.offset}): dropped", lo, lo - 1))
+    by_name = {w.name: w for w in walks}
     for w in walks:
-        for loss in w.losses:
-            if loss.seq_first is not None:
-                covered.append((loss.seq_first, loss.seq_last if loss.seq_last is not None else 1 << 62))
-    held = sorted(first_at)
-    if not held:
-        return out
+        w.count, w.last_seq = 0, None
+    for piece in kept.pieces:
+        w = by_name[piece.segment]
+        w.count += piece.records
+        w.last_seq = piece.seq_last if w.last_seq is None else max(w.last_seq, piece.seq_last)
+    covered = _Ranges(
+        (loss.seq_first, loss.seq_last if loss.seq_last is not None else 1 << 62)
+        for w in walks for loss in w.losses if loss.seq_first is not None
+    )
     prev = first_seq - 1  # seqs before a dropped prefix's end were dropped, not lost
-    where = {seq: seg for seq, (seg, _) in first_at.items()}
-    for seq in held:
-        if seq > prev + 1:
-            lo, hi = prev + 1, seq - 1
-            missing = [n for n in range(lo, hi + 1) if not any(a <= n <= b for a, b in covered)]
-            if missing:
-                seg = where[seq]
-                reason = ("missing segment or sequence gap between segments" if prev < first_seq or where[prev] != seg
-                          else "sequence gap")
-                out.append(Loss(seg, offsets[seq], 0, reason, missing[0], missing[-1]))
-        prev = seq
-    return out
+    prev_segment: str | None = None
+    for piece in kept.pieces:
+        if piece.seq_first > prev + 1:
+            missing = covered.uncovered(prev + 1, piece.seq_first - 1)
+            if missing is not None:
+                reason = ("missing segment or sequence gap between segments"
+                          if prev < first_seq or prev_segment != piece.segment else "sequence gap")
+                out.append(Loss(piece.segment, piece.offset, 0, reason, *missing))
+        prev, prev_segment = piece.seq_last, piece.segment
+    return out, kept.pieces, duplicates
+
+
+class _Kept:
+    """The records kept, as disjoint runs in seq order: of two copies of a seq, the first added."""
+
+    def __init__(self) -> None:
+        self.pieces: list[Run] = []
+        self._firsts: list[int] = []  # each piece's seq_first, for bisect
+
+    def add(self, run: Run) -> list[tuple[int, int, Run]]:
+        """Keep what ``run`` holds that no piece holds yet; the (first, last, holder) of each
+        stretch of seqs a piece holds already (second copies, not kept)."""
+        lo, hi = run.seq_first, run.seq_last
+        i = bisect.bisect_right(self._firsts, lo) - 1
+        if i < 0 or self.pieces[i].seq_last < lo:
+            i += 1
+        overlaps: list[tuple[int, int, Run]] = []
+        fresh: list[Run] = []
+        at = lo
+        while i < len(self.pieces) and self.pieces[i].seq_first <= hi:
+            held = self.pieces[i]
+            if held.seq_first > at:
+                fresh.append(run.part(at, held.seq_first - 1))
+            overlaps.append((max(at, held.seq_first), min(hi, held.seq_last), held))
+            at = held.seq_last + 1
+            i += 1
+        if at <= hi:
+            fresh.append(run.part(at, hi))
+        for piece in fresh:
+            j = bisect.bisect_left(self._firsts, piece.seq_first)
+            self.pieces.insert(j, piece)
+            self._firsts.insert(j, piece.seq_first)
+        return overlaps
+
+
+class _Ranges:
+    """Ranges of seqs (first, last), merged: which seqs of a gap no loss accounts for."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
+        self._firsts: list[int] = []
+        self._lasts: list[int] = []
+        for first, last in sorted(r for r in ranges if r[0] <= r[1]):
+            if self._lasts and first <= self._lasts[-1] + 1:
+                self._lasts[-1] = max(self._lasts[-1], last)
+            else:
+                self._firsts.append(first)
+                self._lasts.append(last)
+
+    def uncovered(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """The first and the last seq of ``lo``..``hi`` outside every range; None if there is none."""
+        i = bisect.bisect_right(self._firsts, lo) - 1
+        if i >= 0 and self._lasts[i] >= lo:
+            lo = self._lasts[i] + 1  # merged ranges never touch: the seq after one is outside all
+        if lo > hi:
+            return None
+        i = bisect.bisect_right(self._firsts, hi) - 1
+        if i >= 0 and self._lasts[i] >= hi:
+            hi = self._firsts[i] - 1
+        return lo, hi
 
 
 # --- salvage --------------------------------------------------------------------------------
@@ -462,9 +639,7 @@ class SalvageReport:
         }
 
 
-def _placeholder(seq: int, losses: list[Loss], near: Record | None) -> dict[str, Any]:
-    where = next((loss for loss in losses if loss.seq_first is not None and loss.seq_first <= seq
-                  and (loss.seq_last is None or seq <= loss.seq_last)), None)
+def _placeholder(seq: int, where: Loss | None, near: Record | None) -> dict[str, Any]:
     event: dict[str, Any] = {}
     # A session reader needs these to recognise the placeholder as an ignorable event.
     if near is not None and not near.is_bytes:
@@ -484,6 +659,45 @@ def _placeholder(seq: int, losses: list[Loss], near: Record | None) -> dict[str,
     return event
 
 
+class _LossAt:
+    """The first loss of a list (in its order) whose seqs hold ``seq``, for seqs asked in
+    increasing order (the placeholders of one salvage): a sweep, not a search of the list per seq."""
+
+    def __init__(self, losses: list[Loss]) -> None:
+        ranged = [(loss.seq_first, i) for i, loss in enumerate(losses) if loss.seq_first is not None]
+        self._losses = losses
+        self._todo = sorted(ranged)
+        self._next = 0
+        self._active: list[tuple[int, int]] = []  # a heap of (place in the list, last seq held)
+
+    def at(self, seq: int) -> Loss | None:
+        while self._next < len(self._todo) and self._todo[self._next][0] <= seq:
+            i = self._todo[self._next][1]
+            last = self._losses[i].seq_last
+            heapq.heappush(self._active, (i, last if last is not None else 1 << 64))
+            self._next += 1
+        while self._active and self._active[0][1] < seq:
+            heapq.heappop(self._active)  # ends before seq, so before every later seq too
+        return self._losses[self._active[0][0]] if self._active else None
+
+
+def placeholders_needed(walk: JournalWalk) -> tuple[int, tuple[int, int, Run] | None]:
+    """How many lost seqs a salvage that keeps seqs fills with placeholders, and the widest gap:
+    its first and last seq and the kept run right after it (None if there is no gap)."""
+    total = 0
+    widest: tuple[int, int, Run] | None = None
+    next_seq = walk.first_seq
+    for piece in walk.kept:
+        if piece.seq_last < next_seq:
+            continue
+        if piece.seq_first > next_seq:
+            total += piece.seq_first - next_seq
+            if widest is None or piece.seq_first - next_seq > widest[1] - widest[0] + 1:
+                widest = (next_seq, piece.seq_first - 1, piece)
+        next_seq = piece.seq_last + 1
+    return total, widest
+
+
 def salvage(
     source: str,
     dest: str,
@@ -498,6 +712,12 @@ def salvage(
     JournalIOError. The new journal is built in a temporary directory beside ``dest`` and renamed
     into place once it is whole and synced: a failure while writing it (a full disk) leaves
     nothing at ``dest`` and raises WriteFailedError, so running it again starts afresh.
+
+    The source is read twice, a segment at a time: once to find what can be proven genuine
+    (``walk_journal``), once to copy it, so memory holds one segment's frames and one record.
+    Keeping seqs fills each lost seq with a placeholder: more than PLACEHOLDERS_MAX of them (a
+    gap no journal could have filled, such as a crafted seq of 2^62) is refused before anything
+    is written, with the advice to renumber.
     """
     fs = fs or OsFileSystem()
     source = os.fspath(source)
@@ -513,19 +733,23 @@ def salvage(
         # Not damage: bytes this version cannot read. A copy without them would lose records
         # the journal still holds; the newer version reads (and salvages) them.
         raise NewerFormatError(os.path.join(source, newer.segment), newer.reason, fmt.FORMAT_VERSION)
-    report = SalvageReport(source, dest, renumbered=renumber, losses=walk.losses())
-    by_seq: dict[int, Record] = {}
-    for seg in walk.segments:
-        for rec in seg.records:
-            if rec.seq in by_seq:
-                report.duplicates_dropped += 1
-                continue
-            by_seq[rec.seq] = rec
-    seqs = sorted(by_seq)
+    report = SalvageReport(source, dest, renumbered=renumber, losses=walk.losses(), duplicates_dropped=walk.duplicates)
+    copies = sum(piece.records for piece in walk.kept)
+    if not renumber:
+        needed, widest = placeholders_needed(walk)
+        if needed > PLACEHOLDERS_MAX and widest is not None:
+            lo, hi, after = widest
+            raise JournalError(
+                f"salvage keeps the source's seqs and fills each lost seq with a {LOST_TYPE} placeholder: this "
+                f"journal would need {needed} placeholders, over the {PLACEHOLDERS_MAX} salvage writes (the widest "
+                f"gap is seqs {lo}-{hi}, before seq {after.seq_first} in {after.segment} at offset {after.offset}; "
+                "`journal verify` lists them all). Nothing was written; run `journal salvage --renumber` "
+                f"(renumber=True) to copy its {copies} records from seq 1 without placeholders"
+            )
     tmp: str | None = None
     try:
         tmp = temp_dir_beside(fs, dest, "salvage", LOCK_FILE)
-        _write(fs, tmp, seqs, by_seq, renumber, report, write_progress, 1 if renumber else walk.first_seq)
+        _write(fs, tmp, walk, renumber, report, write_progress, 1 if renumber else walk.first_seq)
         publish_dir(fs, tmp, os.path.abspath(dest))
     except BaseException as exc:
         leftover = discard_dir(fs, tmp) if tmp is not None else None
@@ -533,37 +757,38 @@ def salvage(
             raise WriteFailedError("salvage", dest, exc, leftover) from exc
         raise
     if write_progress is not None:
-        write_progress(len(seqs) or 1, len(seqs) or 1)
+        write_progress(copies or 1, copies or 1)
     return report
 
 
 def _write(
     fs: FileSystem,
     path: str,
-    seqs: list[int],
-    by_seq: dict[int, Record],
+    walk: JournalWalk,
     renumber: bool,
     report: SalvageReport,
     write_progress: Progress | None,
     first_seq: int = 1,
 ) -> None:
-    """Write the salvaged records (and placeholders) into the new journal at ``path``, which
-    begins at ``first_seq`` (where the source begins, unless renumbering)."""
+    """Write the records ``walk`` kept (and placeholders) into the new journal at ``path``, which
+    begins at ``first_seq`` (where the source begins, unless renumbering), reading them again
+    from the source in seq order (``_Copier``)."""
     from journal.engine.core import Journal
     from journal.outcomes import Committed
 
-    total = len(seqs) or 1
+    total = sum(piece.records for piece in walk.kept) or 1
     # The new journal takes any record a writer could have stored (the source's writer may
     # have raised its limit, as the API allows: the journal does not record it).
     limit = RECORD_SIZE_BYTES_MAX_LIMIT
     with Journal.open(path, create=True, fs=fs, first_seq=first_seq, record_size_bytes_max=limit) as out:
         batch: list[Any] = []
         keys: list[str | None] = []
+        batch_bytes = 0
         synthetic: bool | None = None
         next_seq = first_seq
 
         def flush() -> None:
-            nonlocal batch, keys
+            nonlocal batch, keys, batch_bytes
             if batch:
                 outs = out.append_many(batch, durability="flush", idempotency_keys=keys, synthetic=bool(synthetic))
                 failed = [o for o in outs if not isinstance(o, Committed)]
@@ -572,33 +797,145 @@ def _write(
                     if errno is None:  # not the file system's refusal: no errno to blame (free space ...)
                         raise JournalError(f"a batch was not written: {failed[0].reason}")
                     raise OSError(errno, f"a batch was not written: {failed[0].reason}")
-            batch, keys = [], []
+            batch, keys, batch_bytes = [], [], 0
 
-        def add(event: Any, key: str | None, synth: bool) -> None:
-            nonlocal synthetic
-            if (synthetic is not None and synth != synthetic) or len(batch) >= SALVAGE_BATCH_RECORDS:
+        def add(event: Any, key: str | None, synth: bool, size: int) -> None:
+            nonlocal synthetic, batch_bytes
+            if (synthetic is not None and synth != synthetic) or len(batch) >= SALVAGE_BATCH_RECORDS or (
+                batch and batch_bytes + size > SALVAGE_BATCH_BYTES
+            ):
                 flush()
             synthetic = synth
             batch.append(event)
             keys.append(key)
+            batch_bytes += size
 
+        lost = _LossAt(report.losses)
         prev: Record | None = None
-        for i, seq in enumerate(seqs):
-            rec = by_seq[seq]
-            if not renumber:
-                while next_seq < seq:
-                    add(_placeholder(next_seq, report.losses, prev or rec), None, True)
-                    report.placeholders += 1
+        done = 0
+        copier = _Copier(fs, walk.path, walk)
+        try:
+            for piece in walk.kept:
+                for rec in copier.records(piece):
+                    if not renumber:
+                        if rec.seq < next_seq:  # before the journal's first seq: it cannot keep its seq
+                            why = f"seq {rec.seq} is before the journal's first seq {first_seq}: not copied"
+                            report.losses.append(Loss(piece.segment, piece.offset, 0, why, rec.seq, rec.seq))
+                            continue
+                        while next_seq < rec.seq:
+                            add(_placeholder(next_seq, lost.at(next_seq), prev or rec), None, True, 0)
+                            report.placeholders += 1
+                            next_seq += 1
+                    add(rec.payload if rec.is_bytes else rec.event, rec.key, rec.synthetic, len(rec.payload))
+                    report.copied += 1
                     next_seq += 1
-            add(rec.payload if rec.is_bytes else rec.event, rec.key, rec.synthetic)
-            report.copied += 1
-            next_seq += 1
-            prev = rec
-            if write_progress is not None and i % 256 == 0:
-                write_progress(i, total)
+                    prev = rec
+                    if write_progress is not None and done % 256 == 0:
+                        write_progress(done, total)
+                    done += 1
+        finally:
+            copier.close()
         flush()
         out.sync()
         report.last_seq = out.last_seq
+
+
+class _Copier:
+    """Reads the records a walk kept again from the source's segments, a piece at a time: a run's
+    frames one after another from its offset, a chunk of the file at a time. Where a piece of a
+    run ends, the next piece of that run goes on from there (a run is read once, however it was
+    cut). It holds one chunk, or one frame when a frame is larger, and one record."""
+
+    def __init__(self, fs: FileSystem, path: str, walk: JournalWalk) -> None:
+        self._fs = fs
+        self._path = path
+        self._salts = {w.name: w.header.salt for w in walk.segments if w.header is not None}
+        self._file: File | None = None
+        self._name = ""
+        self._buf = b""
+        self._buf_at = 0
+        self._resume: dict[tuple[str, int], int] = {}  # (segment, run offset) -> the frame to read next
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def records(self, piece: Run) -> Iterator[Record]:
+        """The records of ``piece``, in seq order; CorruptionError if the source changed since
+        it was walked (a frame is not where the walk found it, or no longer genuine)."""
+        key = (piece.segment, piece.offset)
+        name = piece.segment
+        seq = piece.seq_first
+        size_max = fmt.FRAME_STORED_BYTES_LIMIT  # as walk_segment decoded them
+        frames = [self._frame(name, self._resume.pop(key, piece.offset), seq)]  # its seq is not known yet
+        while True:
+            for frame in frames:
+                kind = frame.flags & fmt.FLAG_KIND_MASK
+                if kind not in fmt.RECORD_KINDS:
+                    if kind != fmt.KIND_PADDING:  # a run never reaches past its segment's seal
+                        raise _changed(name, frame.offset, seq)
+                    continue
+                if frame.seq < seq:
+                    continue  # every record of it comes before the piece (another piece took them)
+                if kind == fmt.KIND_BLOCK:
+                    recs = decode_block(frame, self._buf, self._buf_at, name, size_max)
+                else:
+                    recs = [decode_payload(frame, self._buf, self._buf_at, name, size_max)]
+                for n, rec in enumerate(recs):
+                    if rec.seq < seq:
+                        continue
+                    if rec.seq != seq:
+                        raise _changed(name, frame.offset, seq)
+                    yield rec
+                    seq += 1
+                    if seq > piece.seq_last:
+                        self._resume[key] = frame.offset if n + 1 < len(recs) else frame.end
+                        return
+            last = frames[-1]
+            frames = self._frames(name, last.end, last.seq + 1)
+
+    def _frames(self, name: str, pos: int, expected: int) -> list[fmt.Frame]:
+        """The genuine frames in sequence from ``pos`` that the buffer holds (one scan, in C where
+        it is built), or the one frame there, read whole."""
+        if self._holds(pos, fmt.FRAME_HEADER_SIZE_BYTES):
+            res = fmt.scan(self._buf, pos - self._buf_at, self._salts[name], expected, base_offset=self._buf_at)
+            if res.frames:
+                return res.frames
+        return [self._frame(name, pos, expected)]
+
+    def _frame(self, name: str, pos: int, seq: int) -> fmt.Frame:
+        """The genuine frame at ``pos`` of segment ``name``, with its bytes in the buffer."""
+        if self._file is None or self._name != name:
+            self.close()
+            self._file = self._fs.open_read(os.path.join(self._path, name))
+            self._name, self._buf, self._buf_at = name, b"", 0
+        header = fmt.FRAME_HEADER_SIZE_BYTES
+        if not self._holds(pos, header):
+            self._read(pos, COPY_CHUNK_BYTES)
+        stored_len = fmt.read_frame_header(self._buf, pos - self._buf_at)[1] if self._holds(pos, header) else 0
+        if stored_len > fmt.FRAME_STORED_BYTES_LIMIT:
+            raise _changed(name, pos, seq)
+        if not self._holds(pos, header + stored_len):
+            self._read(pos, max(COPY_CHUNK_BYTES, header + stored_len))
+        got = fmt.verify_frame(self._buf, pos - self._buf_at, self._salts[name])
+        if got is None or not got.supported:
+            raise _changed(name, pos, seq)
+        count = _records_in(got, self._buf) if got.kind in fmt.RECORD_KINDS else 0
+        return fmt.Frame(pos, got.seq, got.flags, got.raw_len, got.stored_len, count)
+
+    def _holds(self, pos: int, size: int) -> bool:
+        return self._buf_at <= pos and pos + size <= self._buf_at + len(self._buf)
+
+    def _read(self, pos: int, size: int) -> None:
+        self._buf = b""  # let the old chunk go before the new one is read
+        self._buf = pread_upto(present(self._file, "a segment is open"), size, pos)
+        self._buf_at = pos
+
+
+def _changed(segment: str, offset: int, seq: int) -> CorruptionError:
+    return CorruptionError(segment, offset, seq, "the frame salvage found there on its first read is not there "
+                           "any more: the source changed while salvage read it (salvage a journal no writer has open)")
 
 
 def quarantine_files(path: str, fs: FileSystem | None = None) -> list[str]:

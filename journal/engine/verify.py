@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.engine.core import LOCK_FILE
 from journal.engine.recovery import TailDecision, decide
 from journal.engine.salvage import (
     JournalWalk,
     Loss,
     Progress,
+    SegmentCheck,
     SegmentWalk,
     quarantine_files,
     reading,
@@ -38,7 +40,7 @@ from journal.engine.salvage import (
 )
 from journal.engine.segment import read_seal
 from journal.errors import CorruptionError, InvariantError, NewerFormatError
-from journal.fs import FileSystem, OsFileSystem, flock_holder, read_file
+from journal.fs import FileSystem, OsFileSystem, flock_holder
 
 CLEAN = "clean"
 TORN = "torn"
@@ -139,9 +141,21 @@ def _check_seal(fs: FileSystem, path: str, seg: SegmentWalk, problems: list[Loss
                              f"({len(bad)} bad entries)", s, s))
 
 
+def check_seals(fs: FileSystem, path: str) -> SegmentCheck:
+    """walk_journal's check of each segment before the live one, while it holds its frames: its
+    footer against them (``seal_problems``), for ``classify``."""
+
+    def check(seg: SegmentWalk, last: bool) -> None:
+        if not last and seg.header is not None and seg.header_trusted and not seg.losses:
+            _check_seal(fs, path, seg, seg.seal_problems)
+
+    return check
+
+
 def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
-    """The verdict for a walked journal (reads the segments' footers again through ``fs``; writes
-    nothing). An OSError of the file layer propagates: ``verify`` makes it a JournalIOError."""
+    """The verdict for a walked journal (walked with ``check_seals``; reads the live segment again
+    through ``fs``; writes nothing). An OSError of the file layer propagates: ``verify`` makes it a
+    JournalIOError."""
     fs = fs or OsFileSystem()
     path = walk.path
     rep = VerifyReport(path, segments=len(walk.segments), temp_files=list(walk.temp_files))
@@ -156,25 +170,27 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
     live = walk.segments[-1]
     for seg in walk.segments[:-1]:
         rep.problems.extend(seg.losses)
-        if seg.header is not None and seg.header_trusted and not seg.losses:
-            _check_seal(fs, path, seg, rep.problems)
-    # The live segment: exactly what the writer's recovery would decide. It is read again here
-    # and everything said of it comes from that one read: a writer appending, closing or rolling
-    # over since the walk read it changes its bytes (the reserved space is cut at both).
-    data = _read(fs, os.path.join(path, live.name))
+        rep.problems.extend(seg.seal_problems)  # found while the walk held its frames (check_seals)
+    # The live segment: exactly what the writer's recovery would decide. It is looked at again
+    # here and everything said of it comes from that one look (one open file, up to the size it
+    # had; read a window at a time): a writer appending, closing or rolling over since the walk
+    # read it changes its bytes (the reserved space is cut at both).
+    look = _read(fs, os.path.join(path, live.name))
     decision: TailDecision | None = None
     failure: CorruptionError | NewerFormatError | None = None
     if live.header is not None and live.header_trusted:
         # The journal's id is the walk's (most segments', as the writer's open decides it): a
         # live segment is foreign only if it carries another, never because the one before it does.
-        decision, failure, data = _decide_live(
-            fs, data, live.header, live.name, os.path.join(path, live.name), walk.journal_id
+        decision, failure, live = _decide_live(
+            fs, look, live.header, live.name, os.path.join(path, live.name), walk.journal_id
         )
-        live = walk_segment(live.name, data)
         walk.segments[-1] = live
+    else:
+        _close(look)
+    size = live.size_bytes
     for seg in walk.segments:
         rep.size_bytes += seg.size_bytes
-        rep.records += len(seg.records)
+        rep.records += seg.count
         if seg.last_seq is not None:
             rep.last_seq = max(rep.last_seq, seg.last_seq)
     if live.header is None or not live.header_trusted:
@@ -193,7 +209,7 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
             rep.problems.append(Loss(live.name, exc.offset, walked.length_bytes, exc.reason, walked.seq_first,
                                      walked.seq_last, True))
         else:
-            rep.problems.append(Loss(live.name, exc.offset, len(data) - exc.offset, exc.reason, exc.seq, None, True))
+            rep.problems.append(Loss(live.name, exc.offset, size - exc.offset, exc.reason, exc.seq, None, True))
         rep.problems.extend(loss for loss in live.losses if loss.offset != exc.offset)
     else:
         if not (decision is not None):
@@ -202,18 +218,18 @@ def classify(walk: JournalWalk, fs: FileSystem | None = None) -> VerifyReport:
         if holder is not None:
             # Zeros after the last frame while a writer holds the lock: its reserved space.
             rep.notes.append(
-                f"{len(data) - decision.valid_end} bytes of zeros after the last record of {live.name}: "
+                f"{size - decision.valid_end} bytes of zeros after the last record of {live.name}: "
                 f"space reserved by the writer that has the journal open (pid {holder}), not damage"
             )
         elif decision.cut:
             data_frames = fmt.record_frames(decision.frames)
             tail_first = data_frames[-1].seq + 1 if data_frames else live.header.base_seq
-            rep.torn_tail = Loss(live.name, decision.valid_end, len(data) - decision.valid_end,
+            rep.torn_tail = Loss(live.name, decision.valid_end, size - decision.valid_end,
                                  f"{decision.tail} tail", tail_first, None)
             # Records past a torn tail were never acknowledged as durable; recovery cuts them.
-            rep.records = sum(len(s.records) for s in walk.segments[:-1]) + sum(fr.records for fr in data_frames)
-            rep.last_seq = max((r.seq for s in walk.segments for r in s.records
-                                if s is not live or r.seq < tail_first), default=0)
+            rep.records = sum(s.count for s in walk.segments[:-1]) + sum(fr.records for fr in data_frames)
+            before_tail = [min(run.seq_last, tail_first - 1) for run in live.runs if run.seq_first < tail_first]
+            rep.last_seq = max([s.last_seq or 0 for s in walk.segments[:-1]] + before_tail, default=0)
             # A genuine frame before the tail whose record does not decode is damage all the same:
             # cutting the tail leaves it there.
             rep.problems.extend(loss for loss in live.losses if loss.offset < decision.valid_end)
@@ -241,37 +257,59 @@ LIVE_REREAD_WAIT_S = 0.02  # before reading a live writer's torn-looking tail ag
 
 
 def _decide_live(
-    fs: FileSystem, data: bytes, header: fmt.SegmentHeader, name: str, path: str, journal_id: bytes | None = None
-) -> tuple[TailDecision | None, CorruptionError | NewerFormatError | None, bytes]:
-    """recovery.decide on the live segment, read again while it looks damaged.
+    fs: FileSystem, look: tail.SegmentBytes, header: fmt.SegmentHeader, name: str, path: str,
+    journal_id: bytes | None = None,
+) -> tuple[TailDecision | None, CorruptionError | NewerFormatError | None, SegmentWalk]:
+    """recovery.decide on the live segment, looked at again while it looks damaged.
 
-    Returns the decision (or the error) and the bytes it was made on. A writer may be appending
-    while verify reads: a long read is copied page by page, so its first pages can show the
-    zeros before a frame landed and its later pages the batches written after it, which looks
-    like damage before a durable frame; and a batch is written body first and its first header
-    last, so between the two writes a live writer's tail looks torn. Damage that is still there
-    in a fresh read is real; a torn tail is only read again while a writer holds the lock.
+    Returns the decision (or the error) and the walk of the look it was made on (``look``, or
+    a fresh one; each is closed). A writer may be appending while verify reads: a long read is
+    copied page by page, so its first pages can show the zeros before a frame landed and its
+    later pages the batches written after it, which looks like damage before a durable frame;
+    and a batch is written body first and its first header last, so between the two writes a
+    live writer's tail looks torn. Damage that is still there in a fresh look is real; a torn
+    tail is only looked at again while a writer holds the lock.
     """
     lock = os.path.join(os.path.dirname(path), LOCK_FILE)
     for attempt in range(LIVE_READS_MAX):
         last = attempt == LIVE_READS_MAX - 1
         try:
-            decision = decide(data, header, name, path, journal_id)
-        except NewerFormatError as exc:
-            return None, exc, data
-        except CorruptionError as exc:
-            if last:
-                return None, exc, data
-        else:
-            if decision.tail != "torn" or last or flock_holder(lock) is None:
-                return decision, None, data
-            time.sleep(LIVE_REREAD_WAIT_S * (attempt + 1))  # give the batch's header time to land
-        data = _read(fs, path)
+            try:
+                decision = decide(look, header, name, path, journal_id)
+            except NewerFormatError as exc:
+                return None, exc, _walk(name, look)
+            except CorruptionError as exc:
+                if last:
+                    return None, exc, _walk(name, look)
+            else:
+                if decision.tail != "torn" or last or flock_holder(lock) is None:
+                    return decision, None, _walk(name, look)
+                time.sleep(LIVE_REREAD_WAIT_S * (attempt + 1))  # give the batch's header time to land
+        finally:
+            _close(look)
+        look = _read(fs, path)
     raise AssertionError("unreachable")
 
 
-def _read(fs: FileSystem, path: str) -> bytes:
-    return read_file(fs, path)
+def _read(fs: FileSystem, path: str) -> tail.SegmentBytes:
+    """A look at the live segment: the file, open, and its size now, read a window at a time
+    (the caller closes it, ``_close``)."""
+    f = fs.open_read(path)
+    try:
+        return tail.FileBytes(f)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _walk(name: str, look: tail.SegmentBytes) -> SegmentWalk:
+    """The walk of the bytes a decision was made on: the same file, up to the same size."""
+    return walk_segment(name, tail.FileBytes(look.file, look.size) if isinstance(look, tail.FileBytes) else look)
+
+
+def _close(look: tail.SegmentBytes) -> None:
+    if isinstance(look, tail.FileBytes):
+        look.file.close()
 
 
 def verify(path: str, progress: Progress | None = None, fs: FileSystem | None = None) -> VerifyReport:
@@ -282,6 +320,6 @@ def verify(path: str, progress: Progress | None = None, fs: FileSystem | None = 
     """
     path = os.fspath(path)
     fs = fs or OsFileSystem()
-    walk = walk_journal(path, progress=progress, fs=fs)
+    walk = walk_journal(path, progress=progress, fs=fs, check=check_seals(fs, path))
     with reading(path):
         return classify(walk, fs)

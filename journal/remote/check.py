@@ -40,6 +40,8 @@ def verify_url(url: str, progress: Progress | None = None) -> VerifyReport:
         total = max(0, j.last_seq - rep.first_seq + 1)
         try:
             for rec in j.read():
+                if not rec.is_bytes:
+                    rec.event  # noqa: B018 - a JSON record must decode (CorruptionError, below)
                 rep.records += 1
                 rep.last_seq = rec.seq
                 rep.size_bytes += len(rec.payload)
