@@ -14,6 +14,7 @@ import pytest
 import journal
 from journal.crashsim.faults import FaultyFileSystem
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.fs import OsFileSystem
 from tests.conftest import live_segment, segments
 
@@ -189,7 +190,6 @@ class _SplitPreadFS(OsFileSystem):
     reserved space whole, in one long pread, as the race needs; where holes are known it reads
     only the page before the hole, and the race has nothing to split."""
 
-
     def __init__(self, during) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
         self.during = during
@@ -253,13 +253,13 @@ def test_verify_racing_appends_into_reserved_space_reports_no_corruption(jpath: 
         orig = V._read
         calls = []
 
-        def split_read(fs: OsFileSystem, p: str) -> bytes:
+        def split_read(fs: OsFileSystem, p: str) -> tail.InMemory:
             calls.append(p)
             with open(p, "rb") as f:
                 first = f.read(PAGE)
                 if len(calls) == 1:
                     during()
-                return first + f.read()
+                return tail.InMemory(first + f.read())
 
         V._read = split_read  # type: ignore[assignment]
         try:
@@ -481,11 +481,15 @@ def test_verify_during_a_header_last_batch_reads_again(jpath: str, monkeypatch: 
     reads: list[str] = []
     read = V._read
 
-    def watched_read(fs: OsFileSystem, p: str) -> bytes:
+    def watched_read(fs: OsFileSystem, p: str) -> tail.InMemory:
         reads.append(p)
         if len(reads) > 1:  # reading again: only once the writer's header is there
             assert header_written.wait(WAIT_S), "the writer never wrote the batch's header"
-        data = read(fs, p)
+        look = read(fs, p)  # verify reads a look a window at a time: here all of it at once, now
+        try:
+            data = tail.InMemory(look.read(0, look.size))
+        finally:
+            look.file.close()
         torn_read.set()
         return data
 
