@@ -32,7 +32,7 @@ from typing import Any
 import zstandard
 
 from journal.api import Journal
-from journal.fs import FileSystem, OsFileSystem, refuse_link, write_atomic
+from journal.fs import FileSystem, OsFileSystem, read_all, refuse_link, write_atomic
 from journal.record import zstd_declared_size
 from journal.session.errors import SessionError
 
@@ -187,7 +187,7 @@ class ArtifactStore:
         except FileNotFoundError:
             raise ArtifactMissingError(ref) from None
         try:
-            packed = f.pread(f.size(), 0)
+            packed = read_all(f)  # reads on past a short read (a pread returns at most 2 GiB)
         finally:
             f.close()
         data = _decompressed(ref, packed)

@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import xxhash
 
 from journal.api import Journal
-from journal.fs import FileSystem, OsFileSystem, follow_link
+from journal.fs import FileSystem, OsFileSystem, follow_link, pread_upto
 from journal.fs import write_atomic as fs_write_atomic
 from journal.session.envelope import Event, decode
 from journal.session.errors import SessionError
@@ -183,7 +183,7 @@ def read(path: SnapshotSource, fs: FileSystem | None = None) -> SavedSnapshot:
         size = f.size()
         if size > SNAPSHOT_BYTES_MAX:
             raise SnapshotDamagedError(p, f"{size} bytes is over the {SNAPSHOT_BYTES_MAX} byte limit")
-        data = f.pread(size, 0)
+        data = pread_upto(f, size, 0)  # a short read fails the file's checksum: damaged
     finally:
         f.close()
     return decode_file(data, p)

@@ -53,7 +53,7 @@ import xxhash
 
 import journal
 from journal.api import LOCK_FILE, Committed, Journal, JournalError, JournalNotFoundError, NotAJournalError
-from journal.fs import FileSystem, Lock, OsFileSystem, ensure_dir, make_dirs, refuse_link, take_lock
+from journal.fs import FileSystem, Lock, OsFileSystem, ensure_dir, make_dirs, read_all, refuse_link, take_lock
 from journal.fs import remove_tree as remove_dir
 from journal.session.artifacts import ArtifactStore
 from journal.session.envelope import SESSION_ID_RE, check_session_id
@@ -564,7 +564,7 @@ class SessionStore:
         except FileNotFoundError:
             return None
         try:
-            data = f.pread(f.size(), 0)
+            data = read_all(f)
         finally:
             f.close()
         first = data.find(b"\n") + 1

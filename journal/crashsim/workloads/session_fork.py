@@ -31,7 +31,7 @@ from journal.crashsim.memfs import MemFileSystem
 from journal.crashsim.workloads.core import CRASH_RESERVE_BYTES, JOURNAL_PATH, Ctx, Ledger, workload
 from journal.engine.core import Journal
 from journal.engine.reader import Record
-from journal.fs import FileSystem
+from journal.fs import FileSystem, read_all
 from journal.session import fork as forking
 from journal.session.envelope import decode
 from journal.session.registry import Registry
@@ -85,7 +85,7 @@ def _files_under(fs: FileSystem, directory: str) -> dict[str, str]:
             continue
         f = fs.open_read(path)
         try:
-            out[name] = hashlib.sha256(f.pread(f.size(), 0)).hexdigest()
+            out[name] = hashlib.sha256(read_all(f)).hexdigest()
         finally:
             f.close()
     return out
@@ -148,7 +148,7 @@ def _first_life(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
 def _plan(fs: FileSystem) -> dict[str, Any]:
     f = fs.open_read(PLAN_PATH)
     try:
-        return cast(dict[str, Any], json.loads(f.pread(f.size(), 0)))
+        return cast(dict[str, Any], json.loads(read_all(f)))
     finally:
         f.close()
 

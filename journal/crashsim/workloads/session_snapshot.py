@@ -28,7 +28,7 @@ from journal.crashsim.workloads.core import CRASH_RESERVE_BYTES, JOURNAL_PATH, C
 from journal.crashsim.workloads.session_fork import CheckCache, image_key, talk
 from journal.engine.core import Journal
 from journal.engine.reader import Record
-from journal.fs import FileSystem, write_new
+from journal.fs import FileSystem, read_all, write_new
 from journal.session import snapshot
 from journal.session.reducer import SessionReducer
 from journal.session.registry import Registry
@@ -51,7 +51,7 @@ class SessionSnapshotViolation(AssertionError):
 def _read(fs: FileSystem, path: str) -> bytes:
     f = fs.open_read(path)
     try:
-        return f.pread(f.size(), 0)
+        return read_all(f)
     finally:
         f.close()
 
