@@ -198,8 +198,8 @@ def _check_journal_command(argv: list[str]) -> str | None:
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)
-    except SystemExit as exc:
-        return f"the command's parser refused it (exit {exc.code})"
+    except SystemExit as exc:  # --help and --version exit 0 once they have printed
+        return None if exc.code in (0, None) else f"the command's parser refused it (exit {exc.code})"
     if unknown:
         return f"unknown arguments {unknown}"
     return None if args.command else "no subcommand"
