@@ -63,8 +63,8 @@ def test_no_file_tells_a_user_to_install_the_old_name() -> None:
 
 def test_the_old_spellings_are_recognised() -> None:
     # The check above cannot pass by matching nothing.
-    old = ["pip install 'journal" + "[langgraph]'", "pip install jour" + "nal", "(`journal" + "[nats]`)",
-           "pip install -U journal" + "\n", "``pip install 'journal" + "[NAME]'``", "'journal" + "[{extra}]'"]
+    old = ["pip install 'jour" + "nal[langgraph]'", "pip install jour" + "nal", "(`jour" + "nal[nats]`)",
+           "pip install -U jour" + "nal\n", "``pip install 'jour" + "nal[NAME]'``", "'jour" + "nal[{extra}]'"]
     new = ["pip install 'journal-engine[langgraph]'", "pip install journal-engine", "pip install -e '.[adk]'",
            "self.journal" + "[key]", "pip install journal_engine-0.1.0.whl"]
     assert all(any(p.search(s) for p in OLD_SPELLINGS) for s in old)

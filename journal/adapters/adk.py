@@ -93,7 +93,7 @@ try:  # the framework comes with the adk extra; without it, say so (not a bare M
     from pydantic_core import PydanticSerializationError, to_jsonable_python
     from typing_extensions import override
 except ImportError as exc:
-    raise MissingExtraError(__name__, "Google ADK 2.10 or later (google-adk)", "adk", exc) from exc
+    raise MissingExtraError(__name__, "Google ADK 2.11 or later (google-adk)", "adk", exc) from exc
 
 import journal.aio
 from journal.aio import AsyncJournal
