@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from journal.api import Journal, Store
-from journal.errors import InvalidArgumentError, install_line
+from journal.errors import InvalidArgumentError, MissingExtraError, install_line
 from journal.remote.url import SCHEMES, RemoteURL, parse_url
 
 
@@ -43,7 +43,7 @@ def open_store(url: str, **options: Any) -> Store:
         module = importlib.import_module(f"journal.remote.{name}")
     except ImportError as exc:
         raise InvalidArgumentError(f"{parsed.display()} needs the {parsed.backend} backend's client library: "
-                                   f"{install_line(parsed.backend)} ({exc})") from exc
+                                   f"{install_line(parsed.backend)} ({_why(exc)})") from exc
     opened: Store = module.open_store(parsed, **options)
     return opened
 
@@ -56,8 +56,14 @@ def _backend(parsed: RemoteURL) -> ModuleType:
     except ImportError as exc:
         extra = {"postgres": "postgres", "nats": "nats"}[parsed.backend]
         raise InvalidArgumentError(
-            f"{parsed.display()} needs the {parsed.backend} backend's client library: {install_line(extra)} ({exc})"
+            f"{parsed.display()} needs the {parsed.backend} backend's client library: {install_line(extra)} "
+            f"({_why(exc)})"
         ) from exc
+
+
+def _why(exc: ImportError) -> BaseException:
+    """What failed to import: a backend's MissingExtraError already carries the install line."""
+    return exc.__cause__ if isinstance(exc, MissingExtraError) and exc.__cause__ is not None else exc
 
 
 def is_url(target: object) -> bool:
