@@ -235,3 +235,22 @@ def test_crash_test_list_describes_every_workload() -> None:
     rows = [line.split(None, 1) for line in got.stdout.splitlines() if line.strip()]
     assert {"retention", "shared-writers"} <= {row[0] for row in rows}
     assert all(len(row) == 2 and len(row[1]) > 20 for row in rows), [row for row in rows if len(row) < 2]
+
+
+@pytest.mark.parametrize(("url", "library", "extra"), [
+    ("postgresql://127.0.0.1:5432/test?journal=x", "psycopg", "postgres"),
+    ("nats://127.0.0.1:4222?journal=x", "nats", "nats"),
+])
+def test_a_server_url_without_its_client_library_names_the_extra(url: str, library: str, extra: str) -> None:
+    code = (
+        "import sys\n"
+        f"sys.modules[{library!r}] = None  # as if it were not installed\n"
+        "import journal\n"
+        "try:\n"
+        f"    journal.open({url!r})\n"
+        "except journal.JournalError as exc:\n"
+        "    print(exc)\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert got.stdout.count(f"pip install '{DISTRIBUTION}[{extra}]'") == 1, got.stdout
