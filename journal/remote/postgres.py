@@ -61,12 +61,18 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlsplit
+
+if sys.version_info >= (3, 11):
+    from typing import LiteralString
+else:  # Python 3.10's typing has none; it is the type checker's word (mypy reads this as 3.11)
+    LiteralString = str
 
 import xxhash
 
