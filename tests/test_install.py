@@ -254,3 +254,28 @@ def test_a_server_url_without_its_client_library_names_the_extra(url: str, libra
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert got.returncode == 0, got.stdout + got.stderr
     assert got.stdout.count(f"pip install '{DISTRIBUTION}[{extra}]'") == 1, got.stdout
+
+
+def test_every_module_imports_on_this_python() -> None:
+    # A module written for a later Python than the package claims fails here on the earlier
+    # one (scripts/test-pythons runs this file on each). An adapter or backend whose framework
+    # is not installed raises MissingExtraError, which is what it should do.
+    import importlib
+    import pkgutil
+
+    import journal
+    from journal.errors import MissingExtraError
+
+    failed, imported = [], 0
+    for info in pkgutil.walk_packages(journal.__path__, "journal."):
+        if info.name.endswith("__main__"):
+            continue  # runs the command
+        try:
+            importlib.import_module(info.name)
+            imported += 1
+        except MissingExtraError:
+            pass
+        except Exception as exc:
+            failed.append(f"{info.name}: {type(exc).__name__}: {exc}")
+    assert not failed, "\n".join(failed)
+    assert imported > 80
