@@ -397,6 +397,25 @@ def test_every_command_reads_and_copies_a_record_over_16_mib(tmp_path: pathlib.P
             assert events(m) == [big, {"small": 1}]
 
 
+def test_fork_and_export_read_a_session_event_over_16_mib(tmp_path: pathlib.Path) -> None:
+    """The session commands too: a session whose writer raised record_size_bytes_max forks (its
+    clean points listed) and exports without being asked for a limit they have no option for."""
+    import journal.session
+
+    parent = tmp_path / "parent"
+    text = "x" * (17 << 20)
+    s = journal.session.open(parent, create=True, record_size_bytes_max=18 << 20)
+    s.append("user.message", {"text": text})
+    s.close()
+    for args in (["fork", str(parent), "--points"], ["fork", str(parent), str(tmp_path / "child")],
+                 ["export", str(parent), str(tmp_path / "out.jsonl")]):
+        code, _out, err = cli(*args)
+        assert code == 0, (args, code, err[-2000:])
+    with journal.open(tmp_path / "child", readonly=True, record_size_bytes_max=18 << 20) as c:
+        assert [r.event["data"].get("text") for r in c.read()][1] == text
+    assert text in (tmp_path / "out.jsonl").read_text()
+
+
 def test_a_record_of_the_largest_size_allowed_goes_through_every_reader_and_command(big_dir: pathlib.Path) -> None:
     path = big_dir / "j"
     with journal.open(path, create=True, compress=False):

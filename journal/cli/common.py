@@ -164,6 +164,13 @@ def record_json(rec: Any) -> dict[str, Any]:
     return out
 
 
+def record_size_limit() -> int:
+    """The largest ``record_size_bytes_max`` the API allows: what a command reads with."""
+    from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
+
+    return RECORD_SIZE_BYTES_MAX_LIMIT
+
+
 def open_journal(target: str, **options: Any) -> Any:
     """``journal.open`` for a command: with the largest ``record_size_bytes_max`` the API allows,
     so a command reads (and copies) any record a writer could have stored. The limit belongs to a
@@ -171,9 +178,8 @@ def open_journal(target: str, **options: Any) -> Any:
     for it: with the handle's default a record over 16 MiB was refused with advice to raise a
     limit the command could not take."""
     import journal
-    from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
 
-    return journal.open(target, record_size_bytes_max=RECORD_SIZE_BYTES_MAX_LIMIT, **options)
+    return journal.open(target, record_size_bytes_max=record_size_limit(), **options)
 
 
 def is_session(j: Any) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from journal.cli.common import OK, USAGE, configure_common, fail
+from journal.cli.common import OK, USAGE, configure_common, fail, record_size_limit
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json and args.out == "-":
         # The summary goes to stdout, as every --json document does: the export itself cannot.
         return fail(args, "export", USAGE, "--json prints the summary on stdout; give OUT, the file to export to")
-    lines, final_newline, rep = export_journal(args.path, args.drop_defective)
+    lines, final_newline, rep = export_journal(args.path, args.drop_defective, record_size_limit())
     if args.format is not None and args.format != rep.format:
         return fail(args, "export", USAGE, f"{args.path} holds a {rep.format} import, not {args.format}")
     write_export(args.out, lines, final_newline)

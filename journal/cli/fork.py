@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from journal.cli.common import OK, configure_common, emit, int_at_least
+from journal.cli.common import OK, configure_common, emit, int_at_least, record_size_limit
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.store) if args.store else None
     parent_path = store.journal_path(args.parent) if store is not None else args.parent
     if args.points:
-        points = fork_points(parent_path)
+        points = fork_points(parent_path, record_size_bytes_max=record_size_limit())
         rows: Any = [{"seq": p.seq, "lastSeq": p.last_seq, "kind": p.kind, "messageSeq": p.message_seq,
                       "preview": p.preview} for p in points]
         emit(args, "\n".join([f"{len(points)} clean fork point(s):", *(f"  {p.describe()}" for p in points)]), rows)
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.child:
             raise ValueError("give the new journal directory CHILD (or use --store ROOT)")
-        got = fork(parent_path, args.child, args.at_seq, origin=args.origin)
+        got = fork(parent_path, args.child, args.at_seq, origin=args.origin, record_size_bytes_max=record_size_limit())
     data = {"path": got.path, "sessionId": got.session_id, "parentSessionId": got.parent_session_id,
             "forkSeq": got.fork_seq, "depth": got.depth, "origin": got.origin, "headerSeq": got.header_seq}
     emit(args, f"forked session {got.parent_session_id} after seq {got.fork_seq} into {got.session_id} at "

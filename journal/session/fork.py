@@ -237,11 +237,16 @@ def scan_points(j: Journal, registry: Registry) -> list[ForkPoint]:
 
 
 def fork_points(
-    path: str | os.PathLike[str], registry: Registry | None = None, fs: FileSystem | None = None
+    path: str | os.PathLike[str],
+    registry: Registry | None = None,
+    fs: FileSystem | None = None,
+    record_size_bytes_max: int | None = None,
 ) -> list[ForkPoint]:
     """The clean fork points of the session stored in the journal at ``path`` (a directory or a
-    server URL)."""
+    server URL), read with ``record_size_bytes_max`` (the handle's default if None)."""
     options: dict[str, Any] = {} if fs is None else {"fs": fs}  # a server journal takes no file system
+    if record_size_bytes_max is not None:
+        options["record_size_bytes_max"] = record_size_bytes_max
     with journal.open(path, readonly=True, **options) as j:
         return scan_points(j, registry or Registry())
 
@@ -311,6 +316,7 @@ def fork(
     link: bool = True,
     fs: FileSystem | None = None,
     time: str | None = None,
+    record_size_bytes_max: int | None = None,
 ) -> ForkResult:
     """Fork the session in ``parent`` after seq ``at_seq`` into a new session journal ``child``.
 
@@ -328,7 +334,10 @@ def fork(
         raise FileExistsError(f"fork target {child_path!r} already exists; pick a new directory")
     # The parent stays open (read-only, no lock) until its prefix is copied: the copy is its own
     # (PrefixCopier.copy_prefix), so the session layer needs nothing of the engine's storage.
-    with journal.open(parent_path, readonly=True, fs=fs) as pj:
+    # The parent is read with ``record_size_bytes_max`` (the handle's default if None): a parent
+    # whose writer raised its limit holds records only a handle with that limit reads.
+    limit: dict[str, Any] = {} if record_size_bytes_max is None else {"record_size_bytes_max": record_size_bytes_max}
+    with journal.open(parent_path, readonly=True, fs=fs, **limit) as pj:
         plan = plan_fork(pj, at_seq, session_id=session_id, origin=origin, workspace=workspace, registry=registry,
                          snapshot=snapshot, fs=fs, time=time)
         at_seq, header = plan.at_seq, plan.header

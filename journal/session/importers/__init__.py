@@ -45,11 +45,15 @@ def import_file(
     return _import_file(FORMATS[format_name], source, dest, skip_bad, split_joined, progress, fs=fs)
 
 
-def export_journal(path: str, drop_defective: bool = False) -> tuple[list[str], bool, ExportReport]:
-    """The source lines stored in the journal at ``path`` (read-only)."""
+def export_journal(
+    path: str, drop_defective: bool = False, record_size_bytes_max: int | None = None
+) -> tuple[list[str], bool, ExportReport]:
+    """The source lines stored in the journal at ``path`` (read-only, with ``record_size_bytes_max``:
+    the handle's default if None)."""
     import journal
 
-    with journal.open(path, readonly=True) as j:
+    limit: dict[str, Any] = {} if record_size_bytes_max is None else {"record_size_bytes_max": record_size_bytes_max}
+    with journal.open(path, readonly=True, **limit) as j:
         records: list[Any] = list(j.read())
     return export_lines(records, drop_defective)
 
