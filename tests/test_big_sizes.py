@@ -20,6 +20,7 @@ reproduction: 22 appends into a 4 GiB segment, all Committed, then a reopen), wr
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -28,14 +29,18 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import xxhash
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import journal
 from journal.engine import format as fmt
+from journal.engine import tail
 from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
 from journal.outcomes import Committed
 from tests.conftest import live_segment, segments
@@ -422,6 +427,117 @@ def test_a_record_of_the_largest_size_allowed_goes_through_every_reader_and_comm
         pass
     out = run_limited("largest_record", LARGEST_RECORD_MEMORY_LIMIT_BYTES, path=str(path), work=str(big_dir))
     assert out["record_bytes"] == RECORD_SIZE_BYTES_MAX_LIMIT
+
+
+# --- the windows read what one buffer would: the same frames, stops and tail answers ---------
+
+
+@functools.cache
+def _live_segment_bytes() -> tuple[bytes, int, int]:
+    """A live segment of a real journal (frames of one record, a keyed one, a block, commit
+    marks, padding to 512-byte sectors): its bytes, salt and base seq."""
+    with tempfile.TemporaryDirectory() as d:
+        with journal.open(d, create=True, compress=False, sector_bytes=512) as j:
+            committed([j.append({"n": i, "pad": "p" * (i * 37)}) for i in range(4)])
+            committed([j.append({"keyed": 1}, idempotency_key="k")])
+            committed(j.append_many([{"b": i} for i in range(6)], durability="flush"))
+            committed([j.append({"last": True})])
+        data = live_segment(d).read_bytes()
+    header = fmt.decode_segment_header(data)
+    return data, header.salt, header.base_seq
+
+
+class _Sparse:
+    """Bytes as a file system with ``block``-byte blocks would show them: a block of zeros only
+    is a hole (SEEK_DATA and SEEK_HOLE answer by block, as ext4 does by its own)."""
+
+    def __init__(self, data: bytes, block: int) -> None:
+        self._data, self._block, self.size = data, block, len(data)
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._data[offset : offset + size]
+
+    def _zero_block(self, i: int) -> bool:
+        return not any(self._data[i * self._block : (i + 1) * self._block])
+
+    def data_from(self, offset: int) -> int:
+        i = offset // self._block
+        while i * self._block < self.size and self._zero_block(i):
+            i += 1
+        return max(offset, min(i * self._block, self.size))
+
+    def hole_from(self, offset: int) -> int:
+        i = offset // self._block
+        while i * self._block < self.size and not self._zero_block(i):
+            i += 1
+        return max(offset, min(i * self._block, self.size))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_windows_read_what_one_buffer_would(data: st.DataObject) -> None:
+    """scan_segment, the zeros check, the durable-point search and the genuine-frame search over
+    windows as small as a header (holes skipped as a file system reports them) agree with
+    fmt.scan, fmt.zeros_from, fmt.find_durable_point and fmt.next_genuine_frame over the whole
+    buffer, on a real segment damaged, cut, zeroed and extended at random."""
+    base, salt, base_seq = _live_segment_bytes()
+    seg = bytearray(base)
+    for _ in range(data.draw(st.integers(0, 3))):
+        what = data.draw(st.sampled_from(["flip", "zero", "cut", "zeros", "garbage", "again"]))
+        at = data.draw(st.integers(fmt.SEGMENT_HEADER_SIZE_BYTES, max(fmt.SEGMENT_HEADER_SIZE_BYTES, len(seg))))
+        if what == "flip" and at < len(seg):
+            seg[at] ^= 0xFF
+        elif what == "zero":
+            end = at + data.draw(st.integers(1, 700))
+            seg[at:end] = bytes(len(seg[at:end]))
+        elif what == "cut":
+            del seg[at:]
+        elif what == "zeros":
+            seg += bytes(data.draw(st.integers(1, 3000)))
+        elif what == "garbage":
+            seg += data.draw(st.binary(min_size=1, max_size=200))
+        else:  # genuine frames again after what is there: a duplicate, or a durable point after damage
+            seg += base[at:]
+    raw = bytes(seg)
+    window = data.draw(st.integers(fmt.FRAME_HEADER_SIZE_BYTES, 300))
+    src = _Sparse(raw, data.draw(st.sampled_from([16, 64, 512])))
+    old_window = tail.WINDOW_BYTES
+    tail.WINDOW_BYTES = window
+    try:
+        start = fmt.SEGMENT_HEADER_SIZE_BYTES
+        whole = fmt.scan(raw, start, salt, base_seq)
+        windowed = tail.scan_segment(src, start, salt, base_seq)
+        assert (windowed.frames, windowed.stop, windowed.stop_offset, windowed.stop_seq) == (
+            whole.frames, whole.stop, whole.stop_offset, whole.stop_seq)
+        stop = whole.stop_offset
+        span = tail.Span(src, stop)
+        assert tail.all_zeros(span) == fmt.zeros_from(raw, stop)
+        last = tail.last_data_seq(whole, fmt.decode_segment_header(raw))
+        expected = fmt.find_durable_point(raw[stop:], 0, salt, last)
+        assert tail.durable_point(span, salt, last) == (None if expected is None else stop + expected)
+        frames = tail.GenuineFrames(src, salt)
+        for at in sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=4))):
+            got = frames.next(at)
+            want = fmt.next_genuine_frame(raw, at, salt)
+            assert got == want, (at, got, want)
+    finally:
+        tail.WINDOW_BYTES = old_window
+
+
+def test_a_window_that_ends_inside_a_header_starting_with_zeros_reads_on() -> None:
+    """A window that ends a byte into a frame whose checksum starts with a zero byte shows a
+    header of zeros cut short: the scan reads on from it, it is not a zero tail."""
+    for salt in range(1, 1 << 16):  # a salt that gives the record's frame a checksum ending in 0x00
+        frame = fmt.encode_frame(1, fmt.KIND_DATA, 2, b"{}", salt)
+        if frame[0] == 0:
+            break
+    header = fmt.encode_segment_header(fmt.SegmentHeader(fmt.FORMAT_VERSION, bytes(16), 0, 1, salt))
+    pad = fmt.encode_frame(0, fmt.KIND_PADDING, 40, bytes(40), salt)
+    raw = header + pad + frame
+    start = fmt.SEGMENT_HEADER_SIZE_BYTES
+    windows = list(tail.scan_windows(tail.InMemory(raw), start, salt, 1, window_bytes=len(pad) + 1))
+    assert [w.res.stop for w in windows] == [fmt.Stop.ZEROS, fmt.Stop.END] and not windows[0].last
+    assert [fr.seq for w in windows for fr in w.res.frames] == [0, 1]
 
 
 @pytest.mark.skipif(not CAMPAIGN, reason="writes ~2.2 GB of real records: JOURNAL_CAMPAIGN=1")

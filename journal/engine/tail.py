@@ -191,13 +191,14 @@ class Window(NamedTuple):
 
 
 def scan_windows(
-    src: SegmentBytes, start: int, salt: int, expected_seq: int, window_bytes: int = WINDOW_BYTES
+    src: SegmentBytes, start: int, salt: int, expected_seq: int, window_bytes: int | None = None
 ) -> Iterator[Window]:
     """``fmt.scan`` of ``src`` from ``start`` to its end, a window at a time: the windows' frames,
     in order, are the frames a scan of all the bytes at once finds, and the last window's stop is
     that scan's stop (reason, offset, seq). A window that ends inside a frame is read on from that
     frame, and a frame larger than a window is read whole (its length is checked against the
     format's limit by ``fmt.scan`` before it sizes a read). A caller may stop early."""
+    window_bytes = window_bytes or WINDOW_BYTES  # read when called: tests make windows small
     pos = start
     want = window_bytes
     into = getattr(src, "read_into", None)  # a file: its windows are read into one buffer
