@@ -284,7 +284,7 @@ class AsyncJournal:
                 if stop is not None:
                     try:
                         await asyncio.wait_for(stop.wait(), poll_interval_s)
-                    except TimeoutError:
+                    except asyncio.TimeoutError:  # the builtin TimeoutError only from Python 3.11 on
                         pass
                 else:
                     await asyncio.sleep(poll_interval_s)
