@@ -43,7 +43,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import nats.errors
+from journal.errors import MissingExtraError
+
+try:
+    import nats.errors
+except ImportError as exc:  # the extra is not installed
+    raise MissingExtraError(__name__, "nats-py 2.6 or later", "nats", exc) from exc
 
 from journal.api import CATALOG_VALUE_BYTES_MAX, Journal, JournalNotFoundError, Record
 from journal.engine import format as fmt

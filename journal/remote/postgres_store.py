@@ -41,8 +41,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import psycopg
-from psycopg import sql
+from journal.errors import MissingExtraError
+
+try:
+    import psycopg
+    from psycopg import sql
+except ImportError as exc:  # the extra is not installed
+    raise MissingExtraError(__name__, "psycopg 3.1.18 or later", "postgres", exc) from exc
 
 from journal.api import Journal, JournalLockedError, JournalNotFoundError
 from journal.engine.encoding import Encoded, encode_event
