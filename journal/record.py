@@ -31,7 +31,7 @@ try:
 except ImportError:  # no build of it for this interpreter: every payload takes the json path
     orjson = None  # type: ignore[assignment]
 
-from journal.errors import CorruptionError
+from journal.errors import CorruptionError, EventNotSerializableError
 
 # Payloads of dict events are UTF-8 JSON from the writer's encoder (never a BOM, never another
 # encoding): decoding the bytes once and handing a str to a prebuilt decoder skips json.loads'
@@ -133,6 +133,45 @@ def zstd_decompress_bounded(
     return out
 
 
+class StoredPayload:
+    """A record's payload as a journal stored it, to be appended again byte for byte (``copy``,
+    ``salvage``): ``Record.stored()`` makes one.
+
+    Re-encoding the decoded event would not give the same bytes for every payload a journal may
+    hold: one its writer never writes (NaN, an infinity, a number past a double's range, a lone
+    surrogate, a repeated key: from a crafted file, or another writer) reads as an event, but
+    the encoder refuses it or writes other bytes, so a copy would stop or differ from its source.
+    Appended as it is, the copy holds what the source holds. A JSON payload is still checked to be
+    the JSON of an object (the one rule every reader decodes by), so no append writes a record
+    that reads as corrupt."""
+
+    __slots__ = ("is_bytes", "payload")
+
+    def __init__(self, payload: bytes, is_bytes: bool) -> None:
+        payload = bytes(payload)
+        if not is_bytes:
+            try:
+                value = decode_json(payload)
+            except (ValueError, RecursionError) as exc:
+                raise EventNotSerializableError(f"a stored JSON payload must decode ({_why(exc)})") from None
+            if type(value) is not dict:
+                raise EventNotSerializableError(
+                    f"a stored JSON payload must be a JSON object, not a JSON {type(value).__name__}"
+                )
+        self.payload = payload
+        self.is_bytes = is_bytes
+
+    @classmethod
+    def _of(cls, payload: bytes, is_bytes: bool) -> StoredPayload:
+        """One whose payload has been decoded already (by ``Record.event``)."""
+        out = cls.__new__(cls)
+        out.payload, out.is_bytes = payload, is_bytes
+        return out
+
+    def __repr__(self) -> str:
+        return f"StoredPayload({len(self.payload)} bytes{', bytes' if self.is_bytes else ', JSON'})"
+
+
 class Record:
     """One record read back: its seq and the event exactly as it was appended.
 
@@ -172,6 +211,13 @@ class Record:
                 raise self.corrupt(f"the payload of a JSON record is a JSON {type(value).__name__}, not an object")
             self._event = value
         return self._event
+
+    def stored(self) -> StoredPayload:
+        """Its payload, to append again as it is (``StoredPayload``). Raises CorruptionError, as
+        ``event`` does, for a payload that is not what its flags say."""
+        if not self.is_bytes:
+            self.event  # noqa: B018 - decoding it is the check
+        return StoredPayload._of(self.payload, self.is_bytes)
 
     def corrupt(self, reason: str) -> CorruptionError:
         """The CorruptionError for this record, naming where its frame is."""

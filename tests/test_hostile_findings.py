@@ -157,3 +157,66 @@ def test_a_keyed_frame_with_an_empty_key_is_corruption(tmp_path: pathlib.Path) -
     with hostile.open_file(path, readonly=True) as r, pytest.raises(journal.CorruptionError, match="empty key"):
         list(r.read())
     assert verify(str(path)).verdict == "corrupt"
+
+
+ODD_PAYLOADS = [
+    (b'{"x":1e400,"y":NaN,"z":-Infinity}', "floats the writer refuses"),
+    (b'{"t":"\\ud83d"}', "a lone surrogate escape"),
+    (b'{"a":1,"a":2}', "a repeated key"),
+    (b'{"n":' + b"9" * 400 + b"}", "an int of 400 digits"),
+    (b'{ "spaced" : [ 1 , 2 ] }', "another writer's spacing"),
+]
+
+
+@pytest.mark.parametrize("stored,what", ODD_PAYLOADS, ids=[w for _, w in ODD_PAYLOADS])
+@pytest.mark.parametrize("command", ["salvage", "copy"])
+def test_a_payload_the_writer_never_writes_is_copied_byte_for_byte(
+    tmp_path: pathlib.Path, stored: bytes, what: str, command: str
+) -> None:
+    """Found by the fuzzer (seed 0 input 156, seeds 12 to 14): a record whose stored JSON the
+    writer never writes (NaN, an infinity, a number past a double's range, a lone surrogate, a
+    repeated key) reads as an event and verifies clean, but `salvage` copied nothing (exit 1,
+    EventNotSerializableError: it re-encoded each decoded event) and `copy` stopped, or, for a
+    repeated key, wrote other bytes and exited 3. Both now append each stored payload as it is."""
+    from journal.cli import main
+    from journal.engine.verify import verify
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with hostile.open_file(src, create=True, block_bytes=0) as j:
+        for i in range(5):
+            j.append({"type": "x", "n": i}, idempotency_key=f"k{i}" if i == 3 else None)
+    live = src / hostile.segment_names(hostile.read_tree(str(src)))[-1]
+    seg = hostile.parse_segment(live.read_bytes())
+    assert seg is not None
+    for k in (1, 3):  # an unkeyed record and a keyed one
+        fr = seg.frames[k]
+        key = fr.stored[: 1 + fr.stored[0]] if fr.flags & fmt.FLAG_KEYED else b""
+        fr.stored, fr.raw_len = key + stored, len(stored)
+    live.write_bytes(seg.encode())
+    assert verify(str(src)).verdict == "clean"
+    argv = [command, str(src), str(dst), "--json"]
+    code, _, err = hostile.capture(lambda: main(argv))
+    assert code == 0, f"{command} of a journal holding {what}: exit {code}: {err}"
+    with hostile.open_file(src, readonly=True) as a, hostile.open_file(dst, readonly=True) as b:
+        want = [(r.seq, r.payload, r.key, r.is_bytes) for r in a.read()]
+        assert [(r.seq, r.payload, r.key, r.is_bytes) for r in b.read()] == want
+    assert want[1][1] == stored and want[3][1] == stored and want[3][2] == "k3"
+    assert verify(str(dst)).verdict == "clean"
+
+
+@pytest.mark.parametrize("payload,is_bytes", [(b"not json", False), (b"[1]", False), (b"\xff", False)])
+def test_a_stored_payload_that_is_no_event_is_refused_before_anything_is_written(
+    tmp_path: pathlib.Path, payload: bytes, is_bytes: bool
+) -> None:
+    """StoredPayload appends bytes as they are, so it checks that JSON ones are the JSON of an
+    object (the rule every reader decodes by): no append writes a record that reads as corrupt."""
+    import journal
+    from journal.record import StoredPayload
+
+    with pytest.raises(journal.EventNotSerializableError):
+        StoredPayload(payload, is_bytes)
+    with hostile.open_file(tmp_path / "j", create=True) as j:
+        j.append(StoredPayload(b"\xff raw", True))
+        j.append(StoredPayload(b'{"a":NaN}', False))
+        got = [(r.payload, r.is_bytes) for r in j.read()]
+    assert got == [(b"\xff raw", True), (b'{"a":NaN}', False)]

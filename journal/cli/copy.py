@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                     if first != first_seq:
                         raise JournalError(f"{args.src} begins at seq {first_seq} but its first record is seq "
                                            f"{first}; run `journal verify {args.src}`")
-                batch.append(rec.payload if rec.is_bytes else rec.event)
+                batch.append(rec.stored())  # byte for byte, whatever its writer was: see StoredPayload
                 keys.append(rec.key)
                 flags.append(rec.synthetic)
                 if len(batch) >= COPY_BATCH_RECORDS:

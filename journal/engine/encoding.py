@@ -51,6 +51,7 @@ from journal.errors import (
     RecordTooLargeError,
 )
 from journal.outcomes import DURABILITY_LEVELS, Committed, Durability, Outcome
+from journal.record import StoredPayload
 
 COMPRESS_MIN_BYTES = 256  # smaller events gain little (2% of bytes on real logs) and zstd costs ~10 µs each
 ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
@@ -181,8 +182,11 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options,
     elif isinstance(event, (bytes, bytearray, memoryview)):
         raw = bytes(event)
         flags = fmt.FLAG_BYTES
+    elif type(event) is StoredPayload:  # a record copied as it was stored (copy, salvage)
+        raw = event.payload
+        flags = fmt.FLAG_BYTES if event.is_bytes else 0
     else:
-        raise EventNotSerializableError(f"events are dicts or bytes, not {type(event).__name__}")
+        raise EventNotSerializableError(f"events are dicts or bytes (or a Record.stored()), not {type(event).__name__}")
     if len(raw) > options.record_size_bytes_max:
         raise RecordTooLargeError(len(raw), options.record_size_bytes_max)
     if synthetic:

@@ -826,7 +826,7 @@ def _write(
                             add(_placeholder(next_seq, lost.at(next_seq), prev or rec), None, True, 0)
                             report.placeholders += 1
                             next_seq += 1
-                    add(rec.payload if rec.is_bytes else rec.event, rec.key, rec.synthetic, len(rec.payload))
+                    add(rec.stored(), rec.key, rec.synthetic, len(rec.payload))  # byte for byte: see StoredPayload
                     report.copied += 1
                     next_seq += 1
                     prev = rec
