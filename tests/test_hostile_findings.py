@@ -220,3 +220,58 @@ def test_a_stored_payload_that_is_no_event_is_refused_before_anything_is_written
         j.append(StoredPayload(b'{"a":NaN}', False))
         got = [(r.payload, r.is_bytes) for r in j.read()]
     assert got == [(b"\xff raw", True), (b'{"a":NaN}', False)]
+
+
+def test_export_writes_a_stored_lone_surrogate_as_an_escape(tmp_path: pathlib.Path) -> None:
+    """Found by the fuzzer: `journal export` of a journal written through the API (plain JSONL,
+    one event a line) whose stored JSON holds a lone surrogate escape failed with a
+    UnicodeEncodeError traceback; the line now holds JSON's escape, and reads back as the event."""
+    import json
+
+    from journal.cli import main
+
+    path, out = tmp_path / "j", tmp_path / "out.jsonl"
+    stored = b'{"t":"a\\ud83db","e":"\\u00e9"}'
+    with hostile.open_file(path, create=True, block_bytes=0) as j:
+        j.append({"t": "placeholder"})
+        j.append({"t": "caf\u00e9"})
+    live = path / hostile.segment_names(hostile.read_tree(str(path)))[-1]
+    seg = hostile.parse_segment(live.read_bytes())
+    assert seg is not None
+    seg.frames[0].stored, seg.frames[0].raw_len = stored, len(stored)
+    live.write_bytes(seg.encode())
+    code, _, err = hostile.capture(lambda: main(["export", str(path), str(out)]))
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.read_bytes().decode("utf-8").splitlines()]
+    assert lines == [{"seq": 1, **json.loads(stored)}, {"seq": 2, "t": "caf\u00e9"}]
+    assert "caf\u00e9" in out.read_text("utf-8")  # text UTF-8 can write stays as it is
+
+
+@pytest.mark.parametrize("block", [{"raw": 5}, {"raw": "\ud83d"}, {"raw": "x\udcff"}, {"rawHex": "zz"},
+                                   {"rawHex": ["00"]}])
+def test_export_of_an_import_block_no_importer_writes_is_corruption(tmp_path: pathlib.Path, block: object) -> None:
+    """An imported journal whose import block lies (a raw line that is no text or holds a lone
+    surrogate, a rawHex that is no hex) made export fail with TypeError, UnicodeEncodeError or
+    ValueError tracebacks; it is CorruptionError naming the record (exit 3)."""
+    import json
+
+    from journal.cli import main
+    from journal.record import StoredPayload
+
+    src, imported, path = tmp_path / "log.jsonl", tmp_path / "imported", tmp_path / "s"
+    out = tmp_path / "out.jsonl"
+    src.write_text(json.dumps({"type": "user_message", "text": "hi"}) + "\n")
+    code, _, err = hostile.capture(lambda: main(["import", "jsonl", str(src), str(imported)]))
+    assert code == 0, err
+    with hostile.open_file(imported, readonly=True) as j:
+        events = [r.event for r in j.read()]
+    victim = next(i for i, ev in enumerate(events) if "raw" in ev.get("data", {}).get("import", {}))
+    block_now = events[victim]["data"]["import"]
+    events[victim]["data"]["import"] = {k: v for k, v in block_now.items() if k not in ("raw", "rawHex")} | dict(block)
+    with hostile.open_file(path, create=True) as j:  # the same events, one of them as no importer writes it
+        for ev in events:
+            j.append(StoredPayload(json.dumps(ev, ensure_ascii=True).encode(), False))
+    code, _, err = hostile.capture(lambda: main(["export", str(path), str(out)]))
+    assert code == 3, err
+    assert "import block" in err and "re-import" in err
+    assert not out.exists()

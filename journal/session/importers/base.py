@@ -62,8 +62,24 @@ Progress = Callable[[int, int], None]
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=True).encode
 
 
+_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=True).encode
+
+
 def compact(obj: Any) -> str:
     return _COMPACT(obj)
+
+
+def compact_line(obj: Any) -> str:
+    """``compact``, as a line UTF-8 can write: a lone surrogate in a string (which a journal may
+    hold, from a crafted file or another writer: json reads its escape) is written as JSON's
+    escape, as ``journal cat`` prints it, the line's other text as well."""
+    text = _COMPACT(obj)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _COMPACT_ASCII(obj)
+    return text
 
 
 @dataclass
@@ -390,7 +406,7 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
             report.format = fmt_name or "jsonl"
         block = data.get("import")
         if not fmt_name:
-            out.append(compact({"seq": rec.seq, **ev}))
+            out.append(compact_line({"seq": rec.seq, **ev}))
             report.native_events += 1
             continue
         if ev.get("type") == FINISHED_TYPE:
@@ -402,13 +418,37 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
             report.skipped_defective += 1
             continue
         if "raw" in block:
-            out.append(block["raw"])
+            out.append(_raw_line(rec, block["raw"]))
         elif "rawHex" in block:
-            out.append(bytes.fromhex(block["rawHex"]).decode("utf-8", "surrogateescape"))
+            out.append(_raw_hex_line(rec, block["rawHex"]))
         elif "original" in block:
-            out.append(compact(block["original"]))
+            out.append(compact_line(block["original"]))
     report.lines = len(out)
     return out, final_newline, report
+
+
+def _raw_line(rec: Any, raw: Any) -> str:
+    """A line an import kept as its text. An importer keeps text that UTF-8 wrote (a line that
+    is not UTF-8 is kept as ``rawHex``), so other text is no import's: CorruptionError."""
+    if not isinstance(raw, str):
+        raise rec.corrupt(f"its import block's raw line is a JSON {type(raw).__name__}, not text; an importer "
+                          "writes text; re-import the source")
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise rec.corrupt("its import block's raw line holds a lone surrogate, which no source line can hold "
+                          "(an importer keeps a line that is not UTF-8 as rawHex); re-import the source") from None
+    return raw
+
+
+def _raw_hex_line(rec: Any, raw_hex: Any) -> str:
+    """A line an import kept as its bytes, in hex (it was not UTF-8), as text whose
+    surrogateescape encoding (write_export) is those bytes again."""
+    try:
+        return bytes.fromhex(raw_hex).decode("utf-8", "surrogateescape")
+    except (TypeError, ValueError):
+        raise rec.corrupt("its import block's rawHex is not hex text, which an importer writes; "
+                          "re-import the source") from None
 
 
 def write_export(path: str | None, lines: list[str], final_newline: bool, fs: FileSystem | None = None) -> None:
