@@ -249,7 +249,9 @@ def test_export_writes_a_stored_lone_surrogate_as_an_escape(tmp_path: pathlib.Pa
 
 @pytest.mark.parametrize("block", [{"raw": 5}, {"raw": "\ud83d"}, {"raw": "x\udcff"}, {"rawHex": "zz"},
                                    {"rawHex": ["00"]}])
-def test_export_of_an_import_block_no_importer_writes_is_corruption(tmp_path: pathlib.Path, block: object) -> None:
+def test_export_of_an_import_block_no_importer_writes_is_corruption(
+    tmp_path: pathlib.Path, block: dict[str, object]
+) -> None:
     """An imported journal whose import block lies (a raw line that is no text or holds a lone
     surrogate, a rawHex that is no hex) made export fail with TypeError, UnicodeEncodeError or
     ValueError tracebacks; it is CorruptionError naming the record (exit 3)."""
@@ -267,7 +269,7 @@ def test_export_of_an_import_block_no_importer_writes_is_corruption(tmp_path: pa
         events = [r.event for r in j.read()]
     victim = next(i for i, ev in enumerate(events) if "raw" in ev.get("data", {}).get("import", {}))
     block_now = events[victim]["data"]["import"]
-    events[victim]["data"]["import"] = {k: v for k, v in block_now.items() if k not in ("raw", "rawHex")} | dict(block)
+    events[victim]["data"]["import"] = {k: v for k, v in block_now.items() if k not in ("raw", "rawHex")} | block
     with hostile.open_file(path, create=True) as j:  # the same events, one of them as no importer writes it
         for ev in events:
             j.append(StoredPayload(json.dumps(ev, ensure_ascii=True).encode(), False))
