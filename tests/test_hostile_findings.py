@@ -277,3 +277,62 @@ def test_export_of_an_import_block_no_importer_writes_is_corruption(
     assert code == 3, err
     assert "import block" in err and "re-import" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("key_len", [40, 255])
+def test_a_key_longer_than_its_payload_is_no_key_for_the_writer(tmp_path: pathlib.Path, key_len: int) -> None:
+    """A keyed frame whose key length byte runs past its payload (or is 0) under a genuine
+    checksum: the writer's open indexed the bytes that were there as a key, so an append under
+    that key was taken for a retry of the crafted record (a duplicate or a conflict) instead of
+    being written. Such a frame names no key; reading it reports it."""
+    import journal
+    from journal.engine.verify import verify
+
+    path = tmp_path / "j"
+    with hostile.open_file(path, create=True, block_bytes=0) as j:
+        j.append({"type": "x", "n": 0})
+        j.append({"type": "x", "n": 1}, idempotency_key="abcdefgh")
+    live = path / hostile.segment_names(hostile.read_tree(str(path)))[-1]
+    seg = hostile.parse_segment(live.read_bytes())
+    assert seg is not None
+    fr = seg.frames[1]
+    assert fr.flags & fmt.FLAG_KEYED and fr.stored[1:9] == b"abcdefgh"
+    fr.stored = bytes([key_len]) + b"abcdefgh"  # the key is the whole payload, and more
+    live.write_bytes(seg.encode())
+    assert verify(str(path)).verdict == "corrupt"
+    with hostile.open_file(path) as j:
+        out = j.append({"type": "x", "n": 2}, idempotency_key="abcdefgh")
+        assert isinstance(out, journal.Committed) and out.seq == 3, out
+        assert j.get(3).event == {"type": "x", "n": 2}
+
+
+@pytest.mark.parametrize("target", ["an unkeyed record", "a record of another key", "a seq past the journal"])
+def test_a_seal_key_table_that_lies_is_reported_and_acknowledges_nothing(tmp_path: pathlib.Path, target: str) -> None:
+    """A sealed segment's footer whose key table names, for a key, a seq whose record has no
+    such key (genuine checksum): verify called the journal clean, and a reopened writer took an
+    append under that key for a retry of that record: Committed, and never written."""
+    import journal
+    from journal.engine.verify import verify
+
+    path = tmp_path / "j"
+    with hostile.open_file(path, create=True, segment_size_bytes=4096, index_interval_bytes=512) as j:
+        for i in range(80):
+            j.append({"type": "x", "n": i, "pad": hostile._noise(i, 20)}, idempotency_key="real" if i == 2 else None)
+        last = j.last_seq
+    name = hostile.segment_names(hostile.read_tree(str(path)))[0]
+    seg = hostile.parse_segment((path / name).read_bytes())
+    assert seg is not None and seg.sealed
+    info = fmt.decode_seal_payload(seg.frames[-1].stored)
+    assert info.keys == [(3, b"real")]
+    seq = {"an unkeyed record": 5, "a record of another key": 3, "a seq past the journal": last + 50}[target]
+    keys = [(3, b"real"), (seq, b"ghost")] if seq != 3 else [(3, b"ghost")]
+    seg.frames[-1].stored = hostile.pack_seal(info.record_count, info.first_seq, info.last_seq,
+                                              info.index_interval_bytes, info.entries, keys, info.seal_offset)
+    (path / name).write_bytes(seg.encode())
+    rep = verify(str(path))
+    assert rep.verdict == "corrupt" and any("key table" in p.reason for p in rep.problems), rep.problems
+    with hostile.open_file(path) as j:
+        with pytest.raises(journal.CorruptionError, match="key index"):
+            j.append({"type": "new"}, idempotency_key="ghost")
+        assert j.last_seq == last
+        assert isinstance(j.append({"type": "other"}, idempotency_key="fresh"), journal.Committed)

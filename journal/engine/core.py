@@ -120,8 +120,12 @@ def _keys_in(win: tail.Window, out: list[tuple[str, int]]) -> None:
     for fr in win.res.frames:
         if fr.flags & fmt.FLAG_KEYED and fr.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA and fr.stored_len:
             at, end = fr.payload_offset - win.offset, fr.end - win.offset  # a keyed record is never in a block
-            raw_key = bytes(win.buf[at + 1 : min(at + 1 + win.buf[at], end)])
-            out.append((raw_key.decode("utf-8", "surrogateescape"), fr.seq))
+            key_len = win.buf[at]
+            if key_len == 0 or at + 1 + key_len > end:
+                # No key the writer writes (1 to 255 bytes, inside the payload): the frame names
+                # none, so no append is taken for its duplicate; reading it reports the frame.
+                continue
+            out.append((bytes(win.buf[at + 1 : at + 1 + key_len]).decode("utf-8", "surrogateescape"), fr.seq))
 
 
 def _base_seq(seg: SegmentName) -> int:
@@ -813,9 +817,16 @@ class Journal(Writer):
         vouched: set[tuple[str, int]] = set()
         for it, key, seq in todo:
             rec = self.get(seq)
-            if rec is None or rec.key != key:
-                vouched.add((key, seq))  # nothing to compare with: taken as a retry, as before
+            if rec is None and seq < self._first_seq:
+                vouched.add((key, seq))  # dropped with a prefix: nothing to compare with, taken as a retry
                 continue
+            if rec is None or rec.key != key:
+                # Only a lying seal footer's key table names such a seq (verify reports it): taken
+                # as a retry, this append would be acknowledged and never written.
+                found = "no record" if rec is None else f"a record with key {rec.key!r}"
+                raise CorruptionError(self.path, 0, seq, f"the journal's key index names seq {seq} for idempotency "
+                                      f"key {key!r}, but seq {seq} is {found}; nothing was written. Run "
+                                      "`journal verify` on it")
             if not same_event(rec.payload, rec.is_bytes, it):
                 raise IdempotencyConflictError(key, seq)
             with self._mu:

@@ -142,6 +142,9 @@ class SegmentWalk:
     # them once the segment is checked.
     frames: list[fmt.Frame] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)  # the records that decode, in file order
+    # The idempotency key of each keyed record, by seq: for the seal check of the footer's key
+    # table (retries after a reopen are taken as duplicates of what it names); dropped with frames.
+    keys: dict[int, str] = field(default_factory=dict)
     # Records held, and the highest seq among them: every record that decodes, until
     # walk_journal leaves out second copies of a seq and the records of a foreign segment.
     count: int = 0
@@ -192,6 +195,8 @@ class SegmentWalk:
             else:
                 runs.append(Run(self.name, frame.offset, seq, seq, misplaced))
             joins = True  # the next record of this frame follows this one
+            if rec.key is not None:
+                self.keys[seq] = rec.key
             self.count += 1
             if self.last_seq is None or seq > self.last_seq:
                 self.last_seq = seq
@@ -452,6 +457,7 @@ def walk_journal(path: str, progress: Progress | None = None,
             if check is not None:
                 check(walked, i == len(segs) - 1)
         walked.frames = []
+        walked.keys = {}
         walks.append(walked)
         done += size
         if progress is not None:

@@ -139,6 +139,16 @@ def _check_seal(fs: FileSystem, path: str, seg: SegmentWalk, problems: list[Loss
         s, o = bad[0]
         problems.append(Loss(seg.name, o, 0, f"seal index entry (seq {s}, offset {o}) is not on that frame "
                              f"({len(bad)} bad entries)", s, s))
+    # A writer reopened after this segment takes a retry under a key in the footer's table for a
+    # duplicate of the record it names, without reading that record: a table that names a seq
+    # whose record has another key (or none) would acknowledge an append that is never written.
+    table = {seq: key.decode("utf-8", "surrogateescape") for seq, key in seal.keys}
+    if table != seg.keys:
+        wrong = sorted(s for s in table.keys() | seg.keys.keys() if table.get(s) != seg.keys.get(s))
+        s = wrong[0]
+        problems.append(Loss(seg.name, seal.seal_offset, 0,
+                             f"seal footer's key table disagrees with the records at {len(wrong)} seqs (first: seq "
+                             f"{s}, footer {table.get(s)!r}, record {seg.keys.get(s)!r})", s, s))
 
 
 def check_seals(fs: FileSystem, path: str) -> SegmentCheck:
