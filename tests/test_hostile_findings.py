@@ -303,7 +303,8 @@ def test_a_key_longer_than_its_payload_is_no_key_for_the_writer(tmp_path: pathli
     with hostile.open_file(path) as j:
         out = j.append({"type": "x", "n": 2}, idempotency_key="abcdefgh")
         assert isinstance(out, journal.Committed) and out.seq == 3, out
-        assert j.get(3).event == {"type": "x", "n": 2}
+        got = j.get(3)
+        assert got is not None and got.event == {"type": "x", "n": 2}
 
 
 @pytest.mark.parametrize("target", ["an unkeyed record", "a record of another key", "a seq past the journal"])
