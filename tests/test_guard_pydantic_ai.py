@@ -1,0 +1,412 @@
+"""Pydantic AI with the crash-safe tool guard (journal/adapters/pydantic_ai_guard.py), killed with SIGKILL.
+
+A real agent with a scripted model (``FunctionModel``: it calls ``deploy(n=k+1)`` while the
+conversation holds fewer than ``loops`` deploy results, then answers "finished"), its ``deploy``
+tool appending a line to a side file outside the journal, ``CrashSafeTools(guard)``, and a
+``JournalConversationStore`` the app saves the conversation to after each run (the framework's
+documented pattern). Each life runs in a child forked from this process (Pydantic AI is imported
+once); the first life kills itself with SIGKILL at a chosen point of deploy's life, forced by a
+hook on the guard's journal (its ``append_many``: before/after the intent batch, before/after the
+result), in the tool's body, or in the model's next turn -- no sleeps. Each later life is a new
+process that loads the conversation and runs again.
+
+Checks: the tool ran at most once unless the app answered "run_again"; the resume surfaced
+exactly the calls whose outcome is unknown, with their arguments (as ``DeferredToolRequests``);
+after an answer (``deferred_tool_results``) the run finishes; the stored history is well formed
+(every tool call has its return) and the same on every load, and so is the guard's journal.
+
+``JOURNAL_GUARD_OFF=1`` runs the same tests without the guard: they fail (the tool runs twice,
+nothing is surfaced). ``JOURNAL_GUARD_ROUNDS`` sets the random rounds (20).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+if os.environ.get("JOURNAL_REQUIRE_FRAMEWORKS") == "1":  # CI: a framework missing is a failure
+    importlib.import_module("pydantic_ai")
+else:
+    pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is missing (pip install -e '.[pydantic-ai]')")
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from journal.adapters.pydantic_ai import JournalConversationStore
+from journal.adapters.pydantic_ai_guard import (
+    ABANDONED_CONTENT,
+    CrashSafeTools,
+    answers,
+    conversation_gate,
+    guard_for,
+    guard_store,
+)
+from journal.api import Store
+from journal.session.toolguard import ToolGuard
+
+GUARD_ON = os.environ.get("JOURNAL_GUARD_OFF") != "1"
+ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
+POINTS = ("before_intent", "after_intent", "mid_tool", "before_result", "after_result", "after")
+CID = "conv-1"
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Plan:
+    """Kill this process at the ``at``-th time ``point`` is reached."""
+
+    def __init__(self, point: str | None, at: int = 1) -> None:
+        self.point, self.at, self.seen = point, at, 0
+
+    def reached(self, point: str) -> None:
+        if point == self.point:
+            self.seen += 1
+            if self.seen == self.at:
+                _die()
+
+
+class _HookedJournal:
+    def __init__(self, j: Any, plan: Plan) -> None:
+        self._j, self._plan = j, plan
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._j, name)
+
+    def append_many(self, events: Any, *args: Any, **kw: Any) -> Any:
+        events = list(events)
+        kind = "intent" if any(e.get("type") == "tool.requested" for e in events) else (
+            "result" if any(e.get("type") == "tool.result" for e in events) else None)
+        if kind is not None:
+            self._plan.reached(f"before_{kind}")
+        out = self._j.append_many(events, *args, **kw)
+        if kind is not None:
+            self._plan.reached(f"after_{kind}")
+        return out
+
+
+class _HookedStore:
+    def __init__(self, store: Any, plan: Plan) -> None:
+        self._store, self._plan = store, plan
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def open(self, name: str, **kw: Any) -> Any:
+        return _HookedJournal(self._store.open(name, **kw), self._plan)
+
+
+def _line(side: Path, text: str) -> None:
+    fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _deploy_returns(messages: list[ModelMessage]) -> int:
+    return sum(1 for m in messages for p in m.parts if isinstance(p, ToolReturnPart) and p.tool_name == "deploy")
+
+
+def build(guard: ToolGuard | None, side: Path, plan: Plan, loops: int) -> Agent[None, Any]:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        k = _deploy_returns(messages)
+        if k >= loops:
+            plan.reached("after")
+            return ModelResponse(parts=[TextPart(f"finished:{k}")])
+        if k > 0:
+            plan.reached("after")  # the model's turn after a deploy returned: past the tool's life
+        return ModelResponse(parts=[ToolCallPart("deploy", {"n": k + 1})])
+
+    caps = [CrashSafeTools(guard)] if guard is not None else []
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests], capabilities=caps)
+
+    @agent.tool_plain
+    def deploy(n: int) -> str:
+        if guard is None and plan.point in ("before_intent", "after_intent"):
+            plan.reached(plan.point)  # no intent without the guard: the same moment, before the tool
+        _line(side, f"deploy:{n}:{os.getpid()}")
+        plan.reached("mid_tool")
+        if guard is None and plan.point in ("before_result", "after_result"):
+            plan.reached(plan.point)
+        return f"deployed:{n}"
+
+    return agent
+
+
+def _summary(conv: Conversation) -> dict[str, Any]:
+    req = conv.deferred_tool_requests
+    asked = [{"toolCallId": c.tool_call_id, **(req.metadata.get(c.tool_call_id) or {})}
+             for c in req.approvals] if req is not None else []
+    text = [p.content for m in conv.messages if isinstance(m, ModelResponse) for p in m.parts
+            if isinstance(p, TextPart)]
+    return {"asked": asked, "finished": bool(text) and text[-1].startswith("finished:") and req is None,
+            "text": text}
+
+
+async def _alife(tmp: Path, plan: Plan, loops: int, given: dict[str, Any] | None) -> dict[str, Any]:
+    store = JournalConversationStore(tmp / "conv")
+    guard = ToolGuard(cast(Store, _HookedStore(guard_store(store), plan))) if GUARD_ON else None
+    try:
+        agent = build(guard, tmp / "side.log", plan, loops)
+        conv = await store.load(CID)
+        if conv is not None and conv.deferred_tool_requests is not None:
+            assert given is not None, "the conversation waits for answers"
+            req = conv.deferred_tool_requests
+            results = answers(req, {c.tool_call_id: given for c in req.approvals})
+            result = await agent.run(conversation=conv, deferred_tool_results=results)
+        elif conv is not None and _summary(conv)["finished"]:
+            return _summary(conv)
+        else:
+            # Nothing stored, or a finished earlier turn: the app (re)sends the user's request.
+            result = await agent.run("deploy please", conversation=conv or Conversation(conversation_id=CID))
+        await store.save(result)
+        return _summary(result.conversation)
+    finally:
+        if guard is not None:
+            guard.close()
+        await store.close()
+
+
+def _life(tmp: Path, plan: Plan, loops: int, given: Any = None) -> dict[str, Any]:
+    return asyncio.run(_alife(tmp, plan, loops, given))
+
+
+def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
+    """Run ``fn`` in a forked child; (killed by SIGKILL, what it returned)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(r)
+            try:
+                payload = json.dumps(fn(*args))
+            except BaseException as exc:
+                payload = json.dumps({"error": repr(exc)})
+            os.write(w, payload.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    out = json.loads(b"".join(chunks)) if chunks else {}
+    assert "error" not in out, out["error"]
+    return killed, out
+
+
+def _deploys(tmp: Path) -> dict[int, int]:
+    side = tmp / "side.log"
+    counts: dict[int, int] = {}
+    for line in side.read_text().splitlines() if side.exists() else []:
+        if line.startswith("deploy:"):
+            n = int(line.split(":")[1])
+            counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+async def _aload(tmp: Path) -> tuple[Any, Any, Any]:
+    store = JournalConversationStore(tmp / "conv")
+    guard = guard_for(store)
+    try:
+        conv = await store.load(CID)
+        messages = json.loads(json.dumps([m.parts for m in conv.messages], default=repr)) if conv else None
+        return messages, guard.scope(CID).history(), [(u.call_id, u.args) for u in guard.scope(CID).unknown()]
+    finally:
+        guard.close()
+        await store.close()
+
+
+def _loads(tmp: Path) -> tuple[Any, Any, Any]:
+    """The stored conversation, the guard's history and its unknown calls, as a fresh process reads them."""
+    _, out = in_child(lambda: {"v": asyncio.run(_aload(tmp))})
+    first, history, unknown = out["v"]
+    return first, history, unknown
+
+
+async def _awell_formed(tmp: Path) -> dict[str, Any]:
+    store = JournalConversationStore(tmp / "conv")
+    try:
+        conv = await store.load(CID)
+        assert conv is not None
+        calls = [p.tool_call_id for m in conv.messages for p in m.parts if isinstance(p, ToolCallPart)]
+        returns = [p for m in conv.messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        return {"calls": calls, "returns": [p.tool_call_id for p in returns],
+                "contents": [p.content for p in returns]}
+    finally:
+        await store.close()
+
+
+def _check_history(tmp: Path) -> dict[str, Any]:
+    """Every stored call has its return, and every load gives the same conversation and guard journal."""
+    first = _loads(tmp)
+    assert first == _loads(tmp)
+    _, shape = in_child(lambda: asyncio.run(_awell_formed(tmp)))
+    assert sorted(shape["calls"]) == sorted(shape["returns"]), shape
+    return shape
+
+
+EXPECT_UNKNOWN = {"before_intent": False, "after_intent": True, "mid_tool": True, "before_result": True,
+                  "after_result": False, "after": False}
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_killed_at_each_point_of_the_tools_life(tmp_path: Path, point: str) -> None:
+    killed, _ = in_child(_life, tmp_path, Plan(point), 1)
+    assert killed
+    ran_before = _deploys(tmp_path).get(1, 0)
+    _, resumed = in_child(_life, tmp_path, Plan(None), 1)
+    if EXPECT_UNKNOWN[point]:
+        assert len(resumed["asked"]) == 1, resumed  # exactly the call whose outcome is unknown, with its arguments
+        (u,) = resumed["asked"]
+        assert u["kind"] == "journal.tool_outcome_unknown" and u["tool"] == "deploy" and u["args"] == {"n": 1}
+        assert _loads(tmp_path)[2] == [[u["callId"], u["args"]]]
+        assert [r["code"] for r in u["reasons"]] == ["TOOL_OUTCOME_UNKNOWN"]
+        assert [o["answer"] for o in u["options"]] == ["happened", "run_again", "abandon"]
+        assert _deploys(tmp_path).get(1, 0) == ran_before  # asking ran nothing
+        given: Any = {"answer": "happened", "result": "deployed:1"} if ran_before else "run_again"
+        _, done = in_child(_life, tmp_path, Plan(None), 1, given)
+    else:
+        assert resumed["asked"] == [] and _loads(tmp_path)[2] == [], resumed
+        done = resumed
+    assert done["finished"] and done["text"][-1] == "finished:1", done  # the run finished
+    assert _deploys(tmp_path) == {1: 1}  # at most once; once here, as the answer said
+    shape = _check_history(tmp_path)
+    assert shape["contents"] == ["deployed:1"]
+
+
+def test_abandon_runs_nothing_and_the_model_is_told_the_outcome_is_unknown(tmp_path: Path) -> None:
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool", 2), 3)
+    assert killed and _deploys(tmp_path) == {1: 1, 2: 1}
+    _, resumed = in_child(_life, tmp_path, Plan(None), 3)
+    assert [u["args"] for u in resumed["asked"]] == [{"n": 2}]  # deploy 1 returned: its result is reused
+    _, done = in_child(_life, tmp_path, Plan(None), 3, "abandon")
+    assert done["finished"] and _deploys(tmp_path) == {1: 1, 2: 1, 3: 1}
+    shape = _check_history(tmp_path)
+    assert shape["contents"] == ["deployed:1", ABANDONED_CONTENT, "deployed:3"]
+    assert _loads(tmp_path)[2] == []
+
+
+def test_random_kills(tmp_path: Path) -> None:
+    rng = random.Random(int(os.environ.get("JOURNAL_CRASH_SEED", "0")) + 31)
+    loops = 3
+    for r in range(ROUNDS):
+        tmp = tmp_path / f"r{r}"
+        tmp.mkdir()
+        point, at = rng.choice(POINTS), rng.randint(1, loops)
+        killed, out = in_child(_life, tmp, Plan(point, at), loops)
+        reruns: dict[int, int] = {}
+        given: Any = None
+        for _ in range(loops * 3):  # bounded: at most one unknown call per kill
+            _, out = in_child(_life, tmp, Plan(None), loops, given)
+            if not out["asked"]:
+                break
+            (u,) = out["asked"]
+            n = u["args"]["n"]
+            assert killed and u["tool"] == "deploy", (r, point, at, out)
+            assert _loads(tmp)[2] == [[u["callId"], u["args"]]]
+            answer = rng.choice(["happened", "run_again", "abandon"])
+            reruns[n] = reruns.get(n, 0) + (answer == "run_again")
+            given = {"answer": "happened", "result": f"deployed:{n}"} if answer == "happened" else answer
+        assert out["finished"] and out["text"][-1] == f"finished:{loops}", (r, point, at, out)
+        for n, count in _deploys(tmp).items():
+            assert count <= 1 + reruns.get(n, 0), (r, point, at, n, count, reruns)
+        _check_history(tmp)
+
+
+def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
+    """The failure the guard exists for (issue 30): the model calls the tool again, and it runs again."""
+    def life(plan: Plan) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            store = JournalConversationStore(tmp_path / "conv")
+            try:
+                agent = build(None, tmp_path / "side.log", plan, 1)
+                conv = await store.load(CID) or Conversation(conversation_id=CID)
+                result = await agent.run("deploy please", conversation=conv)
+                await store.save(result)
+                return _summary(result.conversation)
+            finally:
+                await store.close()
+        return asyncio.run(go())
+
+    killed, _ = in_child(life, Plan("mid_tool"))
+    assert killed
+    _, out = in_child(life, Plan(None))
+    assert out["finished"] and _deploys(tmp_path) == {1: 2}
+
+
+def test_a_stored_history_ending_in_the_call_resumes_through_the_guard(tmp_path: Path) -> None:
+    """An app that saved midway (the history ends in the model's call): resumed without a prompt,
+    Pydantic AI executes that call under its own tool_call_id, and the guard asks about it."""
+    async def first() -> dict[str, Any]:
+        store = JournalConversationStore(tmp_path / "conv")
+        guard = guard_for(store)
+        plan = Plan("mid_tool")
+        agent = build(guard, tmp_path / "side.log", plan, 1)
+        conv = Conversation(conversation_id=CID)
+        async with agent.iter("deploy please", conversation=conv) as run:
+            async for node in run:
+                if Agent.is_call_tools_node(node):  # the model's call is in the history: save it
+                    await store.save(Conversation(messages=list(run.all_messages()), conversation_id=CID))
+        return {}
+
+    killed, _ = in_child(lambda: asyncio.run(first()))
+    assert killed and _deploys(tmp_path) == {1: 1}
+
+    async def resume(given: Any) -> dict[str, Any]:
+        store = JournalConversationStore(tmp_path / "conv")
+        guard = guard_for(store)
+        try:
+            agent = build(guard, tmp_path / "side.log", Plan(None), 1)
+            conv = await store.load(CID)
+            assert conv is not None and isinstance(conv.messages[-1], ModelResponse)
+            if given is None:
+                result = await agent.run(conversation=conv)
+            else:
+                req = conv.deferred_tool_requests
+                assert req is not None
+                result = await agent.run(conversation=conv, deferred_tool_results=DeferredToolResults(
+                    approvals={c.tool_call_id: ToolDenied() for c in req.approvals}))
+            await store.save(result)
+            gate = conversation_gate(guard, CID)
+            return {**_summary(result.conversation), "gate": gate.decision, "codes": gate.codes()}
+        finally:
+            guard.close()
+            await store.close()
+
+    _, asked = in_child(lambda: asyncio.run(resume(None)))
+    assert [u["args"] for u in asked["asked"]] == [{"n": 1}]
+    assert asked["codes"] == ["TOOL_OUTCOME_UNKNOWN"] and asked["gate"] == "paused"
+    _, done = in_child(lambda: asyncio.run(resume("abandon")))  # ToolDenied(): abandon
+    assert done["finished"] and done["codes"] == [] and done["gate"] == "continue"
+    assert _deploys(tmp_path) == {1: 1}
+    shape = _check_history(tmp_path)
+    assert shape["contents"] == [ABANDONED_CONTENT]  # ToolDenied's default words replaced: unknown, not denied
+
+
+def test_the_example_runs(tmp_path: Path) -> None:
+    """examples/pydantic_ai_crash_safe_tool.py, as the docs show it: killed, asked, answered, finished."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "pydantic_ai_crash_safe_tool.py"
+    out = subprocess.run([sys.executable, str(example), "demo", str(tmp_path)], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    assert "run: the process was killed inside deploy" in out
+    assert "resume: deploy(" in out and "run_again: run it again" in out
+    assert "answer happened: finished=True" in out
+    assert "deployed.log has 1 line(s)" in out
