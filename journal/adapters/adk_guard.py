@@ -1,0 +1,424 @@
+"""Crash-safe ADK tools: ``GuardPlugin(guard)`` (docs/ADAPTERS.md, "Crash-safe tools").
+
+    from google.adk.apps import App
+    from journal.adapters.adk import JournalSessionService
+    from journal.adapters.adk_guard import GuardPlugin, guard_for
+
+    service = JournalSessionService("sessions/")
+    guard = guard_for(service)                       # its journals live in the service's store
+    app = App(name="ops", root_agent=agent, plugins=[GuardPlugin(guard)])
+    runner = Runner(app=app, session_service=service)
+
+ADK appends the model's function-call event to the session before it runs the tool, and a crash
+while the tool runs leaves that call in the session with no response. With the plugin, a
+side-effecting tool's intent is synced (journal/session/toolguard.py) in ADK's
+``before_tool_callback``, before the tool starts, and its result in ``after_tool_callback``
+(``on_tool_error_callback`` records a failure). Then:
+
+* a call that returned is never run again: asked for it again (a resumable app's replay), the
+  plugin answers with the recorded result;
+* a call that never started (no durable intent) runs;
+* a call that started and has no result (its outcome is unknown) is never run again on its own:
+  it is asked about through ADK's tool confirmation. The call gets a function response saying
+  its outcome is unknown (the closer: ``{"error": ..., "status": "TOOL_OUTCOME_UNKNOWN"}``,
+  with the guard's payload under ``"journal"``) and an ``adk_request_confirmation`` call whose
+  ``toolConfirmation.payload`` holds the tool, its arguments, the resume gate's reasons and the
+  three answers. The app answers as ADK expects, with a user ``FunctionResponse`` named
+  ``adk_request_confirmation`` (``answer_message`` builds it) whose ToolConfirmation payload is
+  ``{"answer": "happened", "result": <the tool's result>}``, ``"run_again"`` or ``"abandon"``
+  (``confirmed: false`` with no payload also abandons). ADK then runs the call through the
+  plugin again, which persists the answer (``scope.answer``) before acting on it: the recorded
+  result is returned, the tool runs once more, or the model is told it was abandoned.
+
+Well-formed history. Who closes an orphaned call: the plugin, in ADK's own types. When a user
+message arrives (``on_user_message_callback``, before ADK stores it), every function call of the
+session that has no response and is not one ADK waits on by design (long-running calls,
+confirmation and credential requests) gets one function-response event, written once, saying
+what the guard knows: the recorded result (it returned; only its response was lost), that it
+never started (``TOOL_NOT_STARTED``: reschedule it only if still needed), that it failed, or
+that its outcome is unknown (then the confirmation request above follows). So the next model
+request has no orphaned call (ADK would silently drop it, and the model would not know the tool
+may have run), and every load gives the same history. While an unknown call waits for its
+answer, a run whose message is not an answer stops before the model is called
+(``before_run_callback``) with a text naming the calls: nothing runs until the user has said.
+A resumable app resumed with ``invocation_id=`` and no message replays the orphaned call
+itself; the plugin's ``before_tool_callback`` then answers it the same way.
+
+Keys. The scope is the session (app name, user id, session id); the call id is the model's
+function-call id, which is stored with the call before the tool runs and so survives the crash
+(an id over the guard's length limit, or holding its attempt separator, is hashed).
+
+Which tools are guarded: all, as ``external-write`` and ``unsafe``, unless declared otherwise
+with ``side_effects={"lookup": "read"}`` (the session layer's sideEffect vocabulary: none, read
+and pure skip the guard) or ``idempotent={"set_flag"}`` (they skip it too and run again on their
+own). A tool that asks for its own confirmation (``require_confirmation``) is guarded from the
+moment it is confirmed and runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections.abc import Collection, Mapping
+from typing import Any, Final
+
+from journal.errors import MissingExtraError
+
+try:
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.adk.flows.llm_flows.functions import REQUEST_CONFIRMATION_FUNCTION_CALL_NAME
+    from google.adk.plugins.base_plugin import BasePlugin
+    from google.adk.sessions.base_session_service import BaseSessionService
+    from google.adk.sessions.session import Session
+    from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.tool_confirmation import ToolConfirmation
+    from google.adk.tools.tool_context import ToolContext
+    from google.genai import types
+    from typing_extensions import override
+except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+    raise MissingExtraError(__name__, "Google ADK 2.11 or later (google-adk)", "adk", exc) from exc
+
+from journal.session.closers import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from journal.session.gate import GateDecision
+from journal.session.state import SIDE_EFFECT_FREE
+from journal.session.toolguard import (
+    ABANDON,
+    ANSWER_ABANDON,
+    ATTEMPT_SEP,
+    CALL_ID_BYTES_MAX,
+    Answer,
+    BadAnswerError,
+    GuardScope,
+    ToolGuard,
+    UnknownCall,
+    Verdict,
+)
+
+PLUGIN_NAME: Final = "journal_tool_guard"
+METADATA_KEY: Final = "journal_tool_guard"  # custom_metadata of the events the plugin writes
+STATUS_ABANDONED: Final = "abandoned"
+STATUS_FAILED: Final = "failed"
+STATUS_INTERRUPTED: Final = "interrupted"
+# ADK's function calls the user answers by design: never closed as orphans.
+_ADK_WAITS_ON: Final = frozenset({REQUEST_CONFIRMATION_FUNCTION_CALL_NAME, "adk_request_credential",
+                                  "adk_request_input"})
+_CONFIRMATION_IDS: Final = uuid.UUID("6b1f3c1e-5a0b-4f43-9d0e-6a7c2b8e5d10")  # namespace of uuid5 ids
+
+
+def guard_for(service: BaseSessionService, **options: Any) -> ToolGuard:
+    """A guard whose journals live in ``service``'s store (a JournalSessionService: files, PostgreSQL
+    or JetStream), beside its apps' journals under names no app's journal can have."""
+    store = getattr(service, "_store", None)
+    if store is None:
+        raise TypeError(f"guard_for needs a journal.adapters.adk.JournalSessionService, not "
+                        f"{type(service).__name__}: give other services a ToolGuard(journal.store(path)) of its own")
+    return ToolGuard(store, **options)
+
+
+def scope_id(app_name: str, user_id: str, session_id: str) -> str:
+    """The guard scope of one ADK session (JSON, so no two sessions' ids can run together)."""
+    return json.dumps([app_name, user_id, session_id], ensure_ascii=False, separators=(",", ":"))
+
+
+def guard_call_id(function_call_id: str) -> str:
+    """The guard's call id for an ADK function-call id: the id itself when the guard can hold it."""
+    if len(function_call_id.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in function_call_id:
+        return "h" + hashlib.sha256(function_call_id.encode("utf-8")).hexdigest()
+    return function_call_id
+
+
+def session_gate(guard: ToolGuard, app_name: str, user_id: str, session_id: str) -> GateDecision:
+    """The resume gate of a session's guarded calls (its verdict, reasons and options)."""
+    return guard.scope(scope_id(app_name, user_id, session_id)).gate()
+
+
+def parse_answer(confirmation: ToolConfirmation) -> Answer:
+    """The guard's answer from the user's ToolConfirmation (its payload; a rejection without one
+    abandons the call)."""
+    payload = confirmation.payload
+    if payload is None and not confirmation.confirmed:
+        return ABANDON
+    return Answer.parse(payload)
+
+
+def answer_message(confirmation_call_id: str, answer: Answer | str | Mapping[str, Any]) -> types.Content:
+    """The user message that answers an ``adk_request_confirmation`` call of the guard."""
+    given = Answer.parse(answer)
+    payload: Any = {"answer": given.answer, "result": given.result} if given.answer == "happened" else given.answer
+    confirmation = ToolConfirmation(confirmed=given.answer != ANSWER_ABANDON, payload=payload)
+    return types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id=confirmation_call_id, name=REQUEST_CONFIRMATION_FUNCTION_CALL_NAME,
+        response=confirmation.model_dump(by_alias=True, exclude_none=True)))])
+
+
+def pending_unknown(session: Session) -> list[dict[str, Any]]:
+    """The guard's confirmation requests the session still waits on: per request, the
+    ``adk_request_confirmation`` call id (``confirmationCallId``, for ``answer_message``) and the
+    guard's payload (tool, args, reasons, options, ``callId``), in the session's order."""
+    answered = {fr.id for e in session.events for fr in e.get_function_responses() if fr.id}
+    out: list[dict[str, Any]] = []
+    for e in session.events:
+        for fc in e.get_function_calls():
+            if fc.name != REQUEST_CONFIRMATION_FUNCTION_CALL_NAME or not fc.id or fc.id in answered:
+                continue
+            payload = ((fc.args or {}).get("toolConfirmation") or {}).get("payload")
+            if isinstance(payload, dict) and payload.get("kind") == "journal.tool_outcome_unknown":
+                out.append({"confirmationCallId": fc.id, **payload})
+    return out
+
+
+def _unknown_text(u: UnknownCall) -> str:
+    return (f"{TOOL_OUTCOME_UNKNOWN}: the process stopped while {u.tool} ran, so it may or may not have changed "
+            "the world. It is not run again on its own: the user is asked whether it happened (and its result), "
+            "to run it again, or to abandon it. Do not call it again yourself.")
+
+
+def _unknown_response(u: UnknownCall) -> dict[str, Any]:
+    return {"error": _unknown_text(u), "status": TOOL_OUTCOME_UNKNOWN, "journal": u.to_payload()}
+
+
+def _hint(u: UnknownCall) -> str:
+    return (f"{u.tool} may have run before the process stopped ({TOOL_OUTCOME_UNKNOWN}). Answer with a "
+            "ToolConfirmation whose payload is {\"answer\": \"happened\", \"result\": ...}, \"run_again\" or "
+            "\"abandon\".")
+
+
+def _as_response(result: Any) -> dict[str, Any]:
+    return result if isinstance(result, dict) else {"result": result}
+
+
+class GuardPlugin(BasePlugin):
+    """ADK's plugin for the crash-safe tool guard (the module doc says what it does)."""
+
+    def __init__(self, guard: ToolGuard, *, side_effect: str = "external-write", idempotency: str = "unsafe",
+                 side_effects: Mapping[str, str] | None = None, idempotent: Collection[str] = (),
+                 pause_while_unknown: bool = True, name: str = PLUGIN_NAME) -> None:
+        super().__init__(name=name)
+        self.guard = guard
+        self.side_effect = side_effect
+        self.idempotency = idempotency
+        self.side_effects = dict(side_effects or {})
+        self.idempotent = frozenset(idempotent)
+        self.pause_while_unknown = pause_while_unknown
+        # id(tool_context) -> (the context, kept so its id is not reused, its scope, its call id)
+        self._running: dict[int, tuple[ToolContext, GuardScope, str]] = {}
+
+    # --- declarations -----------------------------------------------------------------------
+
+    def declared(self, tool_name: str) -> tuple[str, str]:
+        """(sideEffect, idempotency) of a tool."""
+        return (self.side_effects.get(tool_name, self.side_effect),
+                "safe" if tool_name in self.idempotent else self.idempotency)
+
+    def guards(self, tool_name: str) -> bool:
+        side_effect, idempotency = self.declared(tool_name)
+        return side_effect not in SIDE_EFFECT_FREE and idempotency != "safe"
+
+    def _scope(self, session: Session) -> GuardScope:
+        return self.guard.scope(scope_id(session.app_name, session.user_id, session.id))
+
+    # --- a tool's life ---------------------------------------------------------------------
+
+    @override
+    async def before_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any],
+                                   tool_context: ToolContext) -> dict[str, Any] | None:
+        if not self.guards(tool.name) or not tool_context.function_call_id:
+            return None
+        confirmation = tool_context.tool_confirmation
+        if (confirmation is None or not confirmation.confirmed) and \
+                await tool.check_require_confirmation(tool_args, tool_context) is True:
+            return None  # ADK's own gate asks (or refuses): the tool does not run now
+        scope = await asyncio.to_thread(self._scope, tool_context.session)
+        call_id = guard_call_id(tool_context.function_call_id)
+        side_effect, idempotency = self.declared(tool.name)
+        d = await asyncio.to_thread(scope.before, call_id, tool.name, tool_args, side_effect=side_effect,
+                                    idempotency=idempotency)
+        if d.verdict is Verdict.UNKNOWN and d.unknown is not None:
+            if confirmation is None:  # ask through ADK's tool confirmation; nothing runs
+                tool_context.request_confirmation(hint=_hint(d.unknown), payload=d.unknown.to_payload())
+                return _unknown_response(d.unknown)
+            await asyncio.to_thread(scope.answer, call_id, parse_answer(confirmation))  # persisted, then acted on
+            d = await asyncio.to_thread(scope.before, call_id, tool.name, tool_args, side_effect=side_effect,
+                                        idempotency=idempotency)
+        if d.verdict is Verdict.DONE:
+            return _as_response(d.result)
+        if d.verdict is Verdict.ABANDONED:
+            return {"error": f"{tool.name} was abandoned: its outcome was unknown after a crash and the user chose "
+                             "not to run it again", "status": STATUS_ABANDONED}
+        if d.run and d.attempt_id is not None:
+            self._running[id(tool_context)] = (tool_context, scope, call_id)
+        return None
+
+    @override
+    async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
+                                  result: dict[str, Any]) -> dict[str, Any] | None:
+        entry = self._running.pop(id(tool_context), None)
+        if entry is not None:
+            _, scope, call_id = entry
+            await asyncio.to_thread(scope.after, call_id, result)
+        return None
+
+    @override
+    async def on_tool_error_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
+                                     error: Exception) -> dict[str, Any] | None:
+        entry = self._running.pop(id(tool_context), None)
+        if entry is not None and not isinstance(error, asyncio.CancelledError):
+            # A cancelled tool may have done anything: it stays started, so a new process asks.
+            _, scope, call_id = entry
+            await asyncio.to_thread(scope.after, call_id, error=error)
+        return None
+
+    # --- orphaned calls: closers and the pause ----------------------------------------------
+
+    @override
+    async def on_user_message_callback(self, *, invocation_context: InvocationContext,
+                                       user_message: types.Content) -> types.Content | None:
+        await self.seal(invocation_context)
+        return None
+
+    @override
+    async def before_run_callback(self, *, invocation_context: InvocationContext) -> types.Content | None:
+        if not self.pause_while_unknown:
+            return None
+        message = invocation_context.user_content
+        if message is not None and any(p.function_response for p in message.parts or []):
+            return None  # an answer (or a tool's long-running result): ADK acts on it
+        pending = pending_unknown(invocation_context.session)
+        if not pending:
+            return None
+        names = ", ".join(f"{p['tool']}({json.dumps(p['args'], ensure_ascii=False)})" for p in pending)
+        return types.Content(role="model", parts=[types.Part(text=(
+            f"Waiting for your answer: {len(pending)} tool call(s) may have run before the process stopped and "
+            f"are not run again until you answer their adk_request_confirmation: {names}."))])
+
+    async def seal(self, invocation_context: InvocationContext) -> list[Event]:
+        """Close every orphaned function call of the session (written once; see the module doc);
+        the events appended, in order."""
+        session = invocation_context.session
+        running = {ctx.function_call_id for ctx, _, _ in self._running.values()}
+        orphans, asked = _orphans(session, running)
+        if not orphans and not asked:
+            return []
+        scope = await asyncio.to_thread(self._scope, session)
+        unknown = {u.call_id: u for u in await asyncio.to_thread(scope.unknown)}
+        written: list[Event] = []
+        for call_event, fc in orphans:
+            response, metadata = await asyncio.to_thread(self._closer, scope, fc, unknown)
+            u = unknown.get(guard_call_id(str(fc.id)))
+            actions = EventActions()
+            if u is not None:
+                actions.requested_tool_confirmations[str(fc.id)] = ToolConfirmation(hint=_hint(u),
+                                                                                    payload=u.to_payload())
+            part = types.Part(function_response=types.FunctionResponse(id=fc.id, name=fc.name, response=response))
+            closer = Event(invocation_id=call_event.invocation_id, author=call_event.author, branch=call_event.branch,
+                           content=types.Content(role="user", parts=[part]), actions=actions,
+                           custom_metadata={METADATA_KEY: metadata})
+            written.append(await invocation_context.session_service.append_event(session, closer))
+            if u is not None:
+                asked.append((call_event, fc, closer))
+        for call_event, fc, _ in asked:  # a crash between a closer and its request is mended here
+            u = unknown.get(guard_call_id(str(fc.id)))
+            if u is None:
+                continue
+            request = _confirmation_request(call_event, fc, u)
+            written.append(await invocation_context.session_service.append_event(session, request))
+        return written
+
+    def _closer(self, scope: GuardScope, fc: types.FunctionCall,
+                unknown: Mapping[str, UnknownCall]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The function response closing orphaned call ``fc``, and the metadata saying why."""
+        call_id = guard_call_id(str(fc.id))
+        name = str(fc.name)
+        u = unknown.get(call_id)
+        if u is not None:
+            return _unknown_response(u), {"closes": fc.id, "status": TOOL_OUTCOME_UNKNOWN}
+        tools = scope.state.tools
+        last = call_id if call_id in tools else None
+        n = 2
+        while f"{call_id}{ATTEMPT_SEP}{n}" in tools:
+            last, n = f"{call_id}{ATTEMPT_SEP}{n}", n + 1
+        tc = tools.get(last) if last is not None else None
+        if tc is not None and tc.has_result and not tc.result_synthetic and tc.status == "ok":
+            side_effect, idempotency = self.declared(name)
+            d = scope.before(call_id, name, fc.args or {}, side_effect=side_effect, idempotency=idempotency)
+            if d.verdict is Verdict.DONE:  # it returned; only its response was lost
+                return _as_response(d.result), {"closes": fc.id, "status": "ok"}
+        if tc is not None and tc.has_result and tc.status == "error":
+            return ({"error": f"{name} failed: {tc.output}", "status": STATUS_FAILED},
+                    {"closes": fc.id, "status": STATUS_FAILED})
+        if tc is not None and tc.outcome_unknown is False and tc.status == TOOL_OUTCOME_UNKNOWN:
+            # Answered already, and its response lost with the crash: say what the answer left.
+            return ({"error": f"{name}: its outcome was unknown after a crash and it was answered "
+                              f"{tc.reconciled}", "status": TOOL_OUTCOME_UNKNOWN},
+                    {"closes": fc.id, "status": TOOL_OUTCOME_UNKNOWN})
+        if self.guards(name):
+            return ({"error": f"{TOOL_NOT_STARTED}: the process stopped before {name} started; it never ran. Call "
+                              "it again only if the goal still needs it.", "status": TOOL_NOT_STARTED},
+                    {"closes": fc.id, "status": TOOL_NOT_STARTED})
+        return ({"error": f"the process stopped before {name} returned; it is declared free of side effects, so it "
+                          "may be called again", "status": STATUS_INTERRUPTED},
+                {"closes": fc.id, "status": STATUS_INTERRUPTED})
+
+    async def close(self) -> None:
+        self._running.clear()
+
+
+def _orphans(session: Session, running: set[str | None]) -> tuple[
+        list[tuple[Event, types.FunctionCall]], list[tuple[Event, types.FunctionCall, Event]]]:
+    """The session's function calls with no response (ADK's waits and calls running here left
+    out), and the guard's closers of unknown calls whose confirmation request is missing."""
+    events = session.events
+    answered = {fr.id for e in events for fr in e.get_function_responses() if fr.id}
+    requested: set[str] = set()
+    for e in events:
+        for fc in e.get_function_calls():
+            if fc.name == REQUEST_CONFIRMATION_FUNCTION_CALL_NAME:
+                original = (fc.args or {}).get("originalFunctionCall")
+                if isinstance(original, dict) and isinstance(original.get("id"), str):
+                    requested.add(original["id"])
+    calls: dict[str, Event] = {}
+    orphans: list[tuple[Event, types.FunctionCall]] = []
+    for e in events:
+        if e.author == "user":
+            continue
+        waits = e.long_running_tool_ids or set()
+        for fc in e.get_function_calls():
+            if not fc.id:
+                continue
+            calls[fc.id] = e
+            if fc.id in answered or fc.id in waits or fc.id in running or fc.name in _ADK_WAITS_ON:
+                continue
+            orphans.append((e, fc))
+    asked: list[tuple[Event, types.FunctionCall, Event]] = []
+    for e in events:
+        meta = (e.custom_metadata or {}).get(METADATA_KEY)
+        if not isinstance(meta, dict) or meta.get("status") != TOOL_OUTCOME_UNKNOWN:
+            continue
+        closes = meta.get("closes")
+        if isinstance(closes, str) and closes not in requested and closes in calls:
+            fc = next(f for f in calls[closes].get_function_calls() if f.id == closes)
+            asked.append((calls[closes], fc, e))
+    return orphans, asked
+
+
+def _confirmation_request(call_event: Event, fc: types.FunctionCall, u: UnknownCall) -> Event:
+    """ADK's ``adk_request_confirmation`` call for unknown call ``fc``, as ADK's flow makes it for a
+    tool that asks, with an id derived from the call's (so a mended request has the same id)."""
+    request_id = f"adk-{uuid.uuid5(_CONFIRMATION_IDS, str(fc.id))}"
+    confirmation = ToolConfirmation(hint=_hint(u), payload=u.to_payload())
+    call = types.FunctionCall(name=REQUEST_CONFIRMATION_FUNCTION_CALL_NAME, id=request_id, args={
+        "originalFunctionCall": fc.model_dump(exclude_none=True, by_alias=True),
+        "toolConfirmation": confirmation.model_dump(by_alias=True, exclude_none=True)})
+    return Event(invocation_id=call_event.invocation_id, author=call_event.author, branch=call_event.branch,
+                 content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+                 long_running_tool_ids={request_id}, custom_metadata={METADATA_KEY: {"asks": fc.id}})
+
+
+__all__ = [
+    "METADATA_KEY", "PLUGIN_NAME", "BadAnswerError", "GuardPlugin", "answer_message", "guard_call_id", "guard_for",
+    "parse_answer", "pending_unknown", "scope_id", "session_gate",
+]

@@ -1,0 +1,423 @@
+"""Google ADK with the crash-safe tool guard (journal/adapters/adk_guard.py), killed with SIGKILL.
+
+A real ADK app: an LlmAgent whose model is scripted (no network: it calls ``deploy(n)`` for each
+n of 1..loops that has no answer in its request yet, then says "finished") and whose ``deploy``
+tool appends a line to a side file outside the journal, run by ADK's Runner on a
+JournalSessionService with ``GuardPlugin(guard_for(service))``. Each life of the app runs in a
+child forked from this process (ADK is imported once); the first life kills itself with SIGKILL
+at a chosen point of deploy's life, forced by a hook on the guard's journal (its
+``append_many``: before/after the intent batch, before/after the result), in the tool's body,
+or in the model call after it -- no sleeps. Each later life is a new process that sends the
+session a message ("continue", or the answer to the guard's adk_request_confirmation).
+
+Checks: the tool ran at most once unless the app answered "run_again"; the resume surfaced
+exactly the calls whose outcome is unknown, with their arguments; after an answer the run
+finishes; every function call in the session has a response (the closers) and the session and
+the guard's journal are the same on every load.
+
+``JOURNAL_GUARD_OFF=1`` runs the same tests without the plugin: they fail (the tool runs twice,
+nothing is surfaced). ``JOURNAL_GUARD_ROUNDS`` sets the random rounds (20).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+if os.environ.get("JOURNAL_REQUIRE_FRAMEWORKS") == "1":  # CI: a framework missing is a failure
+    importlib.import_module("google.adk")
+else:
+    pytest.importorskip("google.adk", reason="the adk extra is not installed (pip install -e '.[adk]')")
+
+from google.adk.agents.llm_agent import LlmAgent
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.runners import Runner
+from google.adk.sessions.session import Session
+from google.genai import types
+
+from journal.adapters.adk import JournalSessionService
+from journal.adapters.adk_guard import (
+    GuardPlugin,
+    answer_message,
+    guard_for,
+    pending_unknown,
+    scope_id,
+    session_gate,
+)
+from journal.api import Store
+from journal.session.toolguard import ToolGuard
+
+GUARD_ON = os.environ.get("JOURNAL_GUARD_OFF") != "1"
+ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
+POINTS = ("before_intent", "after_intent", "mid_tool", "before_result", "after_result", "after")
+APP, USER, SID = "ops", "u1", "s1"
+STEPS_MAX = 12  # messages one round may send before it must have finished
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Plan:
+    """Kill this process at the ``at``-th time ``point`` is reached."""
+
+    def __init__(self, point: str | None, at: int = 1) -> None:
+        self.point, self.at, self.seen = point, at, 0
+
+    def reached(self, point: str) -> None:
+        if point == self.point:
+            self.seen += 1
+            if self.seen == self.at:
+                _die()
+
+
+class _HookedJournal:
+    def __init__(self, j: Any, plan: Plan) -> None:
+        self._j, self._plan = j, plan
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._j, name)
+
+    def append_many(self, events: Any, *args: Any, **kw: Any) -> Any:
+        events = list(events)
+        kind = "intent" if any(e.get("type") == "tool.requested" for e in events) else (
+            "result" if any(e.get("type") == "tool.result" for e in events) else None)
+        if kind is not None:
+            self._plan.reached(f"before_{kind}")
+        out = self._j.append_many(events, *args, **kw)
+        if kind is not None:
+            self._plan.reached(f"after_{kind}")
+        return out
+
+
+class _HookedStore:
+    def __init__(self, store: Any, plan: Plan) -> None:
+        self._store, self._plan = store, plan
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def open(self, name: str, **kw: Any) -> Any:
+        return _HookedJournal(self._store.open(name, **kw), self._plan)
+
+
+def _line(side: Path, text: str) -> None:
+    fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _answered(contents: list[types.Content]) -> tuple[set[int], bool]:
+    """Which n the model's request shows answered (a call that never started is not), and
+    whether the request ends with a response to deploy."""
+    args: dict[str | None, Any] = {}
+    done: set[int] = set()
+    for c in contents:
+        for p in c.parts or []:
+            if p.function_call is not None and p.function_call.name == "deploy":
+                args[p.function_call.id] = p.function_call.args
+            fr = p.function_response
+            if fr is not None and fr.name == "deploy" and (fr.response or {}).get("status") != "TOOL_NOT_STARTED":
+                done.add(int(args[fr.id]["n"]))
+    last = contents[-1].parts or [] if contents else []
+    return done, any(p.function_response is not None and p.function_response.name == "deploy" for p in last)
+
+
+class ScriptedModel(BaseLlm):
+    """Calls deploy(n) for the first n of 1..loops its request shows unanswered, then "finished"."""
+
+    model: str = "scripted"
+    loops: int = 1
+    plan: Any = None
+
+    async def generate_content_async(self, llm_request: LlmRequest,
+                                     stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+        done, after_tool = _answered(list(llm_request.contents))
+        if after_tool:
+            self.plan.reached("after")  # deploy's response is stored: the tool's life is over
+        for n in range(1, self.loops + 1):
+            if n not in done:
+                call = types.FunctionCall(name="deploy", args={"n": n})
+                yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+                return
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="finished")]))
+
+
+def build(service: JournalSessionService, guard: ToolGuard | None, side: Path, plan: Plan, loops: int,
+          resumable: bool = False) -> Runner:
+    def deploy(n: int) -> dict[str, Any]:
+        """Deploys release n (appends to a file outside the journal)."""
+        if guard is None and plan.point in ("before_intent", "after_intent"):
+            plan.reached(plan.point)  # no intent without the guard: the same moment, before the tool
+        _line(side, f"deploy:{n}:{os.getpid()}")
+        plan.reached("mid_tool")
+        if guard is None and plan.point in ("before_result", "after_result"):
+            plan.reached(plan.point)
+        return {"deployed": n}
+
+    agent = LlmAgent(name="ops", model=ScriptedModel(loops=loops, plan=plan), tools=[deploy])
+    plugins: list[BasePlugin] = [GuardPlugin(guard)] if guard is not None else []
+    app = App(name=APP, root_agent=agent, plugins=plugins,
+              resumability_config=ResumabilityConfig(is_resumable=True) if resumable else None)
+    return Runner(app=app, session_service=service)
+
+
+def _message(step: str, session: Session) -> types.Content:
+    if step.startswith("answer:"):
+        answer: Any = json.loads(step.removeprefix("answer:"))
+        return answer_message(pending_unknown(session)[0]["confirmationCallId"], answer)
+    return types.Content(role="user", parts=[types.Part(text=step)])
+
+
+async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False) -> dict[str, Any]:
+    service = JournalSessionService(str(tmp / "sessions"))
+    guard = ToolGuard(cast(Store, _HookedStore(guard_for(service).store, plan))) if GUARD_ON else None
+    try:
+        runner = build(service, guard, tmp / "side.log", plan, loops, resumable)
+        session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
+        if session is None:
+            session = await service.create_session(app_name=APP, user_id=USER, session_id=SID)
+        texts: list[str] = []
+        kwargs: dict[str, Any] = {"invocation_id": step.removeprefix("resume:")} if step.startswith("resume:") \
+            else {"new_message": _message(step, session)}
+        async for ev in runner.run_async(user_id=USER, session_id=SID, **kwargs):
+            texts += [p.text for p in (ev.content.parts or []) if p.text] if ev.content else []
+        session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
+        assert session is not None
+        unknown = [[u.call_id, u.args] for u in guard.scope(scope_id(APP, USER, SID)).unknown()] if guard else []
+        return {"pending": pending_unknown(session), "texts": texts, "finished": texts[-1:] == ["finished"],
+                "unknown": unknown}
+    finally:
+        if guard is not None:
+            guard.close()
+        await service.close()
+
+
+def _life(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False) -> dict[str, Any]:
+    return asyncio.run(_alife(tmp, plan, step, loops, resumable))
+
+
+def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
+    """Run ``fn`` in a forked child; (killed by SIGKILL, what it returned)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(r)
+            try:
+                payload = json.dumps(fn(*args))
+            except BaseException as exc:
+                payload = json.dumps({"error": repr(exc)})
+            os.write(w, payload.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    out = json.loads(b"".join(chunks)) if chunks else {}
+    assert "error" not in out, out["error"]
+    return killed, out
+
+
+def _deploys(tmp: Path) -> dict[int, int]:
+    side = tmp / "side.log"
+    counts: dict[int, int] = {}
+    for line in side.read_text().splitlines() if side.exists() else []:
+        n = int(line.split(":")[1])
+        counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _load(tmp: Path) -> dict[str, Any]:
+    """The session's events, the calls left without a response, and the guard's history and
+    unknown calls, as a fresh process loads them."""
+    async def go() -> dict[str, Any]:
+        service = JournalSessionService(str(tmp / "sessions"))
+        guard = guard_for(service)
+        try:
+            session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
+            assert session is not None
+            answered = {fr.id for e in session.events for fr in e.get_function_responses()}
+            open_calls = [fc.id for e in session.events for fc in e.get_function_calls()
+                          if fc.id not in answered and fc.id not in (e.long_running_tool_ids or set())]
+            scope = guard.scope(scope_id(APP, USER, SID))
+            return {"events": [e.model_dump(mode="json") for e in session.events], "open_calls": open_calls,
+                    "guard": scope.history(), "unknown": [[u.call_id, u.args] for u in scope.unknown()],
+                    "gate": session_gate(guard, APP, USER, SID).decision}
+        finally:
+            guard.close()
+            await service.close()
+
+    return asyncio.run(go())
+
+
+def load(tmp: Path) -> dict[str, Any]:
+    return in_child(_load, tmp)[1]
+
+
+def _load_twice(tmp: Path) -> dict[str, Any]:
+    return {"first": _load(tmp), "second": _load(tmp)}  # each a full open, read and close
+
+
+def _check_well_formed_and_stable(tmp: Path) -> None:
+    loads = in_child(_load_twice, tmp)[1]
+    first, second = loads["first"], loads["second"]
+    assert first == second  # the same history on every load
+    assert first["open_calls"] == []  # every function call the session holds has a response
+
+
+EXPECT_UNKNOWN = {"before_intent": False, "after_intent": True, "mid_tool": True, "before_result": True,
+                  "after_result": False, "after": False}
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_killed_at_each_point_of_the_tools_life(tmp_path: Path, point: str) -> None:
+    killed, _ = in_child(_life, tmp_path, Plan(point), "go", 1)
+    assert killed
+    ran_before = _deploys(tmp_path).get(1, 0)
+    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    pending = resumed["pending"]
+    if EXPECT_UNKNOWN[point]:
+        assert len(pending) == 1, resumed  # exactly the call whose outcome is unknown, with its arguments
+        (u,) = pending
+        assert u["tool"] == "deploy" and u["args"] == {"n": 1}
+        assert load(tmp_path)["unknown"] == [[u["callId"], u["args"]]]
+        assert load(tmp_path)["gate"] == "paused"  # the session's gate, from the adapter
+        assert [r["code"] for r in u["reasons"]] == ["TOOL_OUTCOME_UNKNOWN"]
+        assert [o["answer"] for o in u["options"]] == ["happened", "run_again", "abandon"]
+        assert not resumed["finished"] and "Waiting for your answer" in resumed["texts"][-1]  # paused: asked
+        assert _deploys(tmp_path).get(1, 0) == ran_before  # asking ran nothing
+        _check_well_formed_and_stable(tmp_path)  # the closer answers the call while it waits
+        answer: Any = {"answer": "happened", "result": {"deployed": 1}} if ran_before else "run_again"
+        _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps(answer), 1)
+    else:
+        assert pending == [] and load(tmp_path)["unknown"] == [], resumed
+        done = resumed
+    assert done["finished"] and done["pending"] == [], done  # the run finished
+    assert _deploys(tmp_path) == {1: 1}  # at most once; once here, as the answer said
+    assert load(tmp_path)["gate"] == "continue"
+    _check_well_formed_and_stable(tmp_path)
+
+
+def test_abandon_runs_nothing_and_the_run_goes_on(tmp_path: Path) -> None:
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 2)
+    assert killed
+    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 2)
+    assert [u["args"] for u in resumed["pending"]] == [{"n": 1}]
+    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps("abandon"), 2)
+    assert done["finished"], done
+    assert _deploys(tmp_path) == {1: 1, 2: 1}
+    events = load(tmp_path)["events"]
+    statuses = [p["function_response"]["response"].get("status") for e in events
+                for p in (e.get("content") or {}).get("parts", []) if p.get("function_response")
+                and p["function_response"]["name"] == "deploy"]
+    assert statuses == ["TOOL_OUTCOME_UNKNOWN", "abandoned", None]  # the model saw each for what it was
+    _check_well_formed_and_stable(tmp_path)
+
+
+def test_random_kills(tmp_path: Path) -> None:
+    rng = random.Random(int(os.environ.get("JOURNAL_CRASH_SEED", "0")) + 30)
+    loops = 3
+    for r in range(ROUNDS):
+        tmp = tmp_path / f"r{r}"
+        tmp.mkdir()
+        point, at = rng.choice(POINTS), rng.randint(1, loops)
+        killed, out = in_child(_life, tmp, Plan(point, at), "go", loops)
+        reruns: dict[int, int] = {}
+        step = "continue"
+        for _ in range(STEPS_MAX):  # bounded: a kill leaves at most one unknown call
+            if out.get("finished") and not out["pending"]:
+                break
+            _, out = in_child(_life, tmp, Plan(None), step, loops)
+            step = "continue"
+            if out["pending"]:
+                (u,) = out["pending"]
+                assert killed and u["tool"] == "deploy"
+                assert out["unknown"] == [[u["callId"], u["args"]]]
+                answer = rng.choice(["happened", "run_again", "abandon"])
+                n = u["args"]["n"]
+                reruns[n] = reruns.get(n, 0) + (answer == "run_again")
+                given: Any = {"answer": "happened", "result": {"deployed": n}} if answer == "happened" else answer
+                step = "answer:" + json.dumps(given)
+        assert out["finished"] and out["pending"] == [], (r, point, at, out)
+        for n, count in _deploys(tmp).items():
+            assert count <= 1 + reruns.get(n, 0), (r, point, at, n, count, reruns)
+        _check_well_formed_and_stable(tmp)
+
+
+def test_a_resumable_app_replays_the_call_and_the_guard_asks(tmp_path: Path) -> None:
+    """ResumabilityConfig(is_resumable=True): resumed by invocation id, ADK replays the orphaned
+    call itself; the plugin answers that replay with the question instead of running the tool."""
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 1, True)
+    assert killed
+    invocation = next(e["invocation_id"] for e in load(tmp_path)["events"] if e["author"] == "ops")
+    _, resumed = in_child(_life, tmp_path, Plan(None), "resume:" + invocation, 1, True)
+    assert [(u["tool"], u["args"]) for u in resumed["pending"]] == [("deploy", {"n": 1})], resumed
+    assert _deploys(tmp_path) == {1: 1}
+    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps("run_again"), 1, True)
+    assert done["finished"] and _deploys(tmp_path) == {1: 2}  # run again, once, as answered
+    _check_well_formed_and_stable(tmp_path)
+
+
+def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
+    """The failure the guard exists for (issue 30): ADK drops the orphaned call from the model's
+    request, the model calls the tool again, and nothing tells anyone it may have run."""
+    def life(plan: Plan, step: str) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            service = JournalSessionService(str(tmp_path / "sessions"))
+            try:
+                runner = build(service, None, tmp_path / "side.log", plan, 1)
+                if await service.get_session(app_name=APP, user_id=USER, session_id=SID) is None:
+                    await service.create_session(app_name=APP, user_id=USER, session_id=SID)
+                msg = types.Content(role="user", parts=[types.Part(text=step)])
+                texts = [p.text async for ev in runner.run_async(user_id=USER, session_id=SID, new_message=msg)
+                         for p in ((ev.content.parts or []) if ev.content else []) if p.text]
+                return {"texts": texts}
+            finally:
+                await service.close()
+
+        return asyncio.run(go())
+
+    killed, _ = in_child(life, Plan("mid_tool"), "go")
+    assert killed
+    _, out = in_child(life, Plan(None), "continue")
+    assert out["texts"] == ["finished"] and _deploys(tmp_path) == {1: 2}
+
+
+def test_read_only_and_idempotent_tools_write_nothing(tmp_path: Path) -> None:
+    plugin = GuardPlugin(ToolGuard(guard_for(JournalSessionService(str(tmp_path))).store),
+                         side_effects={"lookup": "read"}, idempotent={"set_flag"})
+    assert not plugin.guards("lookup") and not plugin.guards("set_flag") and plugin.guards("deploy")
+    assert plugin.declared("set_flag") == ("external-write", "safe")
+
+
+def test_the_example_runs(tmp_path: Path) -> None:
+    """examples/adk_crash_safe_tool.py, as the docs show it: killed, asked, answered, finished."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "adk_crash_safe_tool.py"
+    out = subprocess.run([sys.executable, str(example), "demo", str(tmp_path)], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    assert "run: the process was killed inside deploy" in out
+    assert "resume: deploy(" in out and "run_again: run it again" in out
+    assert "answer happened: finished=True" in out
+    assert "deployed.log has 1 line(s)" in out
