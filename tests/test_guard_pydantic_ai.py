@@ -410,3 +410,48 @@ def test_the_example_runs(tmp_path: Path) -> None:
     assert "resume: deploy(" in out and "run_again: run it again" in out
     assert "answer happened: finished=True" in out
     assert "deployed.log has 1 line(s)" in out
+
+
+def test_a_read_only_or_idempotent_tool_is_not_synced_and_runs_again(tmp_path: Path) -> None:
+    """Tools declared free of side effects (the capability's map, or the tool's own metadata) or
+    idempotent write nothing to the guard's journal: after a crash they simply run again."""
+    async def go(crash: bool) -> dict[str, Any]:
+        store = JournalConversationStore(tmp_path / "conv")
+        guard = guard_for(store)
+        try:
+            def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+                done = {p.tool_name for m in messages for p in m.parts if isinstance(p, ToolReturnPart)}
+                todo = [t for t in ("lookup", "ping", "status") if t not in done]
+                if not todo:
+                    return ModelResponse(parts=[TextPart("finished:0")])
+                return ModelResponse(parts=[ToolCallPart(todo[0], {"q": 1})])
+
+            agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests],
+                                            capabilities=[CrashSafeTools(guard, side_effects={"lookup": "read"},
+                                                                         idempotent={"ping"})])
+
+            def tool(name: str) -> Callable[[int], str]:
+                def run(q: int) -> str:
+                    _line(tmp_path / "side.log", f"{name}:{q}")
+                    if crash and name == "status":
+                        _die()
+                    return name
+                run.__name__ = name
+                return run
+
+            agent.tool_plain(tool("lookup"))
+            agent.tool_plain(tool("ping"))
+            agent.tool_plain(metadata={"sideEffect": "none"})(tool("status"))
+            result = await agent.run("go", conversation=Conversation(conversation_id=CID))
+            await store.save(result)
+            return {**_summary(result.conversation), "history": guard.scope(CID).history()}
+        finally:
+            guard.close()
+            await store.close()
+
+    killed, _ = in_child(lambda: asyncio.run(go(True)))
+    assert killed
+    _, out = in_child(lambda: asyncio.run(go(False)))
+    assert out["finished"] and out["asked"] == []
+    assert [e["type"] for e in out["history"]] == ["session.started"]  # no intent was synced for any of them
+    assert (tmp_path / "side.log").read_text().splitlines() == ["lookup:1", "ping:1", "status:1"] * 2
