@@ -568,3 +568,46 @@ def test_readers_racing_a_writer_on_a_real_file_system_never_report_false_damage
                   "drops": drops, "records read": seen.records + got["records"],
                   "read-only opens": seen.opens + got["opens"],
                   "behind a drop": seen.behind_drops + got["behind"], "false reports": 0})
+
+
+@pytest.mark.parametrize("at_open", [1, 2], ids=["while listing sizes", "while walking"])
+@pytest.mark.parametrize("command", ["verify", "salvage"])
+def test_verify_and_salvage_racing_a_drop_see_a_dropped_prefix_not_damage(
+    tmp_path: Path, at_open: int, command: str
+) -> None:
+    """verify and salvage list the segments once, then open each: a drop_prefix between the two
+    made the segments it removed a JournalIOError (verify failed) where they were dropped, which
+    the start marker says. Each segment gone since the listing is asked why (reader.why_missing)."""
+    from journal.engine.salvage import salvage
+    from journal.engine.verify import verify
+
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+        names = _names(path)
+        kept = fmt.parse_segment_name(names[3])
+        assert kept is not None
+        opens = 0
+
+        def hook(opened: str) -> None:
+            nonlocal opens
+            if os.path.basename(opened) == names[1]:
+                opens += 1
+                if opens == at_open:
+                    fs.before_open = None
+                    w.drop_prefix(kept)
+
+        fs.before_open = hook
+        if command == "verify":
+            rep = verify(str(path), fs=fs)
+            assert rep.verdict == "clean", rep.problems
+            assert (rep.first_seq, rep.last_seq) == (kept, w.last_seq)
+        else:
+            out = tmp_path / "out"
+            srep = salvage(str(path), str(out), fs=fs)
+            # The open writer's reserved space (zeros after its last record) is all it reports.
+            assert not [loss for loss in srep.losses if loss.reason != "zeroed bytes"], srep.losses
+            with journal.open(out, readonly=True) as j:
+                _check(list(j.read()), kept, w.last_seq)
+        assert opens >= at_open

@@ -31,7 +31,7 @@ from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
-from journal.engine.reader import Record, decode_block, decode_payload
+from journal.engine.reader import DROPPED, Record, decode_block, decode_payload, why_missing
 from journal.engine.recovery import QUARANTINE_DIR
 from journal.engine.segment import TMP_SUFFIX, read_start
 from journal.errors import (
@@ -398,8 +398,12 @@ def _kind(kind: int) -> str:
     return {fmt.KIND_SEAL: "seal", fmt.KIND_PADDING: "padding"}.get(kind, "data")
 
 
-def _size(fs: FileSystem, path: str) -> int:
-    f = fs.open_read(path)
+def _size_if_there(fs: FileSystem, path: str) -> int:
+    """The file's size, or 0 if it is gone (a drop_prefix racing the walk: see walk_journal)."""
+    try:
+        f = fs.open_read(path)
+    except FileNotFoundError:
+        return 0
     try:
         return f.size()
     finally:
@@ -443,13 +447,22 @@ def walk_journal(path: str, progress: Progress | None = None,
         first_seq = start.first_seq if start is not None else 1
         dropped = [n for n in segs if (fmt.parse_segment_name(n) or 0) < first_seq]
         segs = segs[len(dropped):]
-        sizes = [_size(fs, os.path.join(path, n)) for n in segs]
+        sizes = [_size_if_there(fs, os.path.join(path, n)) for n in segs]
     total = sum(sizes) or 1
     done = 0
     walks: list[SegmentWalk] = []
+    vanished: list[str] = []  # listed, then gone: removed by a drop_prefix the walk raced
     for i, (name, size) in enumerate(zip(segs, sizes, strict=True)):
         with reading(path):
-            f = fs.open_read(os.path.join(path, name))
+            try:
+                f = fs.open_read(os.path.join(path, name))
+            except FileNotFoundError:
+                # A writer may drop a prefix while the walk runs (it makes the start marker
+                # durable before it unlinks a segment): one gone since the listing was dropped
+                # if the marker now begins after it, and is missing (a loss) otherwise.
+                if why_missing(fs, path, fmt.parse_segment_name(name) or 0) == DROPPED:
+                    vanished.append(name)
+                continue
             try:
                 walked = walk_segment(name, tail.FileBytes(f), record_size_bytes_max)
             finally:
@@ -462,6 +475,15 @@ def walk_journal(path: str, progress: Progress | None = None,
         done += size
         if progress is not None:
             progress(done, total)
+    if vanished:
+        # The journal now begins where that drop put its start: the segments walked before it
+        # that end before that seq were dropped too (their bytes were read, not lost).
+        with reading(path):
+            start = read_start(fs, path)
+        first_seq = start.first_seq if start is not None else first_seq
+        gone = [w for w in walks if w.last_seq is not None and w.last_seq < first_seq]
+        walks = [w for w in walks if w not in gone]
+        dropped = dropped + [w.name for w in gone] + vanished
     ids = [w.header.journal_id for w in walks if w.header is not None and w.header_trusted]
     # The journal's id is the one most segments carry; on a tie, the earliest segment's (sealed
     # history never changes, so a later segment with another id is the one copied in), which is
