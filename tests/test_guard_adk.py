@@ -42,6 +42,7 @@ else:
 
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.apps import App, ResumabilityConfig
+from google.adk.events.event import Event
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -52,6 +53,7 @@ from google.genai import types
 
 from journal.adapters.adk import JournalSessionService
 from journal.adapters.adk_guard import (
+    METADATA_KEY,
     GuardPlugin,
     answer_message,
     guard_for,
@@ -114,6 +116,21 @@ class _HookedStore:
 
     def open(self, name: str, **kw: Any) -> Any:
         return _HookedJournal(self._store.open(name, **kw), self._plan)
+
+
+class _HookedService(JournalSessionService):
+    """Kills at "after_closer": once the plugin's closer of an orphaned call is stored, before the
+    confirmation request that follows it."""
+
+    def __init__(self, path: str, plan: Plan) -> None:
+        super().__init__(path)
+        self._plan = plan
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        out = await super().append_event(session, event)
+        if "closes" in (event.custom_metadata or {}).get(METADATA_KEY, {}):
+            self._plan.reached("after_closer")
+        return out
 
 
 def _line(side: Path, text: str) -> None:
@@ -187,7 +204,7 @@ def _message(step: str, session: Session) -> types.Content:
 
 
 async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False) -> dict[str, Any]:
-    service = JournalSessionService(str(tmp / "sessions"))
+    service = _HookedService(str(tmp / "sessions"), plan)
     guard = ToolGuard(cast(Store, _HookedStore(guard_for(service).store, plan))) if GUARD_ON else None
     try:
         runner = build(service, guard, tmp / "side.log", plan, loops, resumable)
@@ -333,6 +350,23 @@ def test_abandon_runs_nothing_and_the_run_goes_on(tmp_path: Path) -> None:
                 for p in (e.get("content") or {}).get("parts", []) if p.get("function_response")
                 and p["function_response"]["name"] == "deploy"]
     assert statuses == ["TOOL_OUTCOME_UNKNOWN", "abandoned", None]  # the model saw each for what it was
+    _check_well_formed_and_stable(tmp_path)
+
+
+def test_killed_between_the_closer_and_its_question(tmp_path: Path) -> None:
+    """The closer is stored and the process dies before the adk_request_confirmation: the next
+    message writes the missing request (with the id the first would have had), once."""
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 1)
+    assert killed
+    killed, _ = in_child(_life, tmp_path, Plan("after_closer"), "continue", 1)
+    assert killed
+    assert load(tmp_path)["open_calls"] == []  # the closer alone already answers the call
+    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    assert [u["args"] for u in resumed["pending"]] == [{"n": 1}], resumed
+    _, again = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    assert again["pending"] == resumed["pending"]  # asked once: no second closer, no second request
+    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}), 1)
+    assert done["finished"] and _deploys(tmp_path) == {1: 1}
     _check_well_formed_and_stable(tmp_path)
 
 

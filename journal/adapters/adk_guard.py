@@ -249,8 +249,10 @@ class GuardPlugin(BasePlugin):
         if d.verdict is Verdict.ABANDONED:
             return {"error": f"{tool.name} was abandoned: its outcome was unknown after a crash and the user chose "
                              "not to run it again", "status": STATUS_ABANDONED}
-        if d.run and d.attempt_id is not None:
-            self._running[id(tool_context)] = (tool_context, scope, call_id)
+        if not d.run:  # still unknown (an answer that did not take): never run on a guess
+            return _unknown_response(d.unknown) if d.unknown is not None else {
+                "error": f"{tool.name} was not run: the guard gave {d.verdict.value}", "status": d.verdict.value}
+        self._running[id(tool_context)] = (tool_context, scope, call_id)
         return None
 
     @override
