@@ -29,7 +29,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,6 +45,7 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+import journal
 from journal.adapters.pydantic_ai import JournalConversationStore
 from journal.adapters.pydantic_ai_guard import (
     ABANDONED_CONTENT,
@@ -55,7 +56,8 @@ from journal.adapters.pydantic_ai_guard import (
     guard_store,
 )
 from journal.api import Store
-from journal.session.toolguard import ToolGuard
+from journal.session.toolguard import ToolGuard, journal_name
+from tests.backends import Backend, made_or_skipped
 
 GUARD_ON = os.environ.get("JOURNAL_GUARD_OFF") != "1"
 ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
@@ -158,8 +160,9 @@ def _summary(conv: Conversation) -> dict[str, Any]:
             "text": text}
 
 
-async def _alife(tmp: Path, plan: Plan, loops: int, given: dict[str, Any] | None) -> dict[str, Any]:
-    store = JournalConversationStore(tmp / "conv")
+async def _alife(tmp: Path, plan: Plan, loops: int, given: dict[str, Any] | None,
+                 target: str | None = None) -> dict[str, Any]:
+    store = JournalConversationStore(target or tmp / "conv")
     guard = ToolGuard(cast(Store, _HookedStore(guard_store(store), plan))) if GUARD_ON else None
     try:
         agent = build(guard, tmp / "side.log", plan, loops)
@@ -182,8 +185,8 @@ async def _alife(tmp: Path, plan: Plan, loops: int, given: dict[str, Any] | None
         await store.close()
 
 
-def _life(tmp: Path, plan: Plan, loops: int, given: Any = None) -> dict[str, Any]:
-    return asyncio.run(_alife(tmp, plan, loops, given))
+def _life(tmp: Path, plan: Plan, loops: int, given: Any = None, target: str | None = None) -> dict[str, Any]:
+    return asyncio.run(_alife(tmp, plan, loops, given, target))
 
 
 def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
@@ -455,3 +458,31 @@ def test_a_read_only_or_idempotent_tool_is_not_synced_and_runs_again(tmp_path: P
     assert out["finished"] and out["asked"] == []
     assert [e["type"] for e in out["history"]] == ["session.started"]  # no intent was synced for any of them
     assert (tmp_path / "side.log").read_text().splitlines() == ["lookup:1", "ping:1", "status:1"] * 2
+
+
+# PostgreSQL: a killed writer's lock goes with its connection. (On JetStream a killed writer's
+# claim holds for up to 30 s, which the next process would wait out; the guard's journals there
+# go through the same journal.api.Store.)
+@pytest.fixture(params=("postgres",))
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from made_or_skipped(request.param, tmp_path)
+
+
+def test_on_a_server_store_the_guard_journals_live_on_the_same_server(tmp_path: Path, server: Backend) -> None:
+    """A JournalConversationStore on PostgreSQL or JetStream: guard_for puts the guard's journals on
+    the same server (its URL without journal=), and a tool killed mid-call is asked about there."""
+    target = server.target()
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), 1, None, target)
+    assert killed and _deploys(tmp_path) == {1: 1}
+    _, resumed = in_child(_life, tmp_path, Plan(None), 1, None, target)
+    assert [u["args"] for u in resumed["asked"]] == [{"n": 1}]
+    _, done = in_child(_life, tmp_path, Plan(None), 1, {"answer": "happened", "result": "deployed:1"}, target)
+    assert done["finished"] and _deploys(tmp_path) == {1: 1}
+    assert not (tmp_path / "conv").exists() and not (tmp_path / "conv.tool-guards").exists()
+    store = journal.store(server.store_location())
+    try:
+        assert store.exists(journal_name(CID))
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
