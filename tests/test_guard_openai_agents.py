@@ -118,17 +118,22 @@ def _outputs(items: list[Any]) -> list[str]:
             if isinstance(i, dict) and i.get("type") == "function_call_output" and i.get("call_id") in calls]
 
 
-def build(tmp: Path, plan: Plan, versions: int, guard: SessionGuard | None) -> Agent[Any]:
+def build(tmp: Path, plan: Plan, versions: int | list[str], guard: SessionGuard | None,
+          together: bool = False) -> Agent[Any]:
+    """The agent; its model deploys ``versions`` (v1..vN, or the names given) one call at a time (all in
+    one response with ``together``), each while the session holds fewer outputs than its place."""
     side = tmp / "side.log"
+    names = [f"v{n}" for n in range(1, versions + 1)] if isinstance(versions, int) else versions
     counter = iter(range(1_000_000))
 
     def respond(call: Any) -> Any:
         done = _outputs(list(call.input) if isinstance(call.input, list) else [])
         if done:
             plan.reached("after")  # the model call after a deploy returned
-        if len(done) < versions:
-            n = len(done) + 1  # a real model's call ids are new in every process
-            return [model_call("deploy", {"version": f"v{n}"}, call_id=f"call_{os.getpid()}_{next(counter)}")]
+        if len(done) < len(names):
+            todo = names[len(done):] if together else names[len(done):len(done) + 1]
+            # a real model's call ids are new in every process
+            return [model_call("deploy", {"version": v}, call_id=f"call_{os.getpid()}_{next(counter)}") for v in todo]
         return [assistant_message(f"deployed {', '.join(done)}")]
 
     def deploy(version: str) -> str:
@@ -147,12 +152,13 @@ def build(tmp: Path, plan: Plan, versions: int, guard: SessionGuard | None) -> A
     return Agent(name="ops", instructions="deploy", model=model, tools=[tool])
 
 
-async def _alife(tmp: Path, plan: Plan, inp: Any, versions: int, answers: list[Any] | None) -> dict[str, Any]:
+async def _alife(tmp: Path, plan: Plan, inp: Any, versions: int | list[str], answers: list[Any] | None,
+                 together: bool) -> dict[str, Any]:
     session = await JournalSession.open(SESSION, tmp / "sessions")
     guard = SessionGuard(ToolGuard(cast(Store, _HookedStore(journal.store(str(tmp / "sessions")), plan))), session) \
         if GUARD_ON else None
     try:
-        agent = build(tmp, plan, versions, guard)
+        agent = build(tmp, plan, versions, guard, together)
         if answers is not None:  # answer the asks a previous life saw, then resume its run
             assert guard is not None
             state = await RunState.from_string(agent, (tmp / "state.json").read_text())
@@ -173,8 +179,9 @@ async def _alife(tmp: Path, plan: Plan, inp: Any, versions: int, answers: list[A
         session.close()
 
 
-def _life(tmp: Path, plan: Plan, inp: Any, versions: int, answers: list[Any] | None = None) -> dict[str, Any]:
-    return asyncio.run(_alife(tmp, plan, inp, versions, answers))
+def _life(tmp: Path, plan: Plan, inp: Any, versions: int | list[str], answers: list[Any] | None = None,
+          together: bool = False) -> dict[str, Any]:
+    return asyncio.run(_alife(tmp, plan, inp, versions, answers, together))
 
 
 def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
@@ -267,6 +274,18 @@ def test_killed_at_each_point_of_the_tools_life(tmp_path: Path, point: str) -> N
     assert done["interruptions"] == 0 and done["final"] == "deployed v1", done  # the run finished
     assert _outputs(done["items"]) == ["v1"]
     assert _deploys(tmp_path) == {"v1": 1}  # at most once; once here, as the answer said
+    _check_history(tmp_path)
+    # Settled: a later request for the same call is a new call, and runs.
+    _, later = in_child(_life, tmp_path, Plan(None), "deploy v1 once more", ["v1", "v1"])
+    assert later["asks"] == [] and _outputs(later["items"]) == ["v1", "v1"]
+    assert _deploys(tmp_path) == {"v1": 2}
+    _check_history(tmp_path)
+
+
+def test_identical_calls_in_one_turn_are_two_calls(tmp_path: Path) -> None:
+    _, out = in_child(_life, tmp_path, Plan(None), "deploy v1 twice", ["v1", "v1"], None, True)
+    assert out["asks"] == [] and out["final"] == "deployed v1, v1"
+    assert _deploys(tmp_path) == {"v1": 2}
     _check_history(tmp_path)
 
 
@@ -373,3 +392,30 @@ def test_the_example_runs(tmp_path: Path) -> None:
     assert "resume: deploy(" in out and "run_again: run it again" in out
     assert "answer happened: finished=True" in out
     assert "deployed.log has 1 line(s)" in out
+
+
+def test_a_call_of_this_process_is_never_taken_for_a_repeat(tmp_path: Path) -> None:
+    """Two identical calls of one turn are two calls, even when the first has finished (and the session
+    has not got it yet, as within a turn) before the second starts: the SDK's tool interface, called
+    as the SDK calls it, one call after the other."""
+    from agents.tool_context import ToolContext
+
+    async def go() -> list[Any]:
+        session = await JournalSession.open(SESSION, tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            agent = build(tmp_path, Plan(None), ["v1", "v1"], guard)
+            (tool,) = agent.tools
+            assert isinstance(tool, FunctionTool)
+            outs = []
+            for call_id in ("call_a", "call_b"):
+                ctx = ToolContext(context=None, tool_name="deploy", tool_call_id=call_id,
+                                  tool_arguments='{"version":"v1"}')
+                outs.append(await tool.on_invoke_tool(ctx, '{"version":"v1"}'))
+            return outs
+        finally:
+            guard.close()
+            session.close()
+
+    assert asyncio.run(go()) == ["deployed v1", "deployed v1"]
+    assert _deploys(tmp_path) == {"v1": 2}

@@ -179,7 +179,7 @@ class SessionGuard:
         for cid in outputs:
             if cid in calls:
                 by_key.setdefault(calls[cid], []).append(cid)
-        return set(outputs), by_key
+        return {_call_id_of(c) for c in outputs}, by_key
 
     def _match(self, sdk_call_id: str, key: tuple[str, str], delivered: set[str],
                substitutes: dict[tuple[str, str], list[str]]) -> _Earlier | None:
@@ -201,7 +201,7 @@ class SessionGuard:
         guard_ids = {a for _, a, _ in firsts}
         # Outputs the session holds for calls the guard never recorded under their own id stood for
         # earlier calls (answered, or given a recorded output): each one settles the oldest of those.
-        stood_for = [c for c in substitutes.get(key, []) if c not in guard_ids and c not in self._claims]
+        stood_for = [c for c in substitutes.get(key, []) if _call_id_of(c) not in guard_ids and c not in self._claims]
         open_: list[str] = []
         for _, attempt, _tc in firsts:
             if attempt in delivered or attempt in self._mine or attempt in taken:
