@@ -370,6 +370,23 @@ def test_killed_between_the_closer_and_its_question(tmp_path: Path) -> None:
     _check_well_formed_and_stable(tmp_path)
 
 
+def test_a_crash_while_an_answered_call_runs_again_asks_again(tmp_path: Path) -> None:
+    """Answered "run_again", the new attempt is killed mid-tool too: the next message asks about
+    that attempt (a new closer and question), and nothing runs until it is answered."""
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 1)
+    assert killed
+    _, first = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "answer:" + json.dumps("run_again"), 1)
+    assert killed and _deploys(tmp_path) == {1: 2}
+    _, second = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    assert [(u["callId"], u["args"]) for u in second["pending"]] == [(first["pending"][0]["callId"], {"n": 1})]
+    assert second["pending"][0]["confirmationCallId"] != first["pending"][0]["confirmationCallId"]
+    assert not second["finished"] and _deploys(tmp_path) == {1: 2}
+    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}), 1)
+    assert done["finished"] and _deploys(tmp_path) == {1: 2}
+    _check_well_formed_and_stable(tmp_path)
+
+
 def test_random_kills(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("JOURNAL_CRASH_SEED", "0")) + 30)
     loops = 3

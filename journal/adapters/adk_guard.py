@@ -28,7 +28,9 @@ side-effecting tool's intent is synced (journal/session/toolguard.py) in ADK's
   ``{"answer": "happened", "result": <the tool's result>}``, ``"run_again"`` or ``"abandon"``
   (``confirmed: false`` with no payload also abandons). ADK then runs the call through the
   plugin again, which persists the answer (``scope.answer``) before acting on it: the recorded
-  result is returned, the tool runs once more, or the model is told it was abandoned.
+  result is returned, the tool runs once more, or the model is told it was abandoned. If the
+  process dies again while an answered call runs once more, the next message asks about that
+  attempt the same way (a closer of its own, a new question).
 
 Well-formed history. Who closes an orphaned call: the plugin, in ADK's own types. When a user
 message arrives (``on_user_message_callback``, before ADK stores it), every function call of the
@@ -298,36 +300,34 @@ class GuardPlugin(BasePlugin):
             f"are not run again until you answer their adk_request_confirmation: {names}."))])
 
     async def seal(self, invocation_context: InvocationContext) -> list[Event]:
-        """Close every orphaned function call of the session (written once; see the module doc);
-        the events appended, in order."""
+        """Close every orphaned function call of the session and ask about every unknown call that
+        waits for no question (written once; see the module doc); the events appended, in order."""
         session = invocation_context.session
         running = {ctx.function_call_id for ctx, _, _ in self._running.values()}
-        orphans, asked = _orphans(session, running)
-        if not orphans and not asked:
-            return []
+        view = _SessionView(session, running)
+        if not view.orphans and not view.guard_asked:
+            return []  # no crash left anything here: the guard's journal need not even be opened
         scope = await asyncio.to_thread(self._scope, session)
         unknown = {u.call_id: u for u in await asyncio.to_thread(scope.unknown)}
         written: list[Event] = []
-        for call_event, fc in orphans:
+
+        async def put(event: Event) -> None:
+            written.append(await invocation_context.session_service.append_event(session, event))
+
+        for call_event, fc in view.orphans:
             response, metadata = await asyncio.to_thread(self._closer, scope, fc, unknown)
-            u = unknown.get(guard_call_id(str(fc.id)))
-            actions = EventActions()
-            if u is not None:
-                actions.requested_tool_confirmations[str(fc.id)] = ToolConfirmation(hint=_hint(u),
-                                                                                    payload=u.to_payload())
-            part = types.Part(function_response=types.FunctionResponse(id=fc.id, name=fc.name, response=response))
-            closer = Event(invocation_id=call_event.invocation_id, author=call_event.author, branch=call_event.branch,
-                           content=types.Content(role="user", parts=[part]), actions=actions,
-                           custom_metadata={METADATA_KEY: metadata})
-            written.append(await invocation_context.session_service.append_event(session, closer))
-            if u is not None:
-                asked.append((call_event, fc, closer))
-        for call_event, fc, _ in asked:  # a crash between a closer and its request is mended here
-            u = unknown.get(guard_call_id(str(fc.id)))
-            if u is None:
-                continue
-            request = _confirmation_request(call_event, fc, u)
-            written.append(await invocation_context.session_service.append_event(session, request))
+            await put(_closer_event(call_event, fc, response, metadata, unknown.get(guard_call_id(str(fc.id)))))
+        for u in unknown.values():  # unknown: each gets a closer of its attempt, then its question
+            found = view.calls.get(u.call_id)
+            if found is None or u.call_id in view.waiting:
+                continue  # not this session's call, or its question is asked and unanswered
+            call_event, fc = found
+            if u.attempt_id not in view.closed_attempts and fc.id not in {f.id for _, f in view.orphans}:
+                # The attempt an answer let run died too: its response never came, so say so again.
+                await put(_closer_event(call_event, fc, _unknown_response(u),
+                                        {"closes": fc.id, "attempt": u.attempt_id, "status": TOOL_OUTCOME_UNKNOWN}, u))
+            if _request_id(u.attempt_id) not in view.requests:  # a crash after the closer is mended here
+                await put(_confirmation_request(call_event, fc, u))
         return written
 
     def _closer(self, scope: GuardScope, fc: types.FunctionCall,
@@ -337,7 +337,7 @@ class GuardPlugin(BasePlugin):
         name = str(fc.name)
         u = unknown.get(call_id)
         if u is not None:
-            return _unknown_response(u), {"closes": fc.id, "status": TOOL_OUTCOME_UNKNOWN}
+            return _unknown_response(u), {"closes": fc.id, "attempt": u.attempt_id, "status": TOOL_OUTCOME_UNKNOWN}
         tools = scope.state.tools
         last = call_id if call_id in tools else None
         n = 2
@@ -369,48 +369,69 @@ class GuardPlugin(BasePlugin):
         self._running.clear()
 
 
-def _orphans(session: Session, running: set[str | None]) -> tuple[
-        list[tuple[Event, types.FunctionCall]], list[tuple[Event, types.FunctionCall, Event]]]:
-    """The session's function calls with no response (ADK's waits and calls running here left
-    out), and the guard's closers of unknown calls whose confirmation request is missing."""
-    events = session.events
-    answered = {fr.id for e in events for fr in e.get_function_responses() if fr.id}
-    requested: set[str] = set()
-    for e in events:
-        for fc in e.get_function_calls():
-            if fc.name == REQUEST_CONFIRMATION_FUNCTION_CALL_NAME:
-                original = (fc.args or {}).get("originalFunctionCall")
-                if isinstance(original, dict) and isinstance(original.get("id"), str):
-                    requested.add(original["id"])
-    calls: dict[str, Event] = {}
-    orphans: list[tuple[Event, types.FunctionCall]] = []
-    for e in events:
-        if e.author == "user":
-            continue
-        waits = e.long_running_tool_ids or set()
-        for fc in e.get_function_calls():
-            if not fc.id:
+class _SessionView:
+    """What the plugin needs of a session's events: its calls (by the guard's call id), the
+    orphans (calls with no response, ADK's waits and calls running here left out), the guard's
+    questions (asked, and still waiting for an answer), the attempts a closer was written for, and
+    whether the guard ever asked here (then an unknown call may still need its question)."""
+
+    def __init__(self, session: Session, running: set[str | None]) -> None:
+        events = session.events
+        answered = {fr.id for e in events for fr in e.get_function_responses() if fr.id}
+        self.calls: dict[str, tuple[Event, types.FunctionCall]] = {}
+        self.orphans: list[tuple[Event, types.FunctionCall]] = []
+        self.requests: set[str] = set()  # ids of the guard's adk_request_confirmation calls
+        self.waiting: set[str] = set()  # guard call ids whose question is not answered yet
+        self.closed_attempts: set[str] = set()
+        self.guard_asked = False
+        for e in events:
+            meta = (e.custom_metadata or {}).get(METADATA_KEY)
+            if isinstance(meta, dict) and isinstance(meta.get("attempt"), str):
+                self.closed_attempts.add(meta["attempt"])
+                self.guard_asked = True  # a closer of an unknown call: its question may be missing
+            if e.author == "user":
                 continue
-            calls[fc.id] = e
-            if fc.id in answered or fc.id in waits or fc.id in running or fc.name in _ADK_WAITS_ON:
-                continue
-            orphans.append((e, fc))
-    asked: list[tuple[Event, types.FunctionCall, Event]] = []
-    for e in events:
-        meta = (e.custom_metadata or {}).get(METADATA_KEY)
-        if not isinstance(meta, dict) or meta.get("status") != TOOL_OUTCOME_UNKNOWN:
-            continue
-        closes = meta.get("closes")
-        if isinstance(closes, str) and closes not in requested and closes in calls:
-            fc = next(f for f in calls[closes].get_function_calls() if f.id == closes)
-            asked.append((calls[closes], fc, e))
-    return orphans, asked
+            waits = e.long_running_tool_ids or set()
+            for fc in e.get_function_calls():
+                if not fc.id:
+                    continue
+                if fc.name == REQUEST_CONFIRMATION_FUNCTION_CALL_NAME:
+                    payload = ((fc.args or {}).get("toolConfirmation") or {}).get("payload")
+                    if isinstance(payload, dict) and payload.get("kind") == "journal.tool_outcome_unknown":
+                        self.guard_asked = True
+                        self.requests.add(fc.id)
+                        if fc.id not in answered and isinstance(payload.get("callId"), str):
+                            self.waiting.add(payload["callId"])
+                    continue
+                self.calls[guard_call_id(fc.id)] = (e, fc)
+                if fc.id in answered or fc.id in waits or fc.id in running or fc.name in _ADK_WAITS_ON:
+                    continue
+                self.orphans.append((e, fc))
+
+
+def _closer_event(call_event: Event, fc: types.FunctionCall, response: dict[str, Any], metadata: dict[str, Any],
+                  u: UnknownCall | None) -> Event:
+    """The function-response event closing ``fc``, in ADK's shape for the call's agent and branch;
+    for an unknown call it carries the confirmation request, as a tool that asks does."""
+    actions = EventActions()
+    if u is not None:
+        actions.requested_tool_confirmations[str(fc.id)] = ToolConfirmation(hint=_hint(u), payload=u.to_payload())
+    part = types.Part(function_response=types.FunctionResponse(id=fc.id, name=fc.name, response=response))
+    return Event(invocation_id=call_event.invocation_id, author=call_event.author, branch=call_event.branch,
+                 content=types.Content(role="user", parts=[part]), actions=actions,
+                 custom_metadata={METADATA_KEY: metadata})
+
+
+def _request_id(attempt_id: str) -> str:
+    """The id of the question about an attempt: derived from it, so a mended request has the id
+    the lost one would have had."""
+    return f"adk-{uuid.uuid5(_CONFIRMATION_IDS, attempt_id)}"
 
 
 def _confirmation_request(call_event: Event, fc: types.FunctionCall, u: UnknownCall) -> Event:
     """ADK's ``adk_request_confirmation`` call for unknown call ``fc``, as ADK's flow makes it for a
-    tool that asks, with an id derived from the call's (so a mended request has the same id)."""
-    request_id = f"adk-{uuid.uuid5(_CONFIRMATION_IDS, str(fc.id))}"
+    tool that asks, with an id derived from the unknown attempt's."""
+    request_id = _request_id(u.attempt_id)
     confirmation = ToolConfirmation(hint=_hint(u), payload=u.to_payload())
     call = types.FunctionCall(name=REQUEST_CONFIRMATION_FUNCTION_CALL_NAME, id=request_id, args={
         "originalFunctionCall": fc.model_dump(exclude_none=True, by_alias=True),
