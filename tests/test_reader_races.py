@@ -611,3 +611,31 @@ def test_verify_and_salvage_racing_a_drop_see_a_dropped_prefix_not_damage(
             with journal.open(out, readonly=True) as j:
                 _check(list(j.read()), kept, w.last_seq)
         assert opens >= at_open
+
+
+@pytest.mark.parametrize("command", ["verify", "salvage"])
+def test_verify_and_salvage_do_not_trust_a_listing_that_missed_a_segment(tmp_path: Path, command: str) -> None:
+    """A listing taken while the writer renames segments in can miss one and show the next:
+    verify called such a journal corrupt ("missing segment or sequence gap between segments")
+    and salvage left the records of the segment it did not see out of its copy."""
+    from journal.engine.salvage import salvage
+    from journal.engine.verify import verify
+
+    path = tmp_path / "j"
+    fs = ListingFS()
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES) as w:
+        _until_segments(w, path, 5)
+        last = w.last_seq
+    fs.hidden = {_names(path)[2]}  # every listing misses the third segment
+    if command == "verify":
+        rep = verify(str(path), fs=fs)
+        assert rep.verdict == "clean", rep.problems
+        assert rep.last_seq == last and rep.records == last
+    else:
+        out = tmp_path / "out"
+        srep = salvage(str(path), str(out), fs=fs)
+        assert not srep.losses, srep.losses
+        with journal.open(out, readonly=True) as j:
+            _check(list(j.read()), 1, last)
+    fs.hidden = {_names(path)[2], _names(path)[3]}  # two in a row
+    assert verify(str(path), fs=fs).verdict == "clean"
