@@ -649,6 +649,15 @@ def _pick_seg(tree: Tree, rng: random.Random, want: Callable[[SegModel], bool] =
     return rng.choice(segs) if segs else None
 
 
+def _pick_frame(tree: Tree, rng: random.Random) -> tuple[str, SegModel, int] | None:
+    """A segment with frames, and the index of one of its frames (at random)."""
+    got = _pick_seg(tree, rng, lambda s: bool(s.frames))
+    if got is None:
+        return None
+    name, seg = got
+    return name, seg, rng.randrange(len(seg.frames))
+
+
 def _put(tree: Tree, name: str, seg: SegModel, refooter: bool) -> None:
     if refooter:
         seg.refooter()
@@ -663,11 +672,10 @@ def _lie_int(rng: random.Random, value: int, bits: int) -> int:
 
 @mutation(8)
 def m_frame_seq(tree: Tree, rng: random.Random) -> str | None:
-    got = _pick_seg(tree, rng, lambda s: bool(s.frames))
-    if got is None:
+    picked = _pick_frame(tree, rng)
+    if picked is None:
         return None
-    name, seg = got
-    i = rng.randrange(len(seg.frames))
+    name, seg, i = picked
     fr = seg.frames[i]
     old = fr.seq
     fr.seq = rng.choice([old + 1, old - 1, old + 2, 0, 1 << 62, (1 << 62) + old, U64, 1 << 63,
@@ -678,11 +686,10 @@ def m_frame_seq(tree: Tree, rng: random.Random) -> str | None:
 
 @mutation(8)
 def m_frame_flags(tree: Tree, rng: random.Random) -> str | None:
-    got = _pick_seg(tree, rng, lambda s: bool(s.frames))
-    if got is None:
+    picked = _pick_frame(tree, rng)
+    if picked is None:
         return None
-    name, seg = got
-    i = rng.randrange(len(seg.frames))
+    name, seg, i = picked
     fr = seg.frames[i]
     old = fr.flags
     how = rng.choice(["unknown-bit", "codec", "kind", "commit", "keyed", "bytes", "synthetic", "block-refused", "any"])
@@ -706,11 +713,10 @@ def m_frame_flags(tree: Tree, rng: random.Random) -> str | None:
 
 @mutation(3)
 def m_frame_dict_id(tree: Tree, rng: random.Random) -> str | None:
-    got = _pick_seg(tree, rng, lambda s: bool(s.frames))
-    if got is None:
+    picked = _pick_frame(tree, rng)
+    if picked is None:
         return None
-    name, seg = got
-    i = rng.randrange(len(seg.frames))
+    name, seg, i = picked
     seg.frames[i].dict_id = rng.choice([1, 0x8000, U16, rng.randrange(1, U16)])
     _put(tree, name, seg, False)
     return f"{name}: frame {i} dictionary id {seg.frames[i].dict_id}"
@@ -718,11 +724,10 @@ def m_frame_dict_id(tree: Tree, rng: random.Random) -> str | None:
 
 @mutation(6)
 def m_frame_raw_len(tree: Tree, rng: random.Random) -> str | None:
-    got = _pick_seg(tree, rng, lambda s: bool(s.frames))
-    if got is None:
+    picked = _pick_frame(tree, rng)
+    if picked is None:
         return None
-    name, seg = got
-    i = rng.randrange(len(seg.frames))
+    name, seg, i = picked
     fr = seg.frames[i]
     old = fr.raw_len
     fr.raw_len = rng.choice([0, old - 1, old + 1, U32, fmt.RECORD_SIZE_BYTES_MAX_DEFAULT,
@@ -737,11 +742,10 @@ def m_frame_stored_len(tree: Tree, rng: random.Random) -> str | None:
     """A stored length that lies: the checksum is made over the bytes it names, so a longer one
     swallows the frames after it and a shorter one leaves the rest of its payload as the next
     'frame'."""
-    got = _pick_seg(tree, rng, lambda s: bool(s.frames))
-    if got is None:
+    picked = _pick_frame(tree, rng)
+    if picked is None:
         return None
-    name, seg = got
-    i = rng.randrange(len(seg.frames))
+    name, seg, i = picked
     data = bytearray(seg.encode())
     off = seg.offsets()[i]
     old = len(seg.frames[i].stored)
