@@ -486,3 +486,74 @@ def test_on_a_server_store_the_guard_journals_live_on_the_same_server(tmp_path: 
         close = getattr(store, "close", None)
         if close is not None:
             close()
+
+
+def test_call_keys_name_the_tool_its_arguments_and_their_place_in_the_conversation() -> None:
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+    from journal.adapters.pydantic_ai_guard import call_key
+
+    def resp(*calls: tuple[str, Any, str]) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=tid) for name, args, tid in calls])
+
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("go")]),
+        resp(("deploy", {"n": 1, "env": "prod"}, "a"), ("deploy", '{"env": "prod", "n": 1}', "b")),
+        resp(("deploy", {"n": 2}, "c"), ("lookup", {"n": 1, "env": "prod"}, "d")),
+        resp(("deploy", {"env": "prod", "n": 1}, "e"), ("x" * 200, {}, "f")),
+    ]
+    found = {tid: call_key(history, tid) for tid in "abcdef"}
+    keys = {tid: k for tid, k in found.items() if k is not None}
+    assert set(keys) == set("abcdef")
+    assert [keys[t][0].rsplit(":", 1)[1] for t in "abe"] == ["0", "1", "2"]  # the same call, counted in order
+    assert len({keys[t][0].rsplit(":", 1)[0] for t in "abe"}) == 1  # key order and JSON text do not matter
+    assert keys["b"][1] == {"env": "prod", "n": 1}
+    assert keys["c"][0].endswith(":0")
+    assert keys["d"][0].startswith("pai:lookup:") and keys["d"][0].endswith(":0")
+    assert keys["f"][0].startswith("pai:h") and len(keys["f"][0]) == len("pai:h") + 64
+    assert call_key(history, "zz") is None
+    # The same history read again (a new process): the same keys.
+    assert {tid: call_key(list(history), tid) for tid in "abcdef"} == found
+
+
+def test_answers_speak_pydantic_ais_vocabulary_and_refuse_a_call_not_asked() -> None:
+    req = DeferredToolRequests(approvals=[ToolCallPart("deploy", {"n": 1}, tool_call_id="a"),
+                                          ToolCallPart("deploy", {"n": 2}, tool_call_id="b"),
+                                          ToolCallPart("deploy", {"n": 3}, tool_call_id="c")])
+    out = answers(req, {"a": {"answer": "happened", "result": "R"}, "b": "run_again", "c": "abandon"})
+    assert out.calls == {"a": "R"}
+    assert set(out.approvals) == {"b", "c"} and isinstance(out.approvals["c"], ToolDenied)
+    assert out.approvals["c"].message == ABANDONED_CONTENT
+    with pytest.raises(ValueError, match="not a call these requests ask to approve"):
+        answers(req, {"zz": "abandon"})
+
+
+def test_a_second_call_with_the_same_arguments_is_another_call(tmp_path: Path) -> None:
+    """The model asks for the same deploy twice in one conversation, on purpose: both run (the guard
+    tells them apart by their place), and each is recorded."""
+    async def go() -> dict[str, Any]:
+        store = JournalConversationStore(tmp_path / "conv")
+        guard = guard_for(store)
+        try:
+            def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+                if _deploy_returns(messages) >= 2:
+                    return ModelResponse(parts=[TextPart("finished:2")])
+                return ModelResponse(parts=[ToolCallPart("deploy", {"n": 1})])
+
+            agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests],
+                                            capabilities=[CrashSafeTools(guard)])
+
+            @agent.tool_plain
+            def deploy(n: int) -> str:
+                _line(tmp_path / "side.log", f"deploy:{n}:{os.getpid()}")
+                return f"deployed:{n}"
+
+            result = await agent.run("go", conversation=Conversation(conversation_id=CID))
+            return {**_summary(result.conversation),
+                    "results": [e for e in guard.scope(CID).history() if e["type"] == "tool.result"]}
+        finally:
+            guard.close()
+            await store.close()
+
+    out = asyncio.run(go())
+    assert out["finished"] and _deploys(tmp_path) == {1: 2} and len(out["results"]) == 2

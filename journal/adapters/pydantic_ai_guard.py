@@ -171,10 +171,14 @@ def call_key(messages: list[ModelMessage], tool_call_id: str) -> tuple[str, Any]
             if isinstance(part, ToolCallPart) and part.tool_name == target.tool_name and \
                     _digest(_raw_args(part)) == digest:
                 earlier += 1
-    key = f"{_KEY_PREFIX}:{target.tool_name}:{digest[:32]}:{earlier}"
+    return _fit(f"{_KEY_PREFIX}:{target.tool_name}:{digest[:32]}:{earlier}"), args
+
+
+def _fit(key: str) -> str:
+    """``key``, or its sha256 when the guard could not take it (too long, or holding the attempt mark)."""
     if len(key.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in key:
-        key = f"{_KEY_PREFIX}:h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
-    return key, args
+        return f"{_KEY_PREFIX}:h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return key
 
 
 @dataclasses.dataclass
@@ -223,7 +227,8 @@ class GuardedToolset(WrapperToolset[Any]):
             raise NoConversationIdError(name)
         side_effect, idempotency = policy.of(name, tool.tool_def.metadata)
         found = call_key(ctx.messages, ctx.tool_call_id) if ctx.tool_call_id else None
-        call_id, args = found if found is not None else (f"{_KEY_PREFIX}:id:{ctx.tool_call_id}", tool_args)
+        # A call no response of the history holds (a toolset called outside the agent's loop): its own id.
+        call_id, args = found if found is not None else (_fit(f"{_KEY_PREFIX}:id:{ctx.tool_call_id}"), tool_args)
         scope = await _scope(self.guard, ctx.conversation_id)
         d = await asyncio.to_thread(scope.before, call_id, name, args, side_effect=side_effect,
                                     idempotency=idempotency)
