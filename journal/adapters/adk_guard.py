@@ -46,6 +46,11 @@ answer, a run whose message is not an answer stops before the model is called
 A resumable app resumed with ``invocation_id=`` and no message replays the orphaned call
 itself; the plugin's ``before_tool_callback`` then answers it the same way.
 
+Put the plugin first in ``plugins``: ADK stops at the first plugin whose callback returns a
+value, and one before it that replaced a tool's result or the user's message would keep the
+guard from recording that result (the call would then read as unknown after a crash: asked,
+never re-run) or from closing orphans.
+
 Keys. The scope is the session (app name, user id, session id); the call id is the model's
 function-call id, which is stored with the call before the tool runs and so survives the crash
 (an id over the guard's length limit, or holding its attempt separator, is hashed).
