@@ -163,7 +163,10 @@ async def _alife(tmp: Path, plan: Plan, inp: Any, versions: int | list[str], ans
             assert guard is not None
             state = await RunState.from_string(agent, (tmp / "state.json").read_text())
             for item, answer in zip(state.get_interruptions(), answers, strict=True):
-                await guard.answer(state, item, answer)
+                if answer == "approve":  # the SDK's own answer, not through the guard
+                    state.approve(item)
+                else:
+                    await guard.answer(state, item, answer)
             result = await Runner.run(agent, state, session=session, run_config=RUN_CONFIG)
         else:
             result = await Runner.run(agent, inp, session=session, run_config=RUN_CONFIG)
@@ -234,14 +237,15 @@ def _loads(tmp: Path) -> tuple[Any, Any, Any]:
     return asyncio.run(go())
 
 
-def _check_history(tmp: Path) -> None:
-    """Well-formed (every function call the session stores has an output) and the same on every load."""
+def _check_history(tmp: Path, held: frozenset[str] = frozenset()) -> None:
+    """Well-formed (every function call the session stores has an output, but for calls ``held`` for an
+    approval in a RunState the app dropped) and the same on every load."""
     first = _loads(tmp)
     assert first == _loads(tmp)
     items = first[0]
     calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
     outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
-    assert sorted(calls) == sorted(outputs), items
+    assert sorted(set(calls) - held) == sorted(outputs), items
 
 
 def _unknown_calls(tmp: Path) -> list[tuple[str, str, Any]]:
@@ -302,6 +306,35 @@ def test_abandon_runs_nothing_and_the_run_goes_on(tmp_path: Path) -> None:
     _check_history(tmp_path)
     _, again = in_child(_life, tmp_path, Plan(None), "continue", 2)  # answered once: never asked again
     assert again["asks"] == [] and _deploys(tmp_path) == {"v1": 1, "v2": 1}
+
+
+def _refused(tmp: Path, answers: list[Any]) -> dict[str, Any]:
+    try:
+        return _life(tmp, Plan(None), None, 1, answers)
+    except Exception as exc:  # the SDK may wrap what the tool raised
+        return {"refused": f"{exc!r} {exc.__cause__!r}"}
+
+
+def test_a_saved_approval_resumed_twice_does_not_run_the_tool_twice(tmp_path: Path) -> None:
+    """A plain state.approve is "run it again" once: the RunState that holds it, resumed again after the
+    run it allowed was killed too, runs nothing; the app is asked again and answers through the guard."""
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "deploy v1", 1)
+    assert killed
+    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    assert [u["args"] for u in resumed["asks"]] == [{"version": "v1"}]
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), None, 1, ["approve"])  # runs again, killed again
+    assert killed and _deploys(tmp_path) == {"v1": 2}
+    _, stale = in_child(_refused, tmp_path, ["approve"])  # the same saved state, approved again
+    assert "NotAnsweredError" in stale["refused"] or "was not answered" in stale["refused"], stale
+    assert _deploys(tmp_path) == {"v1": 2}
+    _, asked = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    assert [(u["callId"], u["args"]) for u in asked["asks"]] == [(resumed["asks"][0]["callId"], {"version": "v1"})]
+    _, done = in_child(_life, tmp_path, Plan(None), None, 1, ["run_again"])
+    assert done["final"] == "deployed v1" and _deploys(tmp_path) == {"v1": 3}  # two answers, two runs again
+    # The SDK stores a call held for approval with the interrupted turn; the state that held it was
+    # dropped, so it has no output: the SDK leaves such a call out of the model's input, and it never ran.
+    (held,) = [i["call_id"] for i in resumed["items"] if i.get("type") == "function_call"]
+    _check_history(tmp_path, frozenset({held}))
 
 
 def test_random_kills(tmp_path: Path) -> None:

@@ -32,8 +32,11 @@ and the digest of its arguments (in the order the earlier calls were requested):
   ``await guard.answer(state, item, ...)`` (``state = result.to_state()``), then
   ``Runner.run(agent, state, session=session)``:
 
-  - ``"run_again"`` (or a plain ``state.approve(item)``): the tool runs once more, as a new
-    attempt of the earlier call;
+  - ``"run_again"`` (or a plain ``state.approve(item)``, for the call's first attempt): the tool
+    runs once more, as a new attempt of the earlier call. An approval lives on in a saved RunState:
+    resumed again after the attempt it allowed died too, it would allow a second run, so an
+    unknown later attempt runs only on an answer ``guard.answer`` synced (else the tool raises
+    ``NotAnsweredError`` and runs nothing);
   - ``"abandon"`` (what ``guard.answer`` records before it calls ``state.reject(item)``): the tool
     does not run and the model is told so;
   - ``happened(result)``: the tool does not run and the model gets ``result`` as the call's output
@@ -105,9 +108,11 @@ ABANDONED_MESSAGE = ("{tool} was not run: an earlier identical call may have run
 
 class NotAnsweredError(ToolGuardError):
     def __init__(self, tool: str, call_id: str) -> None:
-        super().__init__(f"tool call {call_id} ({tool}) stands for a call whose outcome is unknown and was neither "
-                         "approved nor answered: answer the run's interruption (guard.answer(state, item, ...)) "
-                         "and resume with Runner.run(agent, state)")
+        super().__init__(f"tool call {call_id} ({tool}) stands for a call whose outcome is unknown and was not "
+                         "answered; the tool was not run. Run the agent again (it asks, with a tool approval "
+                         "interruption), answer with guard.answer(state, item, ...) and resume with "
+                         "Runner.run(agent, state): a plain state.approve(item) answers only a call's first "
+                         "unknown attempt")
 
 
 class NotAnUnknownCallError(ToolGuardError):
@@ -339,7 +344,10 @@ class SessionGuard:
                 d = scope.before(call_id, tool, args, side_effect=side_effect, idempotency=idempotency)
                 if d.verdict is Verdict.UNKNOWN:
                     # The SDK invokes a held call only once the app approved it: approval is "run it again".
-                    if ctx.is_tool_approved(ctx.tool_name, sdk_call_id) is not True:
+                    # Only for a call's first attempt: an approval lives on in a saved RunState, and one
+                    # resumed again after the attempt it allowed died too would allow a second run; a later
+                    # attempt needs the answer synced by guard.answer, which names the attempt it answers.
+                    if ctx.is_tool_approved(ctx.tool_name, sdk_call_id) is not True or d.attempt_id != call_id:
                         raise NotAnsweredError(tool, sdk_call_id)
                     scope.answer(call_id, ANSWER_RUN_AGAIN)
                     d = scope.before(call_id, tool, args, side_effect=side_effect, idempotency=idempotency)
