@@ -452,3 +452,29 @@ def test_a_call_of_this_process_is_never_taken_for_a_repeat(tmp_path: Path) -> N
 
     assert asyncio.run(go()) == ["deployed v1", "deployed v1"]
     assert _deploys(tmp_path) == {"v1": 2}
+
+
+def test_a_read_only_tool_writes_nothing_and_runs_again_on_its_own(tmp_path: Path) -> None:
+    def life(plan: Plan, inp: str) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            session = await JournalSession.open(SESSION, tmp_path / "sessions")
+            guard = guard_for(session)
+            try:
+                agent = build(tmp_path, plan, 1, None)
+                (plain,) = agent.tools
+                assert isinstance(plain, FunctionTool)
+                agent = agent.clone(tools=[guarded_tool(guard, plain, side_effect="read")])
+                result = await Runner.run(agent, inp, session=session, run_config=RUN_CONFIG)
+                return {"final": result.final_output, "interruptions": len(result.interruptions),
+                        "guard": [e["type"] for e in guard.scope.history()]}
+            finally:
+                guard.close()
+                session.close()
+
+        return asyncio.run(go())
+
+    killed, _ = in_child(life, Plan("mid_tool"), "deploy v1")
+    assert killed
+    _, out = in_child(life, Plan(None), "continue")
+    assert out["final"] == "deployed v1" and out["interruptions"] == 0 and _deploys(tmp_path) == {"v1": 2}
+    assert out["guard"] == ["session.started"]  # no intent, no result: nothing synced for it
