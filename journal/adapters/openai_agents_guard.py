@@ -158,6 +158,7 @@ class SessionGuard:
         self._lock = threading.RLock()
         self._mine: set[str] = set()  # guard call ids first requested by this process
         self._claims: dict[str, str] = {}  # SDK call id of a new call -> guard call id it stands for
+        self._digests: dict[str, str] = {}  # guard call id -> its arguments' digest, read once
 
     @property
     def scope(self) -> GuardScope:
@@ -194,19 +195,11 @@ class SessionGuard:
         claimed = self._claims.get(sdk_call_id)
         if claimed is not None:
             return self._earlier(claimed, tools)
-        firsts: list[tuple[int, str, ToolCall]] = []
-        for attempt, tc in tools.items():
-            if ATTEMPT_SEP in attempt or tc.tool != key[0]:
-                continue
-            if _key_of(tc.tool, tc.args)[1] != key[1] and scope._digest_of(attempt) != key[1]:
-                continue
-            firsts.append((tc.request_seq, attempt, tc))
-        firsts.sort()
+        firsts = sorted((tc.request_seq, attempt, tc) for attempt, tc in self._earlier_calls(key))
         taken = set(self._claims.values())
-        guard_ids = {a for _, a, _ in firsts}
         # Outputs the session holds for calls the guard never recorded under their own id stood for
         # earlier calls (answered, or given a recorded output): each one settles the oldest of those.
-        stood_for = [c for c in substitutes.get(key, []) if _call_id_of(c) not in guard_ids and c not in self._claims]
+        stood_for = [c for c in substitutes.get(key, []) if _call_id_of(c) not in tools and c not in self._claims]
         open_: list[str] = []
         for _, attempt, _tc in firsts:
             if attempt in delivered or attempt in self._mine or attempt in taken:
@@ -220,6 +213,20 @@ class SessionGuard:
             return None
         self._claims[sdk_call_id] = open_[0]
         return self._earlier(open_[0], tools)
+
+    def _earlier_calls(self, key: tuple[str, str]) -> list[tuple[str, ToolCall]]:
+        """The guard's calls (first attempts) of ``key`` that this process did not request. Under self._lock."""
+        out = []
+        for attempt, tc in self.scope.state.tools.items():
+            if ATTEMPT_SEP in attempt or tc.tool != key[0] or attempt in self._mine:
+                continue
+            digest = self._digests.get(attempt)
+            if digest is None:  # the digest the intent stored (the args it shows may be truncated)
+                digest = self.scope._digest_of(attempt) or _key_of(key[0], tc.args)[1]
+                self._digests[attempt] = digest
+            if digest == key[1]:
+                out.append((attempt, tc))
+        return out
 
     @staticmethod
     def _earlier(call_id: str, tools: Mapping[str, ToolCall]) -> _Earlier | None:
@@ -237,11 +244,20 @@ class SessionGuard:
         return tc.status == TOOL_OUTCOME_UNKNOWN or (not tc.has_result and tc.started_seq is not None)
 
     async def _resolve(self, sdk_call_id: str, tool: str, args: Any) -> _Earlier | None:
+        key = _key_of(tool, args)
+
+        def any_earlier() -> bool:
+            with self._lock:
+                return sdk_call_id in self._claims or bool(self._earlier_calls(key))
+
+        # The common case, no earlier process asked for this call, reads no session items.
+        if not await asyncio.to_thread(any_earlier):
+            return None
         delivered, substitutes = await self._delivered()
 
         def work() -> _Earlier | None:
             with self._lock:
-                return self._match(sdk_call_id, _key_of(tool, args), delivered, substitutes)
+                return self._match(sdk_call_id, key, delivered, substitutes)
 
         return await asyncio.to_thread(work)
 
