@@ -639,3 +639,25 @@ def test_verify_and_salvage_do_not_trust_a_listing_that_missed_a_segment(tmp_pat
             _check(list(j.read()), 1, last)
     fs.hidden = {_names(path)[2], _names(path)[3]}  # two in a row
     assert verify(str(path), fs=fs).verdict == "clean"
+
+
+def test_a_gap_after_a_seq_no_segment_name_holds_is_reported_not_a_crash(tmp_path: Path) -> None:
+    """Found by the fuzzer (seed 13): verify's look past a listing that missed a segment asked
+    for the segment after a crafted frame's seq of 10**20 or more, which no segment name holds,
+    and broke an invariant; such a gap is simply damage."""
+    from journal.crashsim import hostile
+    from journal.engine.reader import MISSING, why_missing
+    from journal.engine.verify import verify
+
+    assert why_missing(OsFileSystem(), str(tmp_path), 10**20) == MISSING
+    assert why_missing(OsFileSystem(), str(tmp_path), 0) == MISSING
+    path = tmp_path / "j"
+    with journal.open(path, create=True, segment_size_bytes=SEGMENT_BYTES, block_bytes=0) as w:
+        _until_segments(w, path, 3)
+    first = _names(path)[0]
+    seg = hostile.parse_segment((path / first).read_bytes())
+    assert seg is not None and seg.sealed
+    seg.frames[-2].seq = 10**20 + 5  # its last record's seq, under a genuine checksum
+    (path / first).write_bytes(seg.encode())
+    rep = verify(str(path))
+    assert rep.verdict == "corrupt"

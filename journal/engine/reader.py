@@ -308,6 +308,8 @@ def why_missing(fs: FileSystem, dirpath: str, base_seq: int) -> str:
     there now was dropped, and the marker read after the name was not found says so. Only a
     segment that is neither is reported missing.
     """
+    if not 1 <= base_seq < 10**fmt.SEGMENT_NAME_DIGITS:
+        return MISSING  # a seq from a crafted frame: no segment's name can begin there
     if fs.exists(os.path.join(dirpath, fmt.segment_name(base_seq))):
         return THERE
     if first_seq_now(fs, dirpath) > base_seq:

@@ -489,8 +489,10 @@ def walk_journal(path: str, progress: Progress | None = None,
     k = 0
     while k < len(walks) - 1:
         after = walks[k].last_seq
-        name = fmt.segment_name(after + 1) if after is not None else ""
-        if after is not None and name not in listed and (fmt.parse_segment_name(walks[k + 1].name) or 0) > after + 1:
+        named = after is not None and after + 1 < 10**fmt.SEGMENT_NAME_DIGITS  # else no segment's name holds it
+        name = fmt.segment_name(after + 1) if named and after is not None else ""
+        if named and after is not None and name not in listed and (
+                fmt.parse_segment_name(walks[k + 1].name) or 0) > after + 1:
             listed.add(name)
             if why_missing(fs, path, after + 1) == THERE:
                 found = walk_one(name, False)
