@@ -18,8 +18,10 @@ synced to the guard's journal (journal/session/toolguard.py); its output is reco
 
 Why the keys are what they are. The SDK hands a turn's items to the session only at the end of
 the turn, so after a crash the session has never heard of the call that was running: its history
-holds no orphaned call (no closer is needed: every function_call the session stores comes with its
-output), and on resume the model issues the call again, under a NEW call id. So the scope is the
+holds no orphaned call (no closer is needed: a function_call the session stores comes with its
+output; the one exception is a call held for an approval, which the SDK stores with the turn that
+stopped for it: it never ran, and if the app drops that RunState the SDK leaves the call out of
+the model's input), and on resume the model issues the call again, under a NEW call id. So the scope is the
 session id, and a new call is matched to an earlier call the session never received by tool name
 and the digest of its arguments (in the order the earlier calls were requested):
 
@@ -350,7 +352,12 @@ class SessionGuard:
         sdk_call_id = ctx.tool_call_id
         guard_id = _call_id_of(sdk_call_id)
         earlier = None
-        if guard_id not in self.scope.state.tools:  # a new call: may it stand for an earlier one?
+
+        def known() -> bool:  # opening the scope reads (and repairs) its journal: not on the event loop
+            with self._lock:
+                return guard_id in self.scope.state.tools
+
+        if not await asyncio.to_thread(known):  # a new call: may it stand for an earlier one?
             earlier = await self._resolve(sdk_call_id, tool, args)
         call_id = earlier.call_id if earlier is not None else guard_id
 
