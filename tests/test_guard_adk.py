@@ -49,6 +49,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions.session import Session
+from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
 from journal.adapters.adk import JournalSessionService
@@ -143,16 +144,19 @@ def _line(side: Path, text: str) -> None:
 
 def _answered(contents: list[types.Content]) -> tuple[set[int], bool]:
     """Which n the model's request shows answered (a call that never started is not), and
-    whether the request ends with a response to deploy."""
-    args: dict[str | None, Any] = {}
+    whether the request ends with a response to deploy. ADK sends the model no client-made call
+    ids, so responses pair with the calls of the model turn before them, in order, as in Gemini."""
     done: set[int] = set()
+    calls: list[types.FunctionCall] = []
     for c in contents:
-        for p in c.parts or []:
-            if p.function_call is not None and p.function_call.name == "deploy":
-                args[p.function_call.id] = p.function_call.args
-            fr = p.function_response
-            if fr is not None and fr.name == "deploy" and (fr.response or {}).get("status") != "TOOL_NOT_STARTED":
-                done.add(int(args[fr.id]["n"]))
+        parts = c.parts or []
+        if any(p.function_call is not None for p in parts):
+            calls = [p.function_call for p in parts if p.function_call is not None]
+            continue
+        responses = [p.function_response for p in parts if p.function_response is not None]
+        for fc, fr in zip(calls, responses, strict=False):
+            if fr.name == "deploy" and (fr.response or {}).get("status") != "TOOL_NOT_STARTED":
+                done.add(int((fc.args or {})["n"]))
     last = contents[-1].parts or [] if contents else []
     return done, any(p.function_response is not None and p.function_response.name == "deploy" for p in last)
 
@@ -163,22 +167,23 @@ class ScriptedModel(BaseLlm):
     model: str = "scripted"
     loops: int = 1
     plan: Any = None
+    parallel: bool = False
 
     async def generate_content_async(self, llm_request: LlmRequest,
                                      stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
         done, after_tool = _answered(list(llm_request.contents))
         if after_tool:
             self.plan.reached("after")  # deploy's response is stored: the tool's life is over
-        for n in range(1, self.loops + 1):
-            if n not in done:
-                call = types.FunctionCall(name="deploy", args={"n": n})
-                yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
-                return
+        todo = [n for n in range(1, self.loops + 1) if n not in done][: self.loops if self.parallel else 1]
+        if todo:  # one call, or all of them in one response (ADK runs them concurrently)
+            parts = [types.Part(function_call=types.FunctionCall(name="deploy", args={"n": n})) for n in todo]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+            return
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="finished")]))
 
 
 def build(service: JournalSessionService, guard: ToolGuard | None, side: Path, plan: Plan, loops: int,
-          resumable: bool = False) -> Runner:
+          resumable: bool = False, parallel: bool = False, confirm: bool = False) -> Runner:
     def deploy(n: int) -> dict[str, Any]:
         """Deploys release n (appends to a file outside the journal)."""
         if guard is None and plan.point in ("before_intent", "after_intent"):
@@ -189,7 +194,8 @@ def build(service: JournalSessionService, guard: ToolGuard | None, side: Path, p
             plan.reached(plan.point)
         return {"deployed": n}
 
-    agent = LlmAgent(name="ops", model=ScriptedModel(loops=loops, plan=plan), tools=[deploy])
+    tool = FunctionTool(deploy, require_confirmation=True) if confirm else deploy
+    agent = LlmAgent(name="ops", model=ScriptedModel(loops=loops, plan=plan, parallel=parallel), tools=[tool])
     plugins: list[BasePlugin] = [GuardPlugin(guard)] if guard is not None else []
     app = App(name=APP, root_agent=agent, plugins=plugins,
               resumability_config=ResumabilityConfig(is_resumable=True) if resumable else None)
@@ -203,11 +209,12 @@ def _message(step: str, session: Session) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=step)])
 
 
-async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False) -> dict[str, Any]:
+async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False,
+                 parallel: bool = False, confirm: bool = False) -> dict[str, Any]:
     service = _HookedService(str(tmp / "sessions"), plan)
     guard = ToolGuard(cast(Store, _HookedStore(guard_for(service).store, plan))) if GUARD_ON else None
     try:
-        runner = build(service, guard, tmp / "side.log", plan, loops, resumable)
+        runner = build(service, guard, tmp / "side.log", plan, loops, resumable, parallel, confirm)
         session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
         if session is None:
             session = await service.create_session(app_name=APP, user_id=USER, session_id=SID)
@@ -227,8 +234,9 @@ async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool =
         await service.close()
 
 
-def _life(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False) -> dict[str, Any]:
-    return asyncio.run(_alife(tmp, plan, step, loops, resumable))
+def _life(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False, parallel: bool = False,
+          confirm: bool = False) -> dict[str, Any]:
+    return asyncio.run(_alife(tmp, plan, step, loops, resumable, parallel, confirm))
 
 
 def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
@@ -429,6 +437,70 @@ def test_a_resumable_app_replays_the_call_and_the_guard_asks(tmp_path: Path) -> 
     _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps("run_again"), 1, True)
     assert done["finished"] and _deploys(tmp_path) == {1: 2}  # run again, once, as answered
     _check_well_formed_and_stable(tmp_path)
+
+
+def test_parallel_calls_killed_in_the_second(tmp_path: Path) -> None:
+    """The model calls deploy(1) and deploy(2) in one response and ADK runs them together; the
+    process dies inside the second. Every call gets a closer; only the unknown ones are asked
+    about; none runs again unasked."""
+    killed, _ = in_child(_life, tmp_path, Plan("mid_tool", 2), "go", 2, False, True)
+    assert killed and _deploys(tmp_path) == {1: 1, 2: 1}
+    out: dict[str, Any] = {"finished": False, "pending": []}
+    step, asked = "continue", []
+    for _ in range(STEPS_MAX):
+        if out["finished"] and not out["pending"]:
+            break
+        _, out = in_child(_life, tmp_path, Plan(None), step, 2, False, True)
+        step = "continue"
+        if out["pending"]:
+            u = out["pending"][0]
+            asked.append(u["args"]["n"])
+            step = "answer:" + json.dumps({"answer": "happened", "result": {"deployed": u["args"]["n"]}})
+    assert out["finished"] and 2 in asked and set(asked) <= {1, 2}, (out, asked)
+    assert _deploys(tmp_path) == {1: 1, 2: 1}
+    _check_well_formed_and_stable(tmp_path)
+
+
+def test_a_tool_that_asks_for_its_own_confirmation_is_guarded_once_confirmed(tmp_path: Path) -> None:
+    """FunctionTool(require_confirmation=True): ADK's gate asks first and the tool does not run
+    (the guard writes nothing then); once confirmed it runs, guarded; killed inside, it is
+    asked about again, as an unknown call, not run again."""
+    in_child(_life, tmp_path, Plan(None), "go", 1, False, False, True)
+    assert _deploys(tmp_path) == {} and load(tmp_path)["guard"][1:] == []  # only the journal's header
+    confirm = json.dumps({"confirmed": True})
+    killed, _ = in_child(_confirm_life, tmp_path, Plan("mid_tool"), confirm)
+    assert killed and _deploys(tmp_path) == {1: 1}
+    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1, False, False, True)
+    assert [u["args"] for u in resumed["pending"]] == [{"n": 1}] and _deploys(tmp_path) == {1: 1}
+    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}),
+                       1, False, False, True)
+    assert done["finished"] and _deploys(tmp_path) == {1: 1}
+    _check_well_formed_and_stable(tmp_path)
+
+
+def _confirm_life(tmp: Path, plan: Plan, response: str) -> dict[str, Any]:
+    """Answer ADK's own confirmation request (not the guard's) with ``response``."""
+    async def go() -> dict[str, Any]:
+        service = JournalSessionService(str(tmp / "sessions"))
+        guard = ToolGuard(cast(Store, _HookedStore(guard_for(service).store, plan))) if GUARD_ON else None
+        try:
+            runner = build(service, guard, tmp / "side.log", plan, 1, confirm=True)
+            session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
+            assert session is not None
+            answered = {fr.id for e in session.events for fr in e.get_function_responses()}
+            (request,) = [fc.id for e in session.events for fc in e.get_function_calls()
+                          if fc.name == "adk_request_confirmation" and fc.id not in answered]
+            msg = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+                id=request, name="adk_request_confirmation", response=json.loads(response)))])
+            texts = [p.text async for ev in runner.run_async(user_id=USER, session_id=SID, new_message=msg)
+                     for p in ((ev.content.parts or []) if ev.content else []) if p.text]
+            return {"texts": texts}
+        finally:
+            if guard is not None:
+                guard.close()
+            await service.close()
+
+    return asyncio.run(go())
 
 
 def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:

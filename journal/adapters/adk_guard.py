@@ -310,39 +310,50 @@ class GuardPlugin(BasePlugin):
         session = invocation_context.session
         running = {ctx.function_call_id for ctx, _, _ in self._running.values()}
         view = _SessionView(session, running)
-        if not view.orphans and not view.guard_asked:
-            return []  # no crash left anything here: the guard's journal need not even be opened
+        if not view.orphans and not view.guard_asked and not any(self.guards(str(fc.name))
+                                                                 for _, fc in view.calls.values()):
+            return []  # no guarded call here: the guard's journal need not even be opened
+        # A call with a response can be unknown too: ADK runs a confirmed call again after the
+        # user's answer, and a crash then leaves the earlier response (the question) its last.
         scope = await asyncio.to_thread(self._scope, session)
         unknown = {u.call_id: u for u in await asyncio.to_thread(scope.unknown)}
         written: list[Event] = []
-
-        async def put(event: Event) -> None:
-            written.append(await invocation_context.session_service.append_event(session, event))
-
+        orphan_ids = {fc.id for _, fc in view.orphans}
+        # Closers go one event per call event (ADK answers parallel calls in one event too, and
+        # builds the model's request from the latest response event of a call event).
+        closers: dict[str, tuple[Event, list[_Closed]]] = {}
         for call_event, fc in view.orphans:
-            response, metadata = await asyncio.to_thread(self._closer, scope, fc, unknown)
-            await put(_closer_event(call_event, fc, response, metadata, unknown.get(guard_call_id(str(fc.id)))))
+            response, status = await asyncio.to_thread(self._closer, scope, fc, unknown)
+            u = unknown.get(guard_call_id(str(fc.id)))
+            closers.setdefault(call_event.id, (call_event, []))[1].append((fc, response, status, u))
+        asks: list[tuple[Event, types.FunctionCall, UnknownCall]] = []
         for u in unknown.values():  # unknown: each gets a closer of its attempt, then its question
             found = view.calls.get(u.call_id)
             if found is None or u.call_id in view.waiting:
                 continue  # not this session's call, or its question is asked and unanswered
             call_event, fc = found
-            if u.attempt_id not in view.closed_attempts and fc.id not in {f.id for _, f in view.orphans}:
+            if u.attempt_id not in view.closed_attempts and fc.id not in orphan_ids:
                 # The attempt an answer let run died too: its response never came, so say so again.
-                await put(_closer_event(call_event, fc, _unknown_response(u),
-                                        {"closes": fc.id, "attempt": u.attempt_id, "status": TOOL_OUTCOME_UNKNOWN}, u))
+                closers.setdefault(call_event.id, (call_event, []))[1].append(
+                    (fc, _unknown_response(u), TOOL_OUTCOME_UNKNOWN, u))
             if _request_id(u.attempt_id) not in view.requests:  # a crash after the closer is mended here
-                await put(_confirmation_request(call_event, fc, u))
+                asks.append((call_event, fc, u))
+        for call_event, closed in closers.values():
+            written.append(await invocation_context.session_service.append_event(
+                session, _closer_event(call_event, closed)))
+        for call_event, fc, u in asks:
+            written.append(await invocation_context.session_service.append_event(
+                session, _confirmation_request(call_event, fc, u)))
         return written
 
     def _closer(self, scope: GuardScope, fc: types.FunctionCall,
-                unknown: Mapping[str, UnknownCall]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The function response closing orphaned call ``fc``, and the metadata saying why."""
+                unknown: Mapping[str, UnknownCall]) -> tuple[dict[str, Any], str]:
+        """The function response closing orphaned call ``fc``, and its status."""
         call_id = guard_call_id(str(fc.id))
         name = str(fc.name)
         u = unknown.get(call_id)
         if u is not None:
-            return _unknown_response(u), {"closes": fc.id, "attempt": u.attempt_id, "status": TOOL_OUTCOME_UNKNOWN}
+            return _unknown_response(u), TOOL_OUTCOME_UNKNOWN
         tools = scope.state.tools
         last = call_id if call_id in tools else None
         n = 2
@@ -353,22 +364,19 @@ class GuardPlugin(BasePlugin):
             side_effect, idempotency = self.declared(name)
             d = scope.before(call_id, name, fc.args or {}, side_effect=side_effect, idempotency=idempotency)
             if d.verdict is Verdict.DONE:  # it returned; only its response was lost
-                return _as_response(d.result), {"closes": fc.id, "status": "ok"}
+                return _as_response(d.result), "ok"
         if tc is not None and tc.has_result and tc.status == "error":
-            return ({"error": f"{name} failed: {tc.output}", "status": STATUS_FAILED},
-                    {"closes": fc.id, "status": STATUS_FAILED})
+            return ({"error": f"{name} failed: {tc.output}", "status": STATUS_FAILED}, STATUS_FAILED)
         if tc is not None and tc.outcome_unknown is False and tc.status == TOOL_OUTCOME_UNKNOWN:
             # Answered already, and its response lost with the crash: say what the answer left.
             return ({"error": f"{name}: its outcome was unknown after a crash and it was answered "
-                              f"{tc.reconciled}", "status": TOOL_OUTCOME_UNKNOWN},
-                    {"closes": fc.id, "status": TOOL_OUTCOME_UNKNOWN})
+                              f"{tc.reconciled}", "status": TOOL_OUTCOME_UNKNOWN}, TOOL_OUTCOME_UNKNOWN)
         if self.guards(name):
             return ({"error": f"{TOOL_NOT_STARTED}: the process stopped before {name} started; it never ran. Call "
                               "it again only if the goal still needs it.", "status": TOOL_NOT_STARTED},
-                    {"closes": fc.id, "status": TOOL_NOT_STARTED})
+                    TOOL_NOT_STARTED)
         return ({"error": f"the process stopped before {name} returned; it is declared free of side effects, so it "
-                          "may be called again", "status": STATUS_INTERRUPTED},
-                {"closes": fc.id, "status": STATUS_INTERRUPTED})
+                          "may be called again", "status": STATUS_INTERRUPTED}, STATUS_INTERRUPTED)
 
     async def close(self) -> None:
         self._running.clear()
@@ -391,9 +399,11 @@ class _SessionView:
         self.guard_asked = False
         for e in events:
             meta = (e.custom_metadata or {}).get(METADATA_KEY)
-            if isinstance(meta, dict) and isinstance(meta.get("attempt"), str):
-                self.closed_attempts.add(meta["attempt"])
-                self.guard_asked = True  # a closer of an unknown call: its question may be missing
+            closes = meta.get("closes") if isinstance(meta, dict) else None
+            for closed in closes.values() if isinstance(closes, dict) else ():
+                if isinstance(closed, dict) and isinstance(closed.get("attempt"), str):
+                    self.closed_attempts.add(closed["attempt"])
+                    self.guard_asked = True  # a closer of an unknown call: its question may be missing
             if e.author == "user":
                 continue
             waits = e.long_running_tool_ids or set()
@@ -414,17 +424,24 @@ class _SessionView:
                 self.orphans.append((e, fc))
 
 
-def _closer_event(call_event: Event, fc: types.FunctionCall, response: dict[str, Any], metadata: dict[str, Any],
-                  u: UnknownCall | None) -> Event:
-    """The function-response event closing ``fc``, in ADK's shape for the call's agent and branch;
-    for an unknown call it carries the confirmation request, as a tool that asks does."""
+_Closed = tuple[types.FunctionCall, dict[str, Any], str, "UnknownCall | None"]  # call, response, status, unknown
+
+
+def _closer_event(call_event: Event, closed: list[_Closed]) -> Event:
+    """The function-response event closing calls of ``call_event``, in ADK's shape for the call's
+    agent and branch; an unknown call's response carries its confirmation request, as a tool that
+    asks does. Its metadata names each call closed, its status and (unknown) its attempt."""
     actions = EventActions()
-    if u is not None:
-        actions.requested_tool_confirmations[str(fc.id)] = ToolConfirmation(hint=_hint(u), payload=u.to_payload())
-    part = types.Part(function_response=types.FunctionResponse(id=fc.id, name=fc.name, response=response))
+    parts: list[types.Part] = []
+    meta: dict[str, Any] = {}
+    for fc, response, status, u in closed:
+        parts.append(types.Part(function_response=types.FunctionResponse(id=fc.id, name=fc.name, response=response)))
+        meta[str(fc.id)] = {"status": status} if u is None else {"status": status, "attempt": u.attempt_id}
+        if u is not None:
+            actions.requested_tool_confirmations[str(fc.id)] = ToolConfirmation(hint=_hint(u), payload=u.to_payload())
     return Event(invocation_id=call_event.invocation_id, author=call_event.author, branch=call_event.branch,
-                 content=types.Content(role="user", parts=[part]), actions=actions,
-                 custom_metadata={METADATA_KEY: metadata})
+                 content=types.Content(role="user", parts=parts), actions=actions,
+                 custom_metadata={METADATA_KEY: {"closes": meta}})
 
 
 def _request_id(attempt_id: str) -> str:
