@@ -51,6 +51,7 @@ from journal.adapters.pydantic_ai_guard import (
     ABANDONED_CONTENT,
     CrashSafeTools,
     answers,
+    close_open_calls,
     conversation_gate,
     guard_for,
     guard_store,
@@ -355,22 +356,26 @@ def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
     assert out["finished"] and _deploys(tmp_path) == {1: 2}
 
 
+async def _saved_midway_then_killed(tmp: Path, point: str = "mid_tool") -> dict[str, Any]:
+    """An app that saves the conversation once the model's call is in it, killed at ``point``."""
+    store = JournalConversationStore(tmp / "conv")
+    plan = Plan(point)
+    guard = ToolGuard(cast(Store, _HookedStore(guard_store(store), plan)))
+    agent = build(guard, tmp / "side.log", plan, 1)
+    conv = Conversation(conversation_id=CID)
+    saved = False
+    async with agent.iter("deploy please", conversation=conv) as run:
+        async for node in run:
+            if Agent.is_call_tools_node(node) and not saved:  # the model's call is in the history: save it
+                await store.save(Conversation(messages=list(run.all_messages()), conversation_id=CID))
+                saved = True
+    return {}
+
+
 def test_a_stored_history_ending_in_the_call_resumes_through_the_guard(tmp_path: Path) -> None:
     """An app that saved midway (the history ends in the model's call): resumed without a prompt,
     Pydantic AI executes that call under its own tool_call_id, and the guard asks about it."""
-    async def first() -> dict[str, Any]:
-        store = JournalConversationStore(tmp_path / "conv")
-        guard = guard_for(store)
-        plan = Plan("mid_tool")
-        agent = build(guard, tmp_path / "side.log", plan, 1)
-        conv = Conversation(conversation_id=CID)
-        async with agent.iter("deploy please", conversation=conv) as run:
-            async for node in run:
-                if Agent.is_call_tools_node(node):  # the model's call is in the history: save it
-                    await store.save(Conversation(messages=list(run.all_messages()), conversation_id=CID))
-        return {}
-
-    killed, _ = in_child(lambda: asyncio.run(first()))
+    killed, _ = in_child(lambda: asyncio.run(_saved_midway_then_killed(tmp_path)))
     assert killed and _deploys(tmp_path) == {1: 1}
 
     async def resume(given: Any) -> dict[str, Any]:
@@ -557,3 +562,51 @@ def test_a_second_call_with_the_same_arguments_is_another_call(tmp_path: Path) -
 
     out = asyncio.run(go())
     assert out["finished"] and _deploys(tmp_path) == {1: 2} and len(out["results"]) == 2
+
+
+@pytest.mark.parametrize("point", ["mid_tool", "after_result"])
+def test_close_open_calls_persists_a_deterministic_closer(tmp_path: Path, point: str) -> None:
+    """An app that moves on with a new prompt over a history saved midway: close_open_calls gives
+    the open call a return (the recorded result, or the unknown-outcome closer, answering the
+    guard "abandon"); saved, it loads the same every time, and the next prompt runs."""
+    killed, _ = in_child(lambda: asyncio.run(_saved_midway_then_killed(tmp_path, point)))
+    assert killed and _deploys(tmp_path) == {1: 1}
+
+    async def close() -> dict[str, Any]:
+        store = JournalConversationStore(tmp_path / "conv")
+        guard = guard_for(store)
+        try:
+            conv = await store.load(CID)
+            assert conv is not None
+            again = await store.load(CID)
+            assert again is not None
+            closed = await close_open_calls(conv, guard)
+            twice = await close_open_calls(again, guard)  # closing again (the answer now stored): the same
+            assert closed.messages == twice.messages
+            await store.save(closed)
+            return {"unknown": [u.call_id for u in guard.scope(CID).unknown()],
+                    "gate": conversation_gate(guard, CID).decision}
+        finally:
+            guard.close()
+            await store.close()
+
+    _, closed = in_child(lambda: asyncio.run(close()))
+    assert closed == {"unknown": [], "gate": "continue"}
+    shape = _check_history(tmp_path)
+    assert shape["contents"] == ([ABANDONED_CONTENT] if point == "mid_tool" else ["deployed:1"])
+
+    async def next_prompt() -> dict[str, Any]:
+        store = JournalConversationStore(tmp_path / "conv")
+        guard = guard_for(store)
+        try:
+            conv = await store.load(CID)
+            agent = build(guard, tmp_path / "side.log", Plan(None), 1)
+            result = await agent.run("and now?", conversation=conv)  # refused over an open call
+            await store.save(result)
+            return _summary(result.conversation)
+        finally:
+            guard.close()
+            await store.close()
+
+    _, done = in_child(lambda: asyncio.run(next_prompt()))
+    assert done["finished"] and _deploys(tmp_path) == {1: 1}

@@ -46,7 +46,9 @@ history the app saved midway) is the framework's live frontier: Pydantic AI refu
 over it and, resumed without one, executes those calls, through this guard. Calls the history
 closes otherwise are closed by Pydantic AI itself before every model request (a deterministic
 "interrupted" return, ``messages.repair_messages``). An abandoned call is closed with
-``ABANDONED_CONTENT`` (outcome unknown), never with success or failure.
+``ABANDONED_CONTENT`` (outcome unknown), never with success or failure. An app that would rather
+move on with a new prompt than resume a history's open calls calls ``close_open_calls``: each gets
+a persisted, deterministic return (the recorded result, or ``ABANDONED_CONTENT``).
 """
 
 from __future__ import annotations
@@ -67,8 +69,17 @@ try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai._run_context import RunContext
     from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.conversation import Conversation
     from pydantic_ai.exceptions import ApprovalRequired
-    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturn
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        RetryPromptPart,
+        ToolCallPart,
+        ToolReturn,
+        ToolReturnPart,
+    )
     from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
 except ImportError as exc:  # pragma: no cover - the extra is installed in CI
@@ -99,6 +110,7 @@ ABANDONED_CONTENT: Final = (
     "TOOL_OUTCOME_UNKNOWN: this call started before a crash and its outcome is unknown; it was abandoned "
     "and not run again (it may or may not have taken effect)"
 )
+CLOSER_METADATA_KEY: Final = "journal_closer"  # on a return close_open_calls wrote: "recorded" | "outcome_unknown"
 DENIED_DEFAULT: Final = ToolDenied().message  # what ToolDenied() says when the app gave no message
 _KEY_PREFIX: Final = "pai"
 
@@ -325,12 +337,66 @@ def answers(requests: DeferredToolRequests,
     return out
 
 
+async def close_open_calls(conversation: Conversation, guard: ToolGuard) -> Conversation:
+    """Close the calls a stored history ends with (its last response's calls without a return), for
+    an app that moves on with a new prompt rather than resume them (Pydantic AI refuses a prompt
+    over open calls). Each gets a ToolReturnPart, appended in one new request: the recorded result
+    of a call whose tool returned; for any other, ``ABANDONED_CONTENT`` (its outcome is unknown;
+    one the guard holds unknown is answered "abandon", persisted first). Deterministic (the
+    response's timestamp, no clock), so closing a loaded history twice gives the same messages.
+    Changes ``conversation`` in place (and drops its ``deferred_tool_requests``) and returns it: save it."""
+    messages = conversation.messages
+    last = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], ModelResponse)), None)
+    if last is None:
+        return conversation
+    response = messages[last]
+    assert isinstance(response, ModelResponse)
+    answered = {p.tool_call_id for m in messages[last + 1:] for p in m.parts
+                if isinstance(p, (ToolReturnPart, RetryPromptPart))}
+    open_calls = [c for c in response.tool_calls if c.tool_call_id not in answered]
+    if not open_calls:
+        return conversation
+    scope = await _scope(guard, conversation.conversation_id)
+    unknown = {u.call_id for u in await asyncio.to_thread(scope.unknown)}
+    recorded = _recorded_results(await asyncio.to_thread(scope.history))
+    closers: list[ToolReturnPart] = []
+    for call in open_calls:
+        found = call_key(messages, call.tool_call_id)
+        key = found[0] if found is not None else None
+        if key is not None and key in unknown:
+            await asyncio.to_thread(scope.answer, key, ABANDON)
+        if key is not None and key not in unknown and key in recorded:
+            closers.append(ToolReturnPart(call.tool_name, recorded[key], call.tool_call_id,
+                                          timestamp=response.timestamp, metadata={CLOSER_METADATA_KEY: "recorded"}))
+        else:
+            closers.append(ToolReturnPart(call.tool_name, ABANDONED_CONTENT, call.tool_call_id,
+                                          timestamp=response.timestamp,
+                                          metadata={CLOSER_METADATA_KEY: "outcome_unknown"}, outcome="interrupted"))
+    messages.append(ModelRequest(parts=closers, timestamp=response.timestamp))
+    conversation.deferred_tool_requests = None
+    return conversation
+
+
+def _recorded_results(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per guard call id, the result its tool returned or an answer said it had (the last one)."""
+    out: dict[str, Any] = {}
+    for ev in history:
+        data = ev.get("data")
+        if not isinstance(data, dict) or not isinstance(data.get("callId"), str):
+            continue
+        if ev.get("type") == "tool.result" and data.get("status") == "ok":
+            out[data["callId"]] = data.get("output")
+        elif ev.get("type") == "tool.reconciled" and data.get("answer") == ANSWER_HAPPENED:
+            out[data["callId"]] = data.get("output")
+    return out
+
+
 def conversation_gate(guard: ToolGuard, conversation_id: str) -> GateDecision:
     """The resume gate of a conversation's guarded calls (its verdict, reasons and options)."""
     return guard.scope(conversation_id).gate()
 
 
 __all__ = [
-    "ABANDONED_CONTENT", "CrashSafeTools", "GuardedToolset", "NoConversationIdError", "answers", "call_key",
-    "conversation_gate", "guard_for", "guard_store",
+    "ABANDONED_CONTENT", "CLOSER_METADATA_KEY", "CrashSafeTools", "GuardedToolset", "NoConversationIdError",
+    "answers", "call_key", "close_open_calls", "conversation_gate", "guard_for", "guard_store",
 ]
