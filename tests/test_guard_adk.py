@@ -50,20 +50,23 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions.session import Session
 from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 from journal.adapters.adk import JournalSessionService
 from journal.adapters.adk_guard import (
     METADATA_KEY,
+    BadAnswerError,
     GuardPlugin,
     answer_message,
     guard_for,
+    parse_answer,
     pending_unknown,
     scope_id,
     session_gate,
 )
 from journal.api import Store
-from journal.session.toolguard import ToolGuard
+from journal.session.toolguard import ABANDON, RUN_AGAIN, ToolGuard, happened
 
 GUARD_ON = os.environ.get("JOURNAL_GUARD_OFF") != "1"
 ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
@@ -533,6 +536,21 @@ def test_read_only_and_idempotent_tools_write_nothing(tmp_path: Path) -> None:
                          side_effects={"lookup": "read"}, idempotent={"set_flag"})
     assert not plugin.guards("lookup") and not plugin.guards("set_flag") and plugin.guards("deploy")
     assert plugin.declared("set_flag") == ("external-write", "safe")
+
+
+def test_answers_from_adk_tool_confirmations() -> None:
+    """What the app sends back through ADK's ToolConfirmation, read as the guard's answers."""
+    assert parse_answer(ToolConfirmation(confirmed=False)) == ABANDON  # ADK's plain rejection
+    assert parse_answer(ToolConfirmation(confirmed=True, payload="run_again")) == RUN_AGAIN
+    assert parse_answer(ToolConfirmation(confirmed=True, payload={"answer": "happened", "result": 3})) == \
+        happened(3)
+    with pytest.raises(BadAnswerError, match="give 'run_again', 'abandon'"):
+        parse_answer(ToolConfirmation(confirmed=True))  # "yes" alone does not say what happened
+    message = answer_message("adk-q1", {"answer": "happened", "result": {"deployed": 1}})
+    (part,) = message.parts or []
+    assert part.function_response is not None and part.function_response.name == "adk_request_confirmation"
+    assert parse_answer(ToolConfirmation.from_response_dict(part.function_response.response or {})) == \
+        happened({"deployed": 1})
 
 
 def test_the_example_runs(tmp_path: Path) -> None:
