@@ -95,6 +95,7 @@ from journal.session.state import SIDE_EFFECT_FREE
 from journal.session.toolguard import (
     ABANDON,
     ANSWER_ABANDON,
+    ANSWER_RUN_AGAIN,
     ATTEMPT_SEP,
     CALL_ID_BYTES_MAX,
     Answer,
@@ -145,11 +146,16 @@ def session_gate(guard: ToolGuard, app_name: str, user_id: str, session_id: str)
 
 def parse_answer(confirmation: ToolConfirmation) -> Answer:
     """The guard's answer from the user's ToolConfirmation (its payload; a rejection without one
-    abandons the call)."""
+    abandons the call, and one whose payload says run_again is refused with BadAnswerError)."""
     payload = confirmation.payload
     if payload is None and not confirmation.confirmed:
         return ABANDON
-    return Answer.parse(payload)
+    given = Answer.parse(payload)
+    if given.answer == ANSWER_RUN_AGAIN and not confirmation.confirmed:
+        # ADK's confirmed=false is a rejection, which never runs a tool: the two disagree, so nothing
+        # is recorded and the question stands.
+        raise BadAnswerError({"confirmed": False, "payload": payload})
+    return given
 
 
 def answer_message(confirmation_call_id: str, answer: Answer | str | Mapping[str, Any]) -> types.Content:

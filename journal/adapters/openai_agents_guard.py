@@ -198,11 +198,17 @@ class SessionGuard:
         if claimed is not None:
             return self._earlier(claimed, tools)
         firsts = sorted((tc.request_seq, attempt, tc) for attempt, tc in self._earlier_calls(key))
-        taken = set(self._claims.values())
+        unanswered = {u.call_id for u in scope.unknown()}
+        # A claim holds its call while its stand-in has no output, and after, unless the call is still
+        # unknown and unanswered (a plain state.reject, or a NotAnsweredError, gives the stand-in an
+        # output and records nothing): such a call is asked about again, never run on its own.
+        taken = {c for s, c in self._claims.items() if _call_id_of(s) not in delivered or c not in unanswered}
         # Outputs the session holds for calls the guard never recorded under their own id stood for
         # earlier calls (answered, or given a recorded output): each one settles the oldest of those.
+        # Not an unknown call no answer settled, though (as above).
         stood_for = [c for c in substitutes.get(key, []) if _call_id_of(c) not in tools and c not in self._claims]
         open_: list[str] = []
+        settled: list[str] = []  # open calls an output of a stand-in may have settled
         for _, attempt, _tc in firsts:
             if attempt in delivered or attempt in self._mine or attempt in taken:
                 continue
@@ -210,7 +216,10 @@ class SessionGuard:
             if last is None or not (self._done(last.last) or self._unknown(last.last)):
                 continue  # it failed: an identical call is a retry, and runs
             open_.append(attempt)
-        open_ = open_[len(stood_for):]
+            if attempt not in unanswered:
+                settled.append(attempt)
+        gone = set(settled[:len(stood_for)])
+        open_ = [a for a in open_ if a not in gone]
         if not open_:
             return None
         self._claims[sdk_call_id] = open_[0]

@@ -1,0 +1,118 @@
+"""Review findings on the crash-safe tool guards and the byte-for-byte copy: each test is a defect
+found by attacking the guard (a crafted answer, a plain rejection) and the fix that closes it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message
+from agents.testing import function_call as model_call
+
+from journal.adapters.openai_agents import JournalSession
+from journal.adapters.openai_agents_guard import guard_for, guarded_tool
+
+SESSION = "review-1"
+MODEL_CALLS_MAX = 8  # scripted model calls one run may make
+RUN_CONFIG = RunConfig(tracing_disabled=True)
+
+
+def _crashed_call(tmp: Path) -> None:
+    """An earlier process synced the intent of deploy(v1) and died while it ran: outcome unknown."""
+    async def go() -> None:
+        session = await JournalSession.open(SESSION, tmp / "sessions")
+        guard = guard_for(session)
+        try:
+            d = guard.scope.before("call_old", "deploy", {"version": "v1"})
+            assert d.run
+        finally:
+            guard.close()  # no after(): the call stays started with no result
+            session.close()
+
+    asyncio.run(go())
+
+
+def test_openai_plain_reject_keeps_the_unknown_call_asked(tmp_path: Path) -> None:
+    """A plain ``state.reject(item)`` records no answer: the module doc says the call stays unknown and
+    is asked about again if the model asks for it again. The rejection's output in the session must not
+    count as the output of a call that stood for the unknown one (it would let the re-issued call run
+    the tool, whose outcome is unknown, with no "run_again" answer)."""
+    _crashed_call(tmp_path)
+    ran: list[str] = []
+    ids = iter(range(1_000_000))
+
+    def respond(call: Any) -> Any:
+        items = list(call.input) if isinstance(call.input, list) else []
+        if any(i.get("type") == "function_call_output" and "deployed" in str(i.get("output")) for i in items
+               if isinstance(i, dict)):
+            return [assistant_message("done")]
+        return [model_call("deploy", {"version": "v1"}, call_id=f"call_new_{next(ids)}")]
+
+    def deploy(version: str) -> str:
+        """Deploy a version."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    async def go() -> tuple[int, int]:
+        session = await JournalSession.open(SESSION, tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            model = ScriptedModel([ModelStep.respond(respond) for _ in range(MODEL_CALLS_MAX)])
+            agent = Agent(name="ops", instructions="deploy", model=model,
+                          tools=[guarded_tool(guard, function_tool(deploy))])
+            first = await Runner.run(agent, "deploy v1", session=session, run_config=RUN_CONFIG)
+            assert len(await guard.asks(first.interruptions)) == 1
+            state = first.to_state()
+            (item,) = state.get_interruptions()
+            state.reject(item)  # the SDK's own rejection: no answer reaches the guard
+            second = await Runner.run(agent, state, session=session, run_config=RUN_CONFIG)
+            asked = len(await guard.asks(second.interruptions))
+            return asked, len(guard.scope.unknown())
+        finally:
+            guard.close()
+            session.close()
+
+    async def later_process() -> tuple[int, int]:
+        # A new process: no claims in memory; the session holds the rejected stand-in's output.
+        session = await JournalSession.open(SESSION, tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            model = ScriptedModel([ModelStep.respond(respond) for _ in range(MODEL_CALLS_MAX)])
+            agent = Agent(name="ops", instructions="deploy", model=model,
+                          tools=[guarded_tool(guard, function_tool(deploy))])
+            out = await Runner.run(agent, "continue", session=session, run_config=RUN_CONFIG)
+            return len(await guard.asks(out.interruptions)), len(guard.scope.unknown())
+        finally:
+            guard.close()
+            session.close()
+
+    asked, unknown = asyncio.run(go())
+    assert ran == []  # the tool whose outcome is unknown never ran again without a "run_again" answer
+    assert unknown == 1 and asked == 1  # still unknown, and asked again when the model asked again
+    asked, unknown = asyncio.run(later_process())
+    assert ran == [] and unknown == 1 and asked == 1
+
+
+def test_adk_a_rejected_confirmation_never_runs_the_tool_again() -> None:
+    """ADK's ``confirmed: false`` is a rejection (ADK's own FunctionTool answers "This tool call is
+    rejected." and runs nothing). The plugin read the payload alone, so a rejection carrying
+    "run_again" (a UI that rejects but echoes or edits the payload) ran the tool whose outcome is
+    unknown once more. A rejection that says run_again is refused (nothing recorded, ask again)."""
+    pytest.importorskip("google.adk")
+    from google.adk.tools.tool_confirmation import ToolConfirmation
+
+    from journal.adapters.adk_guard import parse_answer
+    from journal.session.toolguard import ABANDON, BadAnswerError, happened
+
+    for payload in ("run_again", {"answer": "run_again"}):
+        with pytest.raises(BadAnswerError, match="confirmed"):
+            parse_answer(ToolConfirmation(confirmed=False, payload=payload))
+    assert parse_answer(ToolConfirmation(confirmed=False, payload="abandon")) == ABANDON
+    assert parse_answer(ToolConfirmation(confirmed=False)) == ABANDON
+    assert parse_answer(ToolConfirmation(confirmed=False, payload={"answer": "happened", "result": 1})) == happened(1)
