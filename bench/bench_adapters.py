@@ -26,6 +26,16 @@ before the call returns):
 - Google ADK (if ``journal/adapters/adk.py`` is there): ``create_session``, then ``append_event``
   of small text events, sequential and ``--sessions`` sessions at once. JournalSessionService
   against SqliteSessionService on a file.
+- Tool calls (LangGraph, Agents SDK, ADK): a scripted run, no model and no network, whose tool
+  (side effect declared "external-write": it appends (scope, n) to a list in this process) is
+  called ``--tool-calls`` times, one call a step or model turn; ``--tool-runs`` runs one after
+  another, each on a fresh thread or session. Ours = journal's adapter with the framework's guard
+  on (LangGraph ``@guarded`` node, Agents SDK ``guarded_tool``, ADK ``GuardPlugin``): every call's
+  intent is synced before the tool runs, its result appended after, on top of the adapter's
+  writes. The peer = the framework's own SQLite store with no guard (it has none). A fourth store,
+  ours without the guard, runs too, and its row is the guard's own cost. Rates are tool calls per
+  second; the check is that every call's side effect ran exactly once, in order, that the store
+  holds every call's result, and that the guard's journals hold every call's intent.
 
 Equal durability. Each peer runs twice in every round: with ``PRAGMA synchronous=FULL`` set on
 every connection it uses (WAL mode: the WAL is synced at every commit; rollback mode: the journal
@@ -73,6 +83,7 @@ SYNC_NAMES = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 FULL = "full"  # a peer with PRAGMA synchronous=FULL set on its connections
 SHIPPED = "shipped"  # a peer as shipped: its code and settings untouched
+STORES = ["ours", FULL, SHIPPED]
 
 
 @dataclass
@@ -86,10 +97,12 @@ class Sizes:
     session_items: int = 10  # add_items per concurrent session (Agents SDK)
     events: int = 500  # ADK sequential: append_event calls
     session_events: int = 5  # append_event per concurrent session (ADK)
+    tool_calls: int = 20  # tool calls: calls per run (one run = one thread or session)
+    tool_runs: int = 20  # tool calls: runs per round, one after another, each on a fresh thread or session
 
 
 QUICK = Sizes(steps=6, runs=2, async_threads=8, async_steps=3, items=20, sessions=8, session_items=3, events=15,
-              session_events=3)
+              session_events=3, tool_calls=3, tool_runs=2)
 
 
 @dataclass
@@ -266,9 +279,13 @@ async def _lg_async(store: str, where: str, steps: int, threads: int) -> Run:
                         "last": (values.get("messages") or [{}])[-1].get("content")}
         stored = {"threads": out}
         async with conn.execute("PRAGMA journal_mode") as cur:
-            mode = (await cur.fetchone())[0]
+            row = await cur.fetchone()
+            assert row is not None  # a PRAGMA that reads a setting always returns its row
+            mode = row[0]
         async with conn.execute("PRAGMA synchronous") as cur:
-            level = (await cur.fetchone())[0]
+            row = await cur.fetchone()
+            assert row is not None
+            level = row[0]
         durability = sqlite_durability(mode, level, _how(store, "saver.conn"))
         await conn.close()
     return Run(steps * threads, seconds, dir_bytes(where), durability, stored)
@@ -428,15 +445,23 @@ async def _adk_finish(store: str, svc: Any, session_ids: list[str]) -> tuple[dic
     for sid in session_ids:
         s = await svc.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=sid)
         stored[sid] = [e.content.parts[0].text for e in s.events] if s else None
+    durability = await _adk_durability(store, svc)
+    await _adk_close(svc)
+    return {"events": stored}, durability
+
+
+async def _adk_durability(store: str, svc: Any) -> str:
     if store == "ours":
-        durability = OURS_DURABILITY
-    else:
-        async with svc._get_db_connection() as conn:
-            async with conn.execute("PRAGMA journal_mode") as cur:
-                mode = (await cur.fetchone())[0]
-            async with conn.execute("PRAGMA synchronous") as cur:
-                level = (await cur.fetchone())[0]
-        durability = sqlite_durability(mode, level, _how(store, "a subclass's _get_db_connection"))
+        return OURS_DURABILITY
+    async with svc._get_db_connection() as conn:
+        async with conn.execute("PRAGMA journal_mode") as cur:
+            mode = (await cur.fetchone())[0]
+        async with conn.execute("PRAGMA synchronous") as cur:
+            level = (await cur.fetchone())[0]
+    return sqlite_durability(mode, level, _how(store, "a subclass's _get_db_connection"))
+
+
+async def _adk_close(svc: Any) -> None:
     for closer in ("aclose", "close"):
         fn = getattr(svc, closer, None)
         if fn is not None:
@@ -444,7 +469,6 @@ async def _adk_finish(store: str, svc: Any, session_ids: list[str]) -> tuple[dic
             if asyncio.iscoroutine(out):
                 await out
             break
-    return {"events": stored}, durability
 
 
 class _Retry:
@@ -508,6 +532,276 @@ def adk_concurrent(store: str, where: str, sessions: int, per_session: int) -> R
 
 
 # ---------------------------------------------------------------------------------------------
+# Tool calls: the guarded adapter against the framework's own store with no guard
+#
+# A scripted run (no model, no network) calls one tool ``calls`` times; the tool's side effect
+# (declared "external-write") appends (scope, n) to a list in this process, which is what the
+# check reads: every call ran exactly once, in order. Stores:
+#   "ours"    journal's adapter with the framework's guard on: each call's intent is synced before
+#             the tool runs and its result after (journal/session/toolguard.py), on top of the
+#             adapter's own writes;
+#   FULL, SHIPPED  the framework's own SQLite store, no guard (nothing of the kind exists there);
+#   UNGUARDED journal's adapter with no guard: what the guard itself costs.
+
+UNGUARDED = "ours, no guard"
+GUARD_DURABILITY = (OURS_DURABILITY + "; guard on: each call's intent synced before the tool runs, its result "
+                    "appended after (flushed, ToolGuard's default result_durability)")
+
+
+def _guard_requested(scope: Any) -> int:
+    """Tool calls whose intent the guard's journal holds (read outside the clock): the guard was on."""
+    return sum(1 for ev in scope.history() if ev.get("type") == "tool.requested")
+
+
+def _tool_result(n: int) -> str:
+    return f"deployed build {n}: " + "y" * 32
+
+
+def _effects_by_scope(effects: list[tuple[str, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for scope, n in effects:
+        out.setdefault(scope, []).append(n)
+    return out
+
+
+def build_tool_graph(calls: int, checkpointer: Any, effects: list[tuple[str, int]], guard: Any) -> Any:
+    """A ``tool`` node looping on itself ``calls`` times: one tool call (its side effect) a step."""
+    from langgraph.config import get_config
+    from langgraph.graph import END, START, StateGraph
+
+    def tool(state: _State) -> dict[str, Any]:
+        n = state["count"] + 1
+        effects.append((str(get_config()["configurable"]["thread_id"]), n))  # the side effect
+        return {"messages": [{"role": "tool", "content": _tool_result(n)}], "count": n}
+
+    if guard is not None:
+        from journal.adapters.langgraph_guard import guarded
+
+        tool = guarded(guard, side_effect="external-write", name="deploy")(tool)
+
+    def route(state: _State) -> str:
+        return "tool" if state["count"] < calls else END
+
+    builder = StateGraph(_State)
+    builder.add_node("tool", tool)
+    builder.add_edge(START, "tool")
+    builder.add_conditional_edges("tool", route, ["tool", END])
+    return builder.compile(checkpointer=checkpointer)
+
+
+def lg_tools(store: str, where: str, calls: int, runs: int) -> Run:
+    """``runs`` sequential ``graph.invoke`` of ``calls`` tool calls, each on a fresh thread."""
+    thread_ids = [f"tools-{i}" for i in range(runs)]
+    effects: list[tuple[str, int]] = []
+    guard: Any = None
+    if store in ("ours", UNGUARDED):
+        from journal.adapters.langgraph import JournalSaver
+
+        saver: Any = JournalSaver(os.path.join(where, "ckpt"))
+        if store == "ours":
+            from journal.adapters.langgraph_guard import guard_for
+
+            guard = guard_for(saver)
+        durability = GUARD_DURABILITY if guard is not None else OURS_DURABILITY
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(os.path.join(where, "ckpt.sqlite"), check_same_thread=False)  # as from_conn_string
+        if store == FULL:
+            conn.execute("PRAGMA synchronous=FULL")
+        saver = SqliteSaver(conn)
+    graph = build_tool_graph(calls, saver, effects, guard)
+    t0 = time.perf_counter()
+    for tid in thread_ids:
+        graph.invoke({"messages": [], "count": 0}, _lg_config(tid, calls), durability="sync")
+    seconds = time.perf_counter() - t0
+    results = {}
+    for tid in thread_ids:
+        tup = saver.get_tuple({"configurable": {"thread_id": tid}})
+        results[tid] = [m["content"] for m in (tup.checkpoint["channel_values"].get("messages", []) if tup else [])]
+    stored: dict[str, Any] = {"results": results, "effects": _effects_by_scope(effects)}
+    if guard is not None:
+        stored["guarded"] = {tid: _guard_requested(guard.scope(tid)) for tid in thread_ids}
+        guard.close()
+    if store in ("ours", UNGUARDED):
+        saver.close()
+    else:
+        mode = saver.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        level = saver.conn.execute("PRAGMA synchronous").fetchone()[0]
+        durability = sqlite_durability(mode, level, _how(store, "saver.conn"))
+        conn.close()
+    return Run(calls * runs, seconds, dir_bytes(where), durability, stored)
+
+
+def sdk_tools(store: str, where: str, calls: int, runs: int) -> Run:
+    """``runs`` sessions one after another, each one ``Runner.run`` whose scripted model calls the
+    tool ``calls`` times (one call a turn), then answers. Sessions (and guards) open before the clock."""
+    from agents import Agent, RunConfig, Runner, function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    effects: list[tuple[str, int]] = []
+    current = [""]  # the session whose run is going: runs are sequential
+
+    def deploy(n: int) -> str:
+        """Deploy build n."""
+        effects.append((current[0], n))  # the side effect
+        return _tool_result(n)
+
+    def respond(call: Any) -> Any:
+        items = call.input if isinstance(call.input, list) else []
+        done = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
+        if done < calls:
+            return [function_call("deploy", {"n": done + 1}, call_id=f"call_{current[0]}_{done}")]
+        return [assistant_message("done")]
+
+    async def go() -> Run:
+        from agents.tool import FunctionTool
+
+        sessions = await _sdk_open("ours" if store == UNGUARDED else store, where, runs)
+        plain: FunctionTool = function_tool(deploy)
+        guards: list[Any] = []
+        if store == "ours":
+            from journal.adapters.openai_agents_guard import guard_for, guarded_tool
+
+            guards = [guard_for(s) for s in sessions]
+        config = RunConfig(tracing_disabled=True)
+        t0 = time.perf_counter()
+        for k, session in enumerate(sessions):
+            current[0] = session.session_id
+            tool = guarded_tool(guards[k], plain, side_effect="external-write") if guards else plain
+            model = ScriptedModel([ModelStep.respond(respond) for _ in range(calls + 1)])
+            agent: Agent[Any] = Agent(name="ops", instructions="deploy", model=model, tools=[tool])
+            result = await Runner.run(agent, "deploy the builds", session=session, run_config=config,
+                                      max_turns=calls + TURNS_SPARE)
+            if result.final_output != "done":
+                raise AssertionError(f"Agents SDK: session {session.session_id} ended with {result.final_output!r}")
+        seconds = time.perf_counter() - t0
+        results = {}
+        for s in sessions:
+            got = await s.get_items()
+            results[s.session_id] = [i["output"] for i in got if i.get("type") == "function_call_output"]
+        durability = GUARD_DURABILITY if guards else await _sdk_durability(
+            "ours" if store == UNGUARDED else store, sessions[0])
+        stored: dict[str, Any] = {"results": results, "effects": _effects_by_scope(effects)}
+        if guards:
+            stored["guarded"] = {g.session_id: _guard_requested(g.scope) for g in guards}
+        for g in guards:
+            g.close()
+        await _sdk_close(sessions)
+        return Run(calls * runs, seconds, dir_bytes(where), durability, stored)
+
+    return asyncio.run(go())
+
+
+TURNS_SPARE = 5  # model turns a tool-calling run may take beyond its tool calls (the final answer)
+
+
+def _adk_scripted_model(calls: int) -> Any:
+    """A stand-in for a model: calls deploy(n) while the request holds fewer than ``calls`` of its
+    responses, then says it is done (ADK's BaseLlm, built here so the module imports without ADK)."""
+    from collections.abc import AsyncGenerator
+
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class Scripted(BaseLlm):
+        model: str = "scripted"
+
+        async def generate_content_async(self, llm_request: LlmRequest,
+                                         stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+            done = sum(1 for c in llm_request.contents for p in c.parts or []
+                       if p.function_response is not None and p.function_response.name == "deploy")
+            if done < calls:
+                part = types.Part(function_call=types.FunctionCall(name="deploy", args={"n": done + 1}))
+            else:
+                part = types.Part(text="done")
+            # a real model reports its tokens; without them ADK's telemetry logs a warning a call
+            usage = types.GenerateContentResponseUsageMetadata(prompt_token_count=1, candidates_token_count=1,
+                                                               total_token_count=2)
+            yield LlmResponse(content=types.Content(role="model", parts=[part]), usage_metadata=usage)
+
+    return Scripted()
+
+
+def adk_tools(store: str, where: str, calls: int, runs: int) -> Run:
+    """``runs`` sessions one after another: ``create_session``, then one ``run_async`` whose scripted
+    model calls the tool ``calls`` times (one call a model turn), then answers."""
+    from google.adk.agents.llm_agent import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    effects: list[tuple[str, int]] = []
+    current = [""]  # the session whose run is going: runs are sequential
+
+    def deploy(n: int) -> dict[str, Any]:
+        """Deploys build n."""
+        effects.append((current[0], n))  # the side effect
+        return {"result": _tool_result(n)}
+
+    async def go() -> Run:
+        svc = _adk_service("ours" if store == UNGUARDED else store, where)
+        plugins: list[Any] = []
+        guard: Any = None
+        if store == "ours":
+            from journal.adapters.adk_guard import GuardPlugin, guard_for
+
+            guard = guard_for(svc)
+            plugins = [GuardPlugin(guard)]
+        agent = LlmAgent(name="deployer", model=_adk_scripted_model(calls), tools=[deploy])
+        runner = Runner(app=App(name=ADK_APP, root_agent=agent, plugins=plugins), session_service=svc)
+        ids = [f"t{k}" for k in range(runs)]
+        message = types.Content(role="user", parts=[types.Part(text="deploy the builds")])
+        t0 = time.perf_counter()
+        for sid in ids:
+            current[0] = sid
+            await svc.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id=sid)
+            async for _event in runner.run_async(user_id=ADK_USER, session_id=sid, new_message=message):
+                pass
+        seconds = time.perf_counter() - t0
+        results = {}
+        for sid in ids:
+            s = await svc.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=sid)
+            results[sid] = [(p.function_response.response or {}).get("result") for e in (s.events if s else [])
+                            for p in ((e.content.parts or []) if e.content else [])
+                            if p.function_response is not None and p.function_response.name == "deploy"]
+        durability = GUARD_DURABILITY if guard is not None else await _adk_durability(
+            "ours" if store == UNGUARDED else store, svc)
+        stored: dict[str, Any] = {"results": results, "effects": _effects_by_scope(effects)}
+        if guard is not None:
+            from journal.adapters.adk_guard import scope_id
+
+            stored["guarded"] = {sid: _guard_requested(guard.scope(scope_id(ADK_APP, ADK_USER, sid))) for sid in ids}
+            guard.close()
+        await _adk_close(svc)
+        return Run(calls * runs, seconds, dir_bytes(where), durability, stored)
+
+    return asyncio.run(go())
+
+
+def check_tools(run: Run, scopes: list[str], calls: int) -> None:
+    """Every call's side effect ran exactly once, in order, and the store holds every call's result."""
+    want = list(range(1, calls + 1))
+    effects = run.stored["effects"]
+    wrong = {s: effects.get(s) for s in scopes if effects.get(s) != want}
+    extra = sorted(set(effects) - set(scopes))
+    if wrong or extra:
+        raise AssertionError(f"tool calls: side effects not run exactly once per call: {dict(list(wrong.items())[:3])}"
+                             f" ({len(wrong)} of {len(scopes)} scopes wrong), unexpected scopes {extra[:3]}")
+    results = run.stored["results"]
+    want_results = [_tool_result(n) for n in want]
+    bad = [s for s in scopes if results.get(s) != want_results]
+    if bad or len(results) != len(scopes):
+        raise AssertionError(f"tool calls: stored results wrong for {bad[:3]} ({len(bad)} of {len(scopes)})")
+    if run.durability == GUARD_DURABILITY:  # a run that claims the guard: its journal holds every intent
+        guarded = run.stored.get("guarded")
+        if guarded != {s: calls for s in scopes}:
+            raise AssertionError(f"tool calls: the guard's journals hold {guarded} intents, not {calls} a scope")
+
+
+# ---------------------------------------------------------------------------------------------
 # The run
 
 
@@ -547,11 +841,14 @@ class Workload:
     fn: Callable[[str, str], Run]  # (store, directory) -> Run
     check: Callable[[Run], None]  # raises if the run did not store what it claims
     needs: list[str]  # modules that must import, else the workload is skipped
+    stores: list[str] = field(default_factory=lambda: list(STORES))  # who runs it, every round
+    unguarded: str = ""  # with UNGUARDED in stores: our adapter's name without the guard
 
 
 def workloads(sz: Sizes) -> list[Workload]:
     lg = ["langgraph", "langgraph.checkpoint.sqlite"]
     adk = ["google.adk", "aiosqlite", "journal.adapters.adk"]
+    tool_stores = [*STORES, UNGUARDED]
     return [
         Workload(f"LangGraph sync: invoke of {sz.steps} steps x {sz.runs} fresh threads", "steps/s",
                  "JournalSaver", "SqliteSaver", lambda s, d: lg_sync(s, d, sz.steps, sz.runs),
@@ -573,6 +870,21 @@ def workloads(sz: Sizes) -> list[Workload]:
                  "calls/s", "JournalSessionService", "SqliteSessionService",
                  lambda s, d: adk_concurrent(s, d, sz.sessions, sz.session_events),
                  lambda r: check_adk(r, sz.sessions, sz.session_events), adk),
+        Workload(f"LangGraph tool calls: {sz.tool_runs} fresh threads x {sz.tool_calls} guarded node calls",
+                 "tool calls/s", "JournalSaver + @guarded", "SqliteSaver, no guard",
+                 lambda s, d: lg_tools(s, d, sz.tool_calls, sz.tool_runs),
+                 lambda r: check_tools(r, [f"tools-{i}" for i in range(sz.tool_runs)], sz.tool_calls), lg,
+                 tool_stores, "JournalSaver, no guard"),
+        Workload(f"Agents SDK tool calls: {sz.tool_runs} sessions x Runner.run of {sz.tool_calls} function tool "
+                 "calls", "tool calls/s", "JournalSession + guarded_tool", "SQLiteSession (file), no guard",
+                 lambda s, d: sdk_tools(s, d, sz.tool_calls, sz.tool_runs),
+                 lambda r: check_tools(r, [f"s{k}" for k in range(sz.tool_runs)], sz.tool_calls), ["agents"],
+                 tool_stores, "JournalSession, no guard"),
+        Workload(f"ADK tool calls: {sz.tool_runs} sessions x run_async of {sz.tool_calls} tool calls", "tool calls/s",
+                 "JournalSessionService + GuardPlugin", "SqliteSessionService, no guard",
+                 lambda s, d: adk_tools(s, d, sz.tool_calls, sz.tool_runs),
+                 lambda r: check_tools(r, [f"t{k}" for k in range(sz.tool_runs)], sz.tool_calls), adk,
+                 tool_stores, "JournalSessionService, no guard"),
     ]
 
 
@@ -597,9 +909,6 @@ def scratch(base: str | None) -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-STORES = ["ours", FULL, SHIPPED]
-
-
 def run_all(sizes: Sizes, rounds: int, base: str | None, log: Callable[[str], None],
             warmup: bool = True, only: str | None = None) -> dict[str, Any]:
     todo = []
@@ -612,16 +921,16 @@ def run_all(sizes: Sizes, rounds: int, base: str | None, log: Callable[[str], No
             skipped[w.name] = f"not installed or not written yet: {', '.join(gone)}"
         else:
             todo.append(w)
-    runs: dict[str, dict[str, list[Run]]] = {w.name: {s: [] for s in STORES} for w in todo}
+    runs: dict[str, dict[str, list[Run]]] = {w.name: {s: [] for s in w.stores} for w in todo}
     if warmup:  # imports and LangGraph's first-use caches are paid here, by no store's clock
         for w in workloads(QUICK):
             if not missing(w) and not (only and only.lower() not in w.name.lower()):
-                for store in STORES:
+                for store in w.stores:
                     with scratch(base) as d:
                         w.check(w.fn(store, d))
     for r in range(rounds):
         for w in todo:
-            order = STORES[r % len(STORES):] + STORES[: r % len(STORES)]
+            order = w.stores[r % len(w.stores):] + w.stores[: r % len(w.stores)]
             for store in order:
                 with scratch(base) as d:
                     got = w.fn(store, d)
@@ -668,7 +977,17 @@ def table(result: dict[str, Any], rounds: int, base: str | None, wall: float, lo
                 f"| {min(ratios):.2f}-{max(ratios):.2f}x | {fmt_bytes(statistics.median(a.bytes for a in ours))} "
                 f"| {fmt_bytes(statistics.median(b.bytes for b in theirs))} | {'; '.join(settings)} |"
             )
-    shipped = {}
+        if UNGUARDED in runs:  # what the guard itself costs: our adapter with and without it
+            bare = runs[UNGUARDED]
+            ratios = [a.rate / b.rate for a, b in zip(ours, bare, strict=True)]
+            lines.append(
+                f"| {w.name}, {w.unit}: {w.ours} vs {w.unguarded} (the guard's own cost) "
+                f"| {statistics.median(a.rate for a in ours):,.0f} | {statistics.median(b.rate for b in bare):,.0f} "
+                f"| {statistics.median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x "
+                f"| {fmt_bytes(statistics.median(a.bytes for a in ours))} "
+                f"| {fmt_bytes(statistics.median(b.bytes for b in bare))} | {OURS_DURABILITY}, no guard |"
+            )
+    shipped: dict[str, set[str]] = {}
     for w in result["workloads"]:
         for t in result["runs"][w.name][SHIPPED]:
             shipped.setdefault(w.peer, set()).add(t.durability.split(" (")[0] + ": " + t.durability.split(": ")[-1])
@@ -708,7 +1027,9 @@ def main(argv: list[str] | None = None) -> int:
                         ("sessions", "concurrent sessions (Agents SDK, ADK)"),
                         ("session-items", "Agents SDK: add_items per concurrent session"),
                         ("events", "ADK sequential: append_event calls"),
-                        ("session-events", "ADK: append_event per concurrent session")]:
+                        ("session-events", "ADK: append_event per concurrent session"),
+                        ("tool-calls", "tool calls: calls per run"),
+                        ("tool-runs", "tool calls: runs per round, each on a fresh thread or session")]:
         attr = name.replace("-", "_")
         ap.add_argument(f"--{name}", type=int, default=None, help=f"{help_} (default {getattr(d, attr)})")
     args = ap.parse_args(argv)
@@ -723,7 +1044,11 @@ def main(argv: list[str] | None = None) -> int:
             setattr(sizes, attr, v)
     load0 = loadavg()
     t0 = time.perf_counter()
-    result = run_all(sizes, args.rounds, args.dir, lambda s: sys.stderr.write(s + "\n"), only=args.only)
+
+    def log(line: str) -> None:
+        sys.stderr.write(line + "\n")
+
+    result = run_all(sizes, args.rounds, args.dir, log, only=args.only)
     text = table(result, args.rounds, args.dir, time.perf_counter() - t0, (load0, loadavg()))
     sys.stdout.write(text)
     if args.out:

@@ -123,6 +123,60 @@ def test_adk_concurrent_sessions_hold_their_events(store: str, tmp_path: Path) -
     ba.check_adk(run, Q.sessions, Q.session_events)
 
 
+TOOL_STORES = [*STORES, "ours, no guard"]
+TOOL_RUNNERS: dict[str, tuple[str, Any, list[str]]] = {  # framework -> (function, scope names, modules)
+    "langgraph": ("lg_tools", [f"tools-{i}" for i in range(Q.tool_runs)], ["langgraph", "langgraph.checkpoint.sqlite"]),
+    "agents": ("sdk_tools", [f"s{k}" for k in range(Q.tool_runs)], ["agents"]),
+    "adk": ("adk_tools", [f"t{k}" for k in range(Q.tool_runs)], ["google.adk", "aiosqlite"]),
+}
+
+
+@pytest.mark.parametrize("store", TOOL_STORES)
+@pytest.mark.parametrize("framework", list(TOOL_RUNNERS))
+def test_tool_calls_run_each_call_exactly_once(framework: str, store: str, tmp_path: Path) -> None:
+    """Each framework's tool-calling run: every call's side effect ran once, in order, the store holds
+    every result, and the guard (on in "ours" only) synced every call's intent to its journal."""
+    fn, scopes, modules = TOOL_RUNNERS[framework]
+    for module in modules:
+        pytest.importorskip(module)
+    if framework == "adk" and not ba.adk_ours_available():
+        pytest.skip("journal/adapters/adk.py is not there yet")
+    run = getattr(ba, fn)(store, str(tmp_path), Q.tool_calls, Q.tool_runs)
+    assert run.ops == Q.tool_calls * Q.tool_runs and run.seconds > 0 and run.bytes > 0
+    assert run.stored["effects"] == {s: list(range(1, Q.tool_calls + 1)) for s in scopes}
+    assert run.stored["results"] == {s: [ba._tool_result(n) for n in range(1, Q.tool_calls + 1)] for s in scopes}
+    if store == "ours":
+        assert run.durability == ba.GUARD_DURABILITY
+        assert run.stored["guarded"] == {s: Q.tool_calls for s in scopes}
+    else:
+        assert "guarded" not in run.stored
+        if store == ba.UNGUARDED:
+            assert run.durability == ba.OURS_DURABILITY
+        else:
+            _common(run, store, Q.tool_calls * Q.tool_runs)
+    ba.check_tools(run, scopes, Q.tool_calls)
+
+
+def test_tool_check_catches_a_call_run_twice_or_unguarded() -> None:
+    """check_tools fails a run whose tool ran twice, skipped a call, lost a result or claims a guard
+    whose journal does not hold every intent."""
+    want = [1, 2]
+    results = {"a": [ba._tool_result(1), ba._tool_result(2)]}
+
+    def run(effects: list[int], got: list[str], guarded: dict[str, int] | None = None) -> Any:
+        stored: dict[str, Any] = {"effects": {"a": effects}, "results": {"a": got}}
+        if guarded is not None:
+            stored["guarded"] = guarded
+        return ba.Run(2, 1.0, 1, ba.GUARD_DURABILITY if guarded is not None else ba.OURS_DURABILITY, stored)
+
+    ba.check_tools(run(want, results["a"]), ["a"], 2)
+    ba.check_tools(run(want, results["a"], {"a": 2}), ["a"], 2)
+    for bad in (run([1, 2, 2], results["a"]), run([1], results["a"]), run(want, results["a"][:1]),
+                run(want, results["a"], {"a": 1})):
+        with pytest.raises(AssertionError):
+            ba.check_tools(bad, ["a"], 2)
+
+
 def test_checks_catch_a_wrong_store() -> None:
     """The run's own checks fail on a store that lost an item or a step (so the bench cannot lie)."""
     short = ba.Run(1, 1.0, 1, "", {"items": {"s0": [ba._sdk_item(0, 0)["content"]]}})
