@@ -116,3 +116,25 @@ def test_adk_a_rejected_confirmation_never_runs_the_tool_again() -> None:
     assert parse_answer(ToolConfirmation(confirmed=False, payload="abandon")) == ABANDON
     assert parse_answer(ToolConfirmation(confirmed=False)) == ABANDON
     assert parse_answer(ToolConfirmation(confirmed=False, payload={"answer": "happened", "result": 1})) == happened(1)
+
+
+def test_verify_calls_a_seal_footer_that_names_fewer_keys_clean(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer remembers at most KEYS_REMEMBERED_MAX keys (1,000,000), so a segment with more keyed
+    records than that (or whose keys were forgotten before it was sealed) gets a footer naming only
+    the keys still remembered. That footer acknowledges nothing that was never written; verify called
+    such a healthy journal CORRUPT. Only a footer entry that disagrees with its record is a problem."""
+    import journal
+    from journal.engine import writer
+    from journal.engine.verify import verify
+
+    keys_remembered_max = 3  # the limit, made small: 10 keyed records are "more than it"
+    monkeypatch.setattr(writer, "KEYS_REMEMBERED_MAX", keys_remembered_max)
+    path = str(tmp_path / "j")
+    with journal.open(path, create=True) as j:
+        for i in range(10):
+            j.append({"n": i}, durability="flush", idempotency_key=f"k{i}")
+        j.seal()  # its footer names k7, k8, k9: the first seven keys were forgotten
+        j.append({"n": 10}, durability="sync")
+    report = verify(path)
+    assert report.verdict == "clean" and report.problems == [], report.summary()

@@ -142,9 +142,12 @@ def _check_seal(fs: FileSystem, path: str, seg: SegmentWalk, problems: list[Loss
     # A writer reopened after this segment takes a retry under a key in the footer's table for a
     # duplicate of the record it names, without reading that record: a table that names a seq
     # whose record has another key (or none) would acknowledge an append that is never written.
+    # A table may name fewer keys than the records hold: the writer remembers at most
+    # KEYS_REMEMBERED_MAX keys and writes those it still remembers; a key left out is a retry
+    # written again, never an append acknowledged and lost.
     table = {seq: key.decode("utf-8", "surrogateescape") for seq, key in seal.keys}
-    if table != seg.keys:
-        wrong = sorted(s for s in table.keys() | seg.keys.keys() if table.get(s) != seg.keys.get(s))
+    wrong = sorted(s for s in table if table[s] != seg.keys.get(s))
+    if wrong:
         s = wrong[0]
         problems.append(Loss(seg.name, seal.seal_offset, 0,
                              f"seal footer's key table disagrees with the records at {len(wrong)} seqs (first: seq "
