@@ -124,14 +124,13 @@ def test_verify_calls_a_seal_footer_that_names_fewer_keys_clean(tmp_path: Path,
     records than that (or whose keys were forgotten before it was sealed) gets a footer naming only
     the keys still remembered. That footer acknowledges nothing that was never written; verify called
     such a healthy journal CORRUPT. Only a footer entry that disagrees with its record is a problem."""
-    import journal
-    from journal.engine import writer
+    from journal.engine import core, writer
     from journal.engine.verify import verify
 
     keys_remembered_max = 3  # the limit, made small: 10 keyed records are "more than it"
     monkeypatch.setattr(writer, "KEYS_REMEMBERED_MAX", keys_remembered_max)
     path = str(tmp_path / "j")
-    with journal.open(path, create=True) as j:
+    with core.open(path, create=True) as j:
         for i in range(10):
             j.append({"n": i}, durability="flush", idempotency_key=f"k{i}")
         j.seal()  # its footer names k7, k8, k9: the first seven keys were forgotten
