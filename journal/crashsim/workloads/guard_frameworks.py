@@ -1,0 +1,436 @@
+"""Crash workloads of the framework guards: a power loss over a real framework run's guarded tool.
+
+``register()`` registers, for each framework that imports, one workload (skipping the others):
+
+    guard-langgraph       a StateGraph on a JournalSaver, its node wrapped in ``@guarded(guard_for(saver))``
+    guard-pydantic-ai     an Agent (scripted FunctionModel) on a JournalConversationStore, CrashSafeTools
+
+Neither importing this module nor importing ``journal.crashsim.workloads`` registers them (the
+built-in set must not depend on which frameworks are installed, and a command that runs every
+registered workload must not start running these): a caller that wants them calls ``register()``
+(tests/test_guard_crash_frameworks.py does).
+
+Where the framework's storage lives. The harness records one file system and checks one journal
+against its ledger, ``/j``. Each adapter builds its stores with ``journal.store(path)`` (the
+LangGraph saver and the Agents SDK session take no ``fs=``), so the recorded run builds them while
+``journal.store`` gives a ``HarnessStore``: a directory store on the harness's file system in which
+the guard's journal (``guard.<sha256>``, one scope per run) *is* ``/j``, opened through
+``Ctx.open`` so that every intent and result the guard appends is on the ledger. The framework's
+own journals (threads, conversations) are directories beside it on the same file system, so
+every crash state cuts both at once, as a power loss does. The adapters themselves are untouched
+and used as an application uses them (``guard_for``).
+
+What each crash state is checked for (``recover_and_check``): the harness's core invariants on
+``/j`` (a synced intent is never lost), then, on copies of the recovered image:
+
+* the framework's stored history, and the guard's, load the same twice;
+* the guard's journal: every call whose intent is durable and has no result is listed by
+  ``unknown()`` and ``before()`` says UNKNOWN for it (never RUN: never reported not-started);
+  no call is both unknown and DONE; a call with a durable result is DONE with that result;
+* a second life of the framework run on the image: the tool never runs for a call whose intent
+  was durable (it runs only for calls that never started); the calls the framework surfaces as
+  unknown (interrupt, deferred request, ...) are exactly calls with a durable intent and no
+  result; once they are answered ("happened") the run finishes and still runs none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import operator
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict, cast
+from unittest import mock
+
+import journal
+from journal.crashsim.campaign import SECTOR_OPTIONS
+from journal.crashsim.memfs import MemFileSystem
+from journal.crashsim.workloads.core import CRASH_RESERVE_BYTES, JOURNAL_PATH, WORKLOADS, Ctx, workload
+from journal.engine.core import Journal
+from journal.engine.reader import Record
+from journal.engine.store import DirectoryStore
+from journal.fs import FileSystem, make_dirs, write_atomic
+from journal.session.toolguard import JOURNAL_PREFIX, GuardScope, Verdict
+
+FIXED_TIME = "2026-01-01T00:00:00Z"
+WORLD_DIR = "/world"  # the tool's side effect in the first life: one file per call, whole or absent
+SECOND_LIFE_ROUNDS_MAX = 8  # resumes of the second life (one unknown call is answered per resume)
+
+
+class GuardFrameworkViolation(AssertionError):
+    """A framework guard's promise failed on a recovered crash image."""
+
+
+class SecondGuardJournalError(RuntimeError):
+    def __init__(self, name: str, first: str) -> None:
+        super().__init__(f"the run opened guard journal {name} after {first}: the harness checks one guard scope per "
+                         "run against its ledger; give the workload one thread/session/conversation")
+
+
+def _clock() -> str:
+    return FIXED_TIME
+
+
+class HarnessStore:
+    """A ``journal.api.Store`` on the harness's file system whose guard journal is ``/j``.
+
+    ``open_guard(create, options)`` opens ``/j`` (through ``Ctx.open`` in the recorded run, so its
+    appends are on the ledger; plainly when a crash image is checked)."""
+
+    def __init__(self, root: str, fs: FileSystem, open_guard: Callable[[bool, dict[str, Any]], Any],
+                 guard_name: list[str], engine_options: dict[str, Any]) -> None:
+        self._dirs = DirectoryStore(root, fs=fs)
+        self._engine_options = engine_options
+        self._fs = fs
+        self._open_guard = open_guard
+        self._guard_name = guard_name  # shared by every store of one life: the one guard scope
+
+    @property
+    def location(self) -> str:
+        return self._dirs.location
+
+    def _is_guard(self, name: str) -> bool:
+        if not name.startswith(JOURNAL_PREFIX):
+            return False
+        if not self._guard_name:
+            self._guard_name.append(name)
+        elif self._guard_name[0] != name:
+            raise SecondGuardJournalError(name, self._guard_name[0])
+        return True
+
+    def open(self, name: str, create: bool = False, readonly: bool = False, **options: Any) -> Any:
+        if self._is_guard(name):
+            if readonly:
+                return Journal.open(JOURNAL_PATH, readonly=True, fs=self._fs, **options)
+            return self._open_guard(create, options)
+        return self._dirs.open(name, create=create, readonly=readonly, **{**self._engine_options, **options})
+
+    def exists(self, name: str) -> bool:
+        if self._is_guard(name):
+            return self._fs.exists(JOURNAL_PATH)
+        return self._dirs.exists(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._dirs.names() + (self._guard_name[:1] if self._fs.exists(JOURNAL_PATH) else []))
+
+    def delete(self, name: str) -> None:
+        if self._is_guard(name):
+            raise PermissionError("the harness's guard journal is not deleted by a workload")
+        self._dirs.delete(name)
+
+    def copy(self, source: str, target: str, **kw: Any) -> None:
+        self._dirs.copy(source, target, **kw)
+
+
+@contextlib.contextmanager
+def stores_on(fs: FileSystem, open_guard: Callable[[bool, dict[str, Any]], Any],
+              options: dict[str, Any]) -> Iterator[None]:
+    """While active, ``journal.store(dir)`` (what every adapter calls) is a ``HarnessStore`` on ``fs``.
+
+    The framework's journals get the run's sector padding option (the harness turns it on under
+    the npsow model, where an unpadded journal may lose synced bytes to a torn neighbour write:
+    a deployment on such a disk turns it on for every journal, not only the guard's)."""
+    guard_name: list[str] = []
+    engine_options = {k: v for k, v in options.items() if k in SECTOR_OPTIONS}
+
+    def store(target: Any, **options: Any) -> HarnessStore:
+        if isinstance(target, str) and "://" in target:
+            raise ValueError(f"the harness has no server: {target!r}")
+        return HarnessStore(os.fspath(target), fs, open_guard, guard_name, engine_options)
+
+    with mock.patch.object(journal, "store", store):
+        yield
+
+
+@dataclass
+class SecondLife:
+    """What a second life of the framework run did on a crash image."""
+
+    ran: list[int]  # the n of every tool execution, in order
+    surfaced: list[int]  # the n of every call the framework surfaced as of unknown outcome
+    finished: bool  # the run ended (nothing left to ask)
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One framework: its first life (recorded), its history load and its second life (checked).
+
+    ``first(ctx, calls, effect)`` runs ``calls`` guarded tool calls, the tool calling ``effect(n)``;
+    ``load(fs)`` returns the framework's stored history (comparable); ``second(fs)`` resumes,
+    answering every surfaced call "happened";
+    ``n_of(args)`` names a call by the ``n`` of its recorded arguments; ``scope`` is the guard scope."""
+
+    name: str
+    scope: str
+    first: Callable[[Ctx, int, Callable[[int], None]], None]
+    load: Callable[[FileSystem], Any]
+    second: Callable[[FileSystem], SecondLife]
+    n_of: Callable[[Any], int]
+
+
+def _plain_guard(fs: FileSystem, options: dict[str, Any]) -> Callable[[bool, dict[str, Any]], Any]:
+    def open_guard(create: bool, kw: dict[str, Any]) -> Any:
+        return Journal.open(JOURNAL_PATH, create=create, fs=fs, **{**options, **kw})
+    return open_guard
+
+
+def _facts(recs: list[Record], n_of: Callable[[Any], int]) -> tuple[dict[int, str], set[int], dict[int, Any]]:
+    """From the guard journal: n -> call id of every call with a durable intent (tool.started),
+    and the n of those with a durable own result (ok), with that result."""
+    args_of: dict[str, Any] = {}  # attempt id -> (call id, args)
+    intent: dict[int, str] = {}
+    done: dict[int, Any] = {}
+    for r in recs:
+        ev = cast(dict[str, Any], r.event)
+        data = ev.get("data") or {}
+        aid = str(ev.get("toolCallId"))
+        if ev["type"] == "tool.requested":
+            args_of[aid] = (data["callId"], data.get("args"))
+        elif ev["type"] == "tool.started" and aid in args_of:
+            call_id, args = args_of[aid]
+            intent[n_of(args)] = call_id
+        elif ev["type"] == "tool.result" and not r.synthetic and data.get("status") == "ok" and aid in args_of:
+            done[n_of(args_of[aid][1])] = data.get("output")
+    return intent, set(done), done
+
+
+def check_image(driver: Driver, recs: list[Record], fs: MemFileSystem, options: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    intent, done, results = _facts(recs, driver.n_of)
+    ran_first = {int(name) for name in fs.listdir(WORLD_DIR) if name.isdigit()} if fs.exists(WORLD_DIR) else set()
+    open_unknown = {n for n in intent if n not in done}
+    # The stored histories load the same twice (the first load may repair; the second must not change it).
+    clone = MemFileSystem.from_image(fs.snapshot())
+    clone.record_reads = False
+    loads = []
+    for _ in range(2):
+        with stores_on(clone, _plain_guard(clone, options), options):
+            loads.append(driver.load(clone))
+        s = GuardScope(Journal.open(JOURNAL_PATH, fs=clone, **options), driver.scope, clock=_clock)
+        loads.append(s.history())
+        s.close()
+    if loads[0] != loads[2]:
+        out.append(f"{driver.name}: the framework's stored history loads differently the second time")
+    if loads[1] != loads[3]:
+        out.append(f"{driver.name}: the guard's history loads differently the second time")
+    # The guard's own view of every call with a durable intent.
+    s = GuardScope(Journal.open(JOURNAL_PATH, fs=clone, **options), driver.scope, clock=_clock)
+    try:
+        listed = {u.call_id for u in s.unknown()}
+        for n, call_id in sorted(intent.items()):
+            d = s.before(call_id, "deploy", {"n": n})
+            if n in open_unknown:
+                if call_id not in listed:
+                    out.append(f"{driver.name}: call {n} has a durable intent and no result, unknown() omits it")
+                if d.verdict is not Verdict.UNKNOWN:
+                    out.append(f"{driver.name}: call {n} has a durable intent and no result, the guard says "
+                               f"{d.verdict.value}")
+            elif d.verdict is not Verdict.DONE or call_id in listed:
+                out.append(f"{driver.name}: call {n} has a durable result, the guard says {d.verdict.value}"
+                           + (" and lists it unknown" if call_id in listed else ""))
+            elif d.result != results[n]:
+                out.append(f"{driver.name}: call {n} is DONE with {d.result!r}, the journal holds {results[n]!r}")
+    finally:
+        s.close()
+    # A second life of the framework run.
+    clone = MemFileSystem.from_image(fs.snapshot())
+    clone.record_reads = False
+    with stores_on(clone, _plain_guard(clone, options), options):
+        life = driver.second(clone)
+    again = sorted(set(life.ran) & set(intent))
+    if again:
+        out.append(f"{driver.name}: call(s) {again} ran again on the second life without an answer (intent durable)")
+    twice = sorted(set(life.ran) & ran_first)
+    if twice:
+        out.append(f"{driver.name}: call(s) {twice} ran in the first life and again in the second without an answer")
+    wrong = sorted(set(life.surfaced) - open_unknown)
+    if wrong:
+        out.append(f"{driver.name}: call(s) {wrong} surfaced as unknown, the guard journal says done or never started")
+    if len(life.surfaced) != len(set(life.surfaced)):
+        out.append(f"{driver.name}: a call was surfaced again after its answer: {life.surfaced}")
+    if not life.finished:
+        out.append(f"{driver.name}: the second life did not finish after answering {life.surfaced}")
+    return out
+
+
+def _is_event(r: Record) -> bool:
+    return not r.is_bytes and isinstance(r.event, dict) and "schemaVersion" in r.event
+
+
+CHECKED_IMAGES_MAX = 64  # recent images whose check is remembered
+
+
+def _image_key(fs: MemFileSystem) -> str:
+    files, dirs = fs.snapshot()
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
+    h.update("\0".join(sorted(dirs)).encode())
+    return h.hexdigest()
+
+
+def _workload(driver: Driver) -> None:
+    # The harness recovers every crash image, then recovers the recovered image again (which must
+    # change nothing): the second time the image is the one checked already, so its check is not
+    # run twice (a framework run per image is the bulk of the cost).
+    checked: dict[str, list[str]] = {}
+
+    def recover_and_check(fs: FileSystem, path: str, options: dict[str, Any], create: bool) -> list[Record]:
+        """Core recovery of ``/j``, then the guard's and the framework's checks -- unless the harness
+        appended its own records after recovery (invariant 6): those images get the core checks only."""
+        j = Journal.open(path, create=create, fs=fs, **options)
+        try:
+            recs = list(j.read())
+        finally:
+            j.close()
+        if isinstance(fs, MemFileSystem) and all(_is_event(r) for r in recs):
+            key = _image_key(fs)
+            problems = checked.get(key)
+            if problems is None:
+                problems = check_image(driver, recs, fs, options)
+                if len(checked) >= CHECKED_IMAGES_MAX:
+                    checked.pop(next(iter(checked)))
+                checked[key] = problems
+            if problems:
+                raise GuardFrameworkViolation("; ".join(problems))
+        return recs
+
+    def run(ctx: Ctx) -> None:
+        def open_guard(create: bool, kw: dict[str, Any]) -> Any:
+            return ctx.open(create=create, **kw)
+        def effect(n: int) -> None:
+            write_atomic(ctx.fs, f"{WORLD_DIR}/{n}", b"ran")
+
+        make_dirs(ctx.fs, WORLD_DIR)
+        with stores_on(ctx.fs, open_guard, ctx.options):
+            driver.first(ctx, ctx.rng.randint(2, 3), effect)
+
+    run.__name__ = run.__qualname__ = driver.name.replace("-", "_")
+    workload(driver.name, recover=recover_and_check, reserve_bytes=CRASH_RESERVE_BYTES)(run)
+
+
+# ---- LangGraph --------------------------------------------------------------------------------
+
+LG_THREAD = "t-crash"
+LG_PATH = "/langgraph"
+
+
+class LgState(TypedDict, total=False):
+    n: int
+    loops: int
+    log: Annotated[list[str], operator.add]
+
+
+def _lg_graph(saver: Any, guard: Any, effect: Callable[[int], None], loops: int) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    from journal.adapters.langgraph_guard import guarded
+
+    def prep(s: LgState) -> LgState:
+        return {"n": s.get("n", 0) + 1}
+
+    def deploy(s: LgState) -> LgState:
+        effect(s["n"])
+        return {"log": [f"deployed:{s['n']}"]}
+
+    def finish(s: LgState) -> LgState:
+        return {"log": [f"finish:{s['n']}"]}
+
+    b: Any = StateGraph(LgState)  # Any: LangGraph's add_node overloads do not take a TypedDict node under mypy
+    b.add_node("prep", prep)
+    b.add_node("deploy", guarded(guard)(deploy))
+    b.add_node("finish", finish)
+    b.add_edge(START, "prep")
+    b.add_edge("prep", "deploy")
+    b.add_edge("deploy", "finish")
+    b.add_conditional_edges("finish", lambda s: "prep" if s["n"] < s["loops"] else END)
+    return b.compile(checkpointer=saver)
+
+
+def _lg_config() -> Any:  # a RunnableConfig
+    return {"configurable": {"thread_id": LG_THREAD}}
+
+
+def _lg_first(ctx: Ctx, calls: int, effect: Callable[[int], None]) -> None:
+    from journal.adapters.langgraph import JournalSaver
+    from journal.adapters.langgraph_guard import guard_for
+
+    saver = JournalSaver(LG_PATH)
+    guard = guard_for(saver, clock=_clock)
+    try:
+        _lg_graph(saver, guard, effect, calls).invoke({"n": 0, "loops": calls}, _lg_config(), durability="sync")
+    finally:
+        guard.close()
+        saver.close()
+
+
+def _lg_load(fs: FileSystem) -> Any:
+    from journal.adapters.langgraph import JournalSaver
+
+    saver = JournalSaver(LG_PATH)
+    try:
+        return [(t.checkpoint["id"], t.checkpoint["channel_values"], t.pending_writes)
+                for t in saver.list(_lg_config())]
+    finally:
+        saver.close()
+
+
+def _lg_second(fs: FileSystem) -> SecondLife:
+    from langgraph.types import Command
+
+    from journal.adapters.langgraph import JournalSaver
+    from journal.adapters.langgraph_guard import guard_for
+
+    saver = JournalSaver(LG_PATH)
+    guard = guard_for(saver, clock=_clock)
+    ran: list[int] = []
+    surfaced: list[int] = []
+    try:
+        state = saver.get_tuple(_lg_config())
+        loops = state.checkpoint["channel_values"].get("loops", 2) if state is not None else 2
+        graph = _lg_graph(saver, guard, ran.append, loops)
+        inp: Any = {"n": 0, "loops": loops} if state is None else None
+        for _ in range(SECOND_LIFE_ROUNDS_MAX):
+            graph.invoke(inp, _lg_config(), durability="sync")
+            st = graph.get_state(_lg_config())
+            if not st.interrupts:
+                return SecondLife(ran, surfaced, not st.next)
+            (i,) = st.interrupts
+            n = int(i.value["args"]["n"])
+            surfaced.append(n)
+            inp = Command(resume={"answer": "happened", "result": {"log": [f"deployed:{n}"]}})
+        return SecondLife(ran, surfaced, False)
+    finally:
+        guard.close()
+        saver.close()
+
+
+LANGGRAPH = Driver("guard-langgraph", LG_THREAD, _lg_first, _lg_load, _lg_second, lambda args: int(args["n"]))
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+        return False
+
+
+DRIVERS: tuple[tuple[Driver, str], ...] = ((LANGGRAPH, "langgraph"),)  # (driver, the module it needs)
+NAMES: tuple[str, ...] = tuple(d.name for d, _ in DRIVERS)
+
+
+def available() -> tuple[str, ...]:
+    """The workloads whose framework is installed."""
+    return tuple(d.name for d, module in DRIVERS if _importable(module))
+
+
+def register() -> tuple[str, ...]:
+    """Register the workloads whose framework is installed (again: a no-op); their names."""
+    names = available()
+    for d, _ in DRIVERS:
+        if d.name in names and d.name not in WORKLOADS:
+            _workload(d)
+    return names
