@@ -1213,7 +1213,8 @@ def m_odd_files(tree: Tree, rng: random.Random) -> str | None:
     if how.startswith("tmp-") and names:
         src = tree[rng.choice(names)].data
         data = {"tmp-header": src[:64], "tmp-garbage": b"\x00garbage" * 40, "tmp-frames": src}[how]
-        base = (fmt.parse_segment_name(names[-1]) or 1) + 1
+        # After the last segment, unless that one is a huge name already (the largest a name holds).
+        base = min((fmt.parse_segment_name(names[-1]) or 1) + 1, 10**fmt.SEGMENT_NAME_DIGITS - 1)
         tree[fmt.segment_name(base) + ".tmp"] = Entry(data)
     elif how == "dir-as-segment":
         tree[fmt.segment_name(10**18)] = Entry(is_dir=True)
