@@ -337,3 +337,20 @@ def test_a_seal_key_table_that_lies_is_reported_and_acknowledges_nothing(tmp_pat
             j.append({"type": "new"}, idempotency_key="ghost")
         assert j.last_seq == last
         assert isinstance(j.append({"type": "other"}, idempotency_key="fresh"), journal.Committed)
+
+
+def test_the_fuzzer_makes_a_temp_file_after_the_largest_segment_name() -> None:
+    """The fuzzer's own bug (seed 13): a temp file named after the last segment, when that one
+    already had the largest name a segment can have, broke the name's invariant and stopped the
+    campaign. Each tmp-* shape is tried over a tree whose last segment has that name."""
+    import random
+
+    largest = fmt.segment_name(10**fmt.SEGMENT_NAME_DIGITS - 1)
+    shapes = set()
+    for n in range(200):
+        tree = {fmt.segment_name(1): hostile.Entry(b"x" * 80), largest: hostile.Entry(b"y" * 80)}
+        what = hostile.m_odd_files(tree, random.Random(n))
+        if what is not None and "tmp-" in what:
+            shapes.add(what)
+            assert largest + ".tmp" in tree
+    assert len(shapes) == 3, shapes
