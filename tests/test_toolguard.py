@@ -241,3 +241,37 @@ def test_history_is_the_same_on_every_load(tmp_path: Path) -> None:
 def test_guard_on_a_path(tmp_path: Path) -> None:
     with ToolGuard(journal.store(os.fspath(tmp_path / "p"))) as g:
         assert g.scope("x").before("c", "t", 1).verdict is Verdict.RUN
+
+
+def test_open_scopes_are_bounded_and_a_closed_one_reopens_from_its_journal(tmp_path: Path) -> None:
+    """Each scope is an open journal (a descriptor and a writer's lock): a guard serving many
+    threads kept every one open for its life. Beyond scopes_open_max the least recently used
+    idle scope is closed, and opened again from its journal with what it knew; a scope with a
+    call running, or handed out within SCOPE_IDLE_CLOSE_S, is never closed under its caller."""
+    from journal.session import toolguard
+
+    now = [0.0]
+    g = _guard(tmp_path, scopes_open_max=2, monotonic=lambda: now[0])
+    first = g.scope("t0")
+    first.before("c1", "deploy", {"n": 0})
+    first.after("c1", {"ok": 0})
+    running = g.scope("t1")
+    assert running.before("c1", "deploy", {"n": 1}).verdict is Verdict.RUN  # no result yet: busy
+    now[0] += toolguard.SCOPE_IDLE_CLOSE_S / 2
+    g.scope("t2")
+    assert g.open_scopes() == 3  # t0 was handed out too recently to close
+    now[0] += toolguard.SCOPE_IDLE_CLOSE_S
+    for i in range(3, 8):
+        g.scope(f"t{i}")
+        now[0] += toolguard.SCOPE_IDLE_CLOSE_S
+    assert g.open_scopes() == 2  # the limit: t1, whose call is running, and the latest
+    with pytest.raises(journal.JournalError):
+        first.before("c2", "deploy", {})  # closed: a caller that kept it past the limit is refused
+    again = g.scope("t0")
+    assert again is not first
+    d = again.before("c1", "deploy", {"n": 0})
+    assert d.verdict is Verdict.DONE and d.result == {"ok": 0}
+    running.after("c1", {"ok": 1})  # t1 was kept open under its running call
+    assert g.scope("t1").before("c1", "deploy", {"n": 1}).verdict is Verdict.DONE
+    g.close()
+    assert g.open_scopes() == 0

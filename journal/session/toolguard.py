@@ -46,6 +46,8 @@ import enum
 import hashlib
 import json
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -66,6 +68,10 @@ JOURNAL_PREFIX = "guard."
 RESULT_INLINE_BYTES_MAX = 64 * 1024  # a larger result goes to the artifact store, when there is one
 ARGS_INLINE_BYTES_MAX = 64 * 1024  # larger arguments are kept as their digest and a prefix
 ATTEMPT_SEP = "~"
+# Open scopes a ToolGuard keeps (each an open journal): beyond it the least recently used idle
+# ones are closed, and opened again from their journals when asked for.
+SCOPES_OPEN_MAX = 128
+SCOPE_IDLE_CLOSE_S = 60.0  # a scope handed out this recently is never closed (its caller is using it)
 CALL_ID_BYTES_MAX = 160  # leaves room for the attempt suffix within the envelope's 180-byte ids
 ARTIFACT_KEY = "$artifact"
 
@@ -441,6 +447,11 @@ class GuardScope:
         """The scope's events as stored (for tests and ``journal cat``-like views)."""
         return [dict(rec.event) for rec in self.journal.read() if isinstance(rec.event, dict)]
 
+    def busy(self) -> bool:
+        """Whether a call this process started through this scope has no result yet."""
+        with self._lock:
+            return bool(self._running)
+
     def sync(self) -> None:
         self.journal.sync()
 
@@ -457,36 +468,74 @@ class ToolGuard:
 
     def __init__(self, store: Store, *, artifacts: ArtifactStore | None = None,
                  result_durability: Durability = "flush", clock: Callable[[], str] = utc_now,
+                 scopes_open_max: int = SCOPES_OPEN_MAX, monotonic: Callable[[], float] = time.monotonic,
                  **journal_options: Any) -> None:
         self.clock = clock
         self.store = store
         self.artifacts = artifacts
         self.result_durability: Durability = result_durability
         self._options = journal_options
-        self._scopes: dict[str, GuardScope] = {}
+        if scopes_open_max < 1:
+            raise ValueError(f"scopes_open_max must be at least 1, not {scopes_open_max}")
+        self._open_max = scopes_open_max
+        self._monotonic = monotonic
+        # Open scopes, least recently used first, with when each was last handed out.
+        self._scopes: OrderedDict[str, tuple[GuardScope, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def scope(self, scope_id: str) -> GuardScope:
-        """The guard of ``scope_id``; opened (and repaired) on first use, then kept open."""
+        """The guard of ``scope_id``; opened (and repaired) on first use, then kept open while it is
+        among the ``scopes_open_max`` most recently used (see ``_close_idle``)."""
         if not isinstance(scope_id, str) or not scope_id:
             raise ValueError(f"scope_id must be a non-empty string, not {scope_id!r}")
         with self._lock:
-            s = self._scopes.get(scope_id)
-            if s is None:
+            now = self._monotonic()
+            got = self._scopes.pop(scope_id, None)
+            if got is None:
                 j = self.store.open(journal_name(scope_id), create=True, **self._options)
                 try:
                     s = GuardScope(j, scope_id, self.artifacts, self.result_durability, self.clock)
                 except BaseException:
                     j.close()
                     raise
-                self._scopes[scope_id] = s
-            return s
+            else:
+                s = got[0]
+            self._scopes[scope_id] = (s, now)
+            idle = self._close_idle(now)
+        for old in idle:
+            old.close()
+        return s
+
+    def _close_idle(self, now: float) -> list[GuardScope]:
+        """Take out of the open set, for closing, the least recently used scopes beyond
+        ``scopes_open_max`` (each an open journal: a file descriptor and a writer's lock) that are
+        safe to close: no call of theirs is running in this process, and none was handed out in
+        the last ``SCOPE_IDLE_CLOSE_S`` (a caller uses a scope right after ``scope()`` returns
+        it). Where none is, the set stays over the limit until one is. A scope closed so is
+        opened again, from its journal, when next asked for."""
+        out: list[GuardScope] = []
+        over = len(self._scopes) - self._open_max
+        if over <= 0:
+            return out
+        for scope_id, (s, used) in list(self._scopes.items()):
+            if over <= 0 or now - used < SCOPE_IDLE_CLOSE_S:
+                break  # in order of use: every later one was used more recently
+            if not s.busy():
+                del self._scopes[scope_id]
+                out.append(s)
+                over -= 1
+        return out
 
     def close(self) -> None:
         with self._lock:
-            scopes, self._scopes = self._scopes, {}
-        for s in scopes.values():
+            scopes, self._scopes = self._scopes, OrderedDict()
+        for s, _ in scopes.values():
             s.close()
+
+    def open_scopes(self) -> int:
+        """How many scopes' journals are open now."""
+        with self._lock:
+            return len(self._scopes)
 
     def __enter__(self) -> ToolGuard:
         return self
