@@ -3,7 +3,8 @@
 ``register()`` registers, for each framework that imports, one workload (skipping the others):
 
     guard-langgraph       a StateGraph on a JournalSaver, its node wrapped in ``@guarded(guard_for(saver))``
-    guard-pydantic-ai     an Agent (scripted FunctionModel) on a JournalConversationStore, CrashSafeTools
+    guard-pydantic-ai     an Agent (scripted FunctionModel) on a JournalConversationStore with
+                          CrashSafeTools(guard_for(store)); the conversation is saved after the run
 
 Neither importing this module nor importing ``journal.crashsim.workloads`` registers them (the
 built-in set must not depend on which frameworks are installed, and a command that runs every
@@ -35,6 +36,7 @@ What each crash state is checked for (``recover_and_check``): the harness's core
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import importlib.util
@@ -128,7 +130,8 @@ class HarnessStore:
 @contextlib.contextmanager
 def stores_on(fs: FileSystem, open_guard: Callable[[bool, dict[str, Any]], Any],
               options: dict[str, Any]) -> Iterator[None]:
-    """While active, ``journal.store(dir)`` (what every adapter calls) is a ``HarnessStore`` on ``fs``.
+    """While active, ``journal.store(dir)`` (what every adapter calls) is a ``HarnessStore`` on ``fs``,
+    and ``journal.open(path, fs=fs)`` opens with the run's engine options.
 
     The framework's journals get the run's sector padding option (the harness turns it on under
     the npsow model, where an unpadded journal may lose synced bytes to a torn neighbour write:
@@ -141,7 +144,15 @@ def stores_on(fs: FileSystem, open_guard: Callable[[bool, dict[str, Any]], Any],
             raise ValueError(f"the harness has no server: {target!r}")
         return HarnessStore(os.fspath(target), fs, open_guard, guard_name, engine_options)
 
-    with mock.patch.object(journal, "store", store):
+    real_open = journal.open
+
+    def open_journal(path: Any, create: bool = False, **options: Any) -> Any:
+        # An adapter that opens its journal by path with fs= (Pydantic AI's conversation store).
+        if options.get("fs") is fs:
+            options = {**engine_options, **options}
+        return real_open(path, create=create, **options)
+
+    with mock.patch.object(journal, "store", store), mock.patch.object(journal, "open", open_journal):
         yield
 
 
@@ -411,6 +422,116 @@ def _lg_second(fs: FileSystem) -> SecondLife:
 LANGGRAPH = Driver("guard-langgraph", LG_THREAD, _lg_first, _lg_load, _lg_second, lambda args: int(args["n"]))
 
 
+# ---- Pydantic AI ------------------------------------------------------------------------------
+
+PA_CONVERSATION = "conv-crash"
+PA_PATH = "/pydantic-ai/conversations"
+
+
+def _pa_agent(guard: Any, effect: Callable[[int], None]) -> Any:
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from journal.adapters.pydantic_ai_guard import CrashSafeTools
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        """Calls deploy(n=k+1) until it has ``calls`` returns (the prompt says how many), then says so."""
+        prompt = next(str(p.content) for m in messages for p in m.parts if isinstance(p, UserPromptPart))
+        calls = int(prompt.split()[-1])
+        k = sum(1 for m in messages for p in m.parts if isinstance(p, ToolReturnPart) and p.tool_name == "deploy")
+        if k >= calls:
+            return ModelResponse(parts=[TextPart(f"finished:{k}")])
+        return ModelResponse(parts=[ToolCallPart("deploy", {"n": k + 1}, tool_call_id=f"call-{k + 1}")])
+
+    agent = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests], capabilities=[CrashSafeTools(guard)])
+
+    @agent.tool_plain
+    def deploy(n: int) -> str:
+        effect(n)
+        return f"deployed:{n}"
+
+    return agent
+
+
+async def _pa_first_async(ctx: Ctx, calls: int, effect: Callable[[int], None]) -> None:
+    from pydantic_ai.conversation import Conversation
+
+    from journal.adapters.pydantic_ai import JournalConversationStore
+    from journal.adapters.pydantic_ai_guard import guard_for
+
+    store = JournalConversationStore(PA_PATH, fs=ctx.fs)
+    guard = guard_for(store, clock=_clock)
+    try:
+        result = await _pa_agent(guard, effect).run(f"deploy {calls}",
+                                                    conversation=Conversation(conversation_id=PA_CONVERSATION))
+        await store.save(result)
+    finally:
+        guard.close()
+        await store.close()
+
+
+def _pa_first(ctx: Ctx, calls: int, effect: Callable[[int], None]) -> None:
+    asyncio.run(_pa_first_async(ctx, calls, effect))
+
+
+async def _pa_load_async(fs: FileSystem) -> Any:
+    from journal.adapters.pydantic_ai import JournalConversationStore
+
+    store = JournalConversationStore(PA_PATH, fs=fs)
+    try:
+        conv = await store.load(PA_CONVERSATION)
+        return None if conv is None else repr([m.parts for m in conv.messages])
+    finally:
+        await store.close()
+
+
+def _pa_load(fs: FileSystem) -> Any:
+    return asyncio.run(_pa_load_async(fs))
+
+
+async def _pa_second_async(fs: FileSystem) -> SecondLife:
+    from pydantic_ai import DeferredToolRequests
+    from pydantic_ai.conversation import Conversation
+
+    from journal.adapters.pydantic_ai import JournalConversationStore
+    from journal.adapters.pydantic_ai_guard import answers, guard_for
+
+    store = JournalConversationStore(PA_PATH, fs=fs)
+    guard = guard_for(store, clock=_clock)
+    ran: list[int] = []
+    surfaced: list[int] = []
+    try:
+        agent = _pa_agent(guard, ran.append)
+        conv = await store.load(PA_CONVERSATION)
+        if conv is not None:
+            return SecondLife(ran, surfaced, True)  # saved after the run, so it finished: nothing to resume
+        # Nothing stored (the conversation is saved after a run): the app sends the request again
+        # (for 3 deploys: a first life of 2 leaves the third never started, free to run).
+        result = await agent.run("deploy 3", conversation=Conversation(conversation_id=PA_CONVERSATION))
+        for _ in range(SECOND_LIFE_ROUNDS_MAX):
+            out = result.output
+            if not isinstance(out, DeferredToolRequests):
+                await store.save(result)
+                return SecondLife(ran, surfaced, True)
+            asked = {c.tool_call_id: out.metadata[c.tool_call_id] for c in out.approvals}
+            surfaced.extend(int(m["args"]["n"]) for m in asked.values())
+            given = {tid: {"answer": "happened", "result": f"deployed:{m['args']['n']}"} for tid, m in asked.items()}
+            result = await agent.run(conversation=result.conversation, deferred_tool_results=answers(out, given))
+        return SecondLife(ran, surfaced, False)
+    finally:
+        guard.close()
+        await store.close()
+
+
+def _pa_second(fs: FileSystem) -> SecondLife:
+    return asyncio.run(_pa_second_async(fs))
+
+
+PYDANTIC_AI = Driver("guard-pydantic-ai", PA_CONVERSATION, _pa_first, _pa_load, _pa_second,
+                     lambda args: int(args["n"]))
+
+
 def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -418,7 +539,8 @@ def _importable(module: str) -> bool:
         return False
 
 
-DRIVERS: tuple[tuple[Driver, str], ...] = ((LANGGRAPH, "langgraph"),)  # (driver, the module it needs)
+# Each driver and the module its framework needs.
+DRIVERS: tuple[tuple[Driver, str], ...] = ((LANGGRAPH, "langgraph"), (PYDANTIC_AI, "pydantic_ai"))
 NAMES: tuple[str, ...] = tuple(d.name for d, _ in DRIVERS)
 
 
