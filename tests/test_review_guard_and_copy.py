@@ -137,3 +137,88 @@ def test_verify_calls_a_seal_footer_that_names_fewer_keys_clean(tmp_path: Path,
         j.append({"n": 10}, durability="sync")
     report = verify(path)
     assert report.verdict == "clean" and report.problems == [], report.summary()
+
+
+def _forked(fn: Any) -> int:
+    """Run ``fn`` in a forked child (a process of its own, as a crash needs); its exit status."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            fn()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def test_openai_a_tools_own_approval_resumed_again_is_not_an_answer(tmp_path: Path) -> None:
+    """A tool with its own ``needs_approval``: the app approves, the saved RunState resumes, the tool
+    runs (its intent recorded under the SDK's call id) and the process dies inside it. Resumed again
+    from the same saved RunState, the SDK invokes the same call, still approved: that approval was
+    given before the call ever ran, so it is no answer to its unknown outcome. It ran the tool again."""
+    import os
+
+    from agents.run_state import RunState
+
+    side = tmp_path / "side.log"
+    state_file = tmp_path / "state.json"
+    die_inside = tmp_path / "die"
+
+    def deploy(version: str) -> str:
+        """Deploy a version."""
+        with side.open("a") as f:
+            f.write(version + "\n")
+        if die_inside.exists():
+            os._exit(9)  # the process dies inside the tool: its outcome is unknown
+        return f"deployed {version}"
+
+    def respond(call: Any) -> Any:
+        items = list(call.input) if isinstance(call.input, list) else []
+        if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items):
+            return [assistant_message("done")]
+        return [model_call("deploy", {"version": "v1"}, call_id="call_approved")]
+
+    def agent_of(guard: Any) -> Agent[Any]:
+        model = ScriptedModel([ModelStep.respond(respond) for _ in range(MODEL_CALLS_MAX)])
+        return Agent(name="ops", instructions="deploy", model=model,
+                     tools=[guarded_tool(guard, function_tool(deploy, needs_approval=True))])
+
+    async def first() -> None:
+        session = await JournalSession.open(SESSION, tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            result = await Runner.run(agent_of(guard), "deploy v1", session=session, run_config=RUN_CONFIG)
+            assert await guard.asks(result.interruptions) == []  # the tool's own question, not the guard's
+            state = result.to_state()
+            (item,) = state.get_interruptions()
+            state.approve(item)
+            state_file.write_text(state.to_string())
+        finally:
+            guard.close()
+            session.close()
+
+    async def resume() -> str:
+        session = await JournalSession.open(SESSION, tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            agent = agent_of(guard)
+            state = await RunState.from_string(agent, state_file.read_text())
+            try:
+                result = await Runner.run(agent, state, session=session, run_config=RUN_CONFIG)
+            except Exception as exc:  # the SDK may wrap what the tool raised
+                return f"refused: {exc!r} {exc.__cause__!r}"
+            return f"final: {result.final_output!r}, interruptions: {len(result.interruptions)}"
+        finally:
+            guard.close()
+            session.close()
+
+    asyncio.run(first())
+    die_inside.touch()
+    assert os.WEXITSTATUS(_forked(lambda: asyncio.run(resume()))) == 9
+    assert side.read_text().splitlines() == ["v1"]
+    die_inside.unlink()
+    out = asyncio.run(resume())  # the same saved RunState, resumed again
+    assert side.read_text().splitlines() == ["v1"], out  # not run again on an approval older than the crash
+    assert "NotAnsweredError" in out or "was not answered" in out, out

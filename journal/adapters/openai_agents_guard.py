@@ -34,11 +34,12 @@ and the digest of its arguments (in the order the earlier calls were requested):
   ``await guard.answer(state, item, ...)`` (``state = result.to_state()``), then
   ``Runner.run(agent, state, session=session)``:
 
-  - ``"run_again"`` (or a plain ``state.approve(item)``, for the call's first attempt): the tool
-    runs once more, as a new attempt of the earlier call. An approval lives on in a saved RunState:
-    resumed again after the attempt it allowed died too, it would allow a second run, so an
-    unknown later attempt runs only on an answer ``guard.answer`` synced (else the tool raises
-    ``NotAnsweredError`` and runs nothing);
+  - ``"run_again"`` (or a plain ``state.approve(item)``, for the first attempt of a call the model
+    issued anew): the tool runs once more, as a new attempt of the earlier call. An approval lives
+    on in a saved RunState: resumed again after the attempt it allowed died too, it would allow a
+    second run, so an unknown later attempt, or a call the SDK invokes again under the id it died
+    with, runs only on an answer ``guard.answer`` synced (else the tool raises ``NotAnsweredError``
+    and runs nothing);
   - ``"abandon"`` (what ``guard.answer`` records before it calls ``state.reject(item)``): the tool
     does not run and the model is told so;
   - ``happened(result)``: the tool does not run and the model gets ``result`` as the call's output
@@ -379,7 +380,11 @@ class SessionGuard:
                     # Only for a call's first attempt: an approval lives on in a saved RunState, and one
                     # resumed again after the attempt it allowed died too would allow a second run; a later
                     # attempt needs the answer synced by guard.answer, which names the attempt it answers.
-                    if ctx.is_tool_approved(ctx.tool_name, sdk_call_id) is not True or d.attempt_id != call_id:
+                    # And only for a new call standing for an earlier one: a call recorded under its own SDK
+                    # id was invoked under that id before it died, so an approval the SDK holds for it (a
+                    # saved RunState resumed again, the tool's own approval) is older than its unknown outcome.
+                    if ctx.is_tool_approved(ctx.tool_name, sdk_call_id) is not True or d.attempt_id != call_id \
+                            or earlier is None:
                         raise NotAnsweredError(tool, sdk_call_id)
                     scope.answer(call_id, ANSWER_RUN_AGAIN)
                     d = scope.before(call_id, tool, args, side_effect=side_effect, idempotency=idempotency)
