@@ -3,6 +3,8 @@
 ``register()`` registers, for each framework that imports, one workload (skipping the others):
 
     guard-langgraph       a StateGraph on a JournalSaver, its node wrapped in ``@guarded(guard_for(saver))``
+    guard-openai-agents   an Agent (the SDK's ScriptedModel) on a JournalSession, its tool wrapped in
+                          guarded_tool(guard_for(session)); resumed with "continue"
     guard-pydantic-ai     an Agent (scripted FunctionModel) on a JournalConversationStore with
                           CrashSafeTools(guard_for(store)); the conversation is saved after the run
 
@@ -532,6 +534,119 @@ PYDANTIC_AI = Driver("guard-pydantic-ai", PA_CONVERSATION, _pa_first, _pa_load, 
                      lambda args: int(args["n"]))
 
 
+# ---- OpenAI Agents SDK ------------------------------------------------------------------------
+
+OA_SESSION = "ops-crash"
+OA_PATH = "/openai-agents/sessions"
+OA_MODEL_CALLS_MAX = 32  # scripted model responses one life may ask for (two per deploy at most)
+OA_DEPLOYS_DEFAULT = 3  # deploys asked for when the session lost the request saying how many
+
+
+def _oa_agent(guard: Any, effect: Callable[[int], None]) -> Any:
+    from agents import Agent, function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+    from agents.testing import function_call as model_call
+
+    from journal.adapters.openai_agents_guard import guarded_tool
+
+    counter = iter(range(1_000_000))
+
+    def respond(call: Any) -> Any:
+        """Deploys v1..vN (N from the first request; a real model's call ids are new every life)."""
+        items = list(call.input) if isinstance(call.input, list) else []
+        asked = [str(i.get("content")) for i in items if isinstance(i, dict) and i.get("role") == "user"]
+        total = next((int(t.split()[-1]) for t in asked if t.startswith("deploy ")), OA_DEPLOYS_DEFAULT)
+        calls = {i["call_id"] for i in items if isinstance(i, dict) and i.get("type") == "function_call"}
+        done = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+                   and i.get("call_id") in calls)
+        if done < total:
+            return [model_call("deploy", {"version": f"v{done + 1}"}, call_id=f"call_{next(counter)}_{id(counter)}")]
+        return [assistant_message(f"deployed {done}")]
+
+    def deploy(version: str) -> str:
+        """Deploy a version."""
+        effect(int(version[1:]))
+        return f"deployed {version}"
+
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(OA_MODEL_CALLS_MAX)])
+    return Agent(name="ops", instructions="deploy", model=model, tools=[guarded_tool(guard, function_tool(deploy))])
+
+
+def _oa_run_config() -> Any:
+    from agents import RunConfig
+
+    return RunConfig(tracing_disabled=True)
+
+
+async def _oa_first_async(calls: int, effect: Callable[[int], None]) -> None:
+    from agents import Runner
+
+    from journal.adapters.openai_agents import JournalSession
+    from journal.adapters.openai_agents_guard import guard_for
+
+    session = await JournalSession.open(OA_SESSION, OA_PATH)
+    guard = guard_for(session, clock=_clock)
+    try:
+        await Runner.run(_oa_agent(guard, effect), f"deploy {calls}", session=session, run_config=_oa_run_config())
+    finally:
+        guard.close()
+        session.close()
+
+
+def _oa_first(ctx: Ctx, calls: int, effect: Callable[[int], None]) -> None:
+    asyncio.run(_oa_first_async(calls, effect))
+
+
+async def _oa_load_async() -> Any:
+    from journal.adapters.openai_agents import JournalSession
+
+    session = await JournalSession.open(OA_SESSION, OA_PATH)
+    try:
+        return await session.get_items()
+    finally:
+        session.close()
+
+
+def _oa_load(fs: FileSystem) -> Any:
+    return asyncio.run(_oa_load_async())
+
+
+async def _oa_second_async() -> SecondLife:
+    from agents import Runner
+
+    from journal.adapters.openai_agents import JournalSession
+    from journal.adapters.openai_agents_guard import guard_for
+
+    session = await JournalSession.open(OA_SESSION, OA_PATH)
+    guard = guard_for(session, clock=_clock)
+    ran: list[int] = []
+    surfaced: list[int] = []
+    try:
+        agent = _oa_agent(guard, ran.append)
+        result = await Runner.run(agent, "continue", session=session, run_config=_oa_run_config())
+        for _ in range(SECOND_LIFE_ROUNDS_MAX):
+            if not result.interruptions:
+                return SecondLife(ran, surfaced, True)
+            state = result.to_state()
+            for item, u in await guard.asks(result.interruptions):
+                n = int(str(u.args["version"])[1:])
+                surfaced.append(n)
+                await guard.answer(state, item, {"answer": "happened", "result": f"deployed v{n}"})
+            result = await Runner.run(agent, state, session=session, run_config=_oa_run_config())
+        return SecondLife(ran, surfaced, False)
+    finally:
+        guard.close()
+        session.close()
+
+
+def _oa_second(fs: FileSystem) -> SecondLife:
+    return asyncio.run(_oa_second_async())
+
+
+OPENAI_AGENTS = Driver("guard-openai-agents", OA_SESSION, _oa_first, _oa_load, _oa_second,
+                       lambda args: int(str(args["version"])[1:]))
+
+
 def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -540,7 +655,9 @@ def _importable(module: str) -> bool:
 
 
 # Each driver and the module its framework needs.
-DRIVERS: tuple[tuple[Driver, str], ...] = ((LANGGRAPH, "langgraph"), (PYDANTIC_AI, "pydantic_ai"))
+DRIVERS: tuple[tuple[Driver, str], ...] = (
+    (LANGGRAPH, "langgraph"), (OPENAI_AGENTS, "agents"), (PYDANTIC_AI, "pydantic_ai"),
+)
 NAMES: tuple[str, ...] = tuple(d.name for d, _ in DRIVERS)
 
 
