@@ -275,3 +275,30 @@ def test_open_scopes_are_bounded_and_a_closed_one_reopens_from_its_journal(tmp_p
     assert g.scope("t1").before("c1", "deploy", {"n": 1}).verdict is Verdict.DONE
     g.close()
     assert g.open_scopes() == 0
+
+
+def test_guard_for_takes_the_adapters_store_and_refuses_another_saver(tmp_path: Path) -> None:
+    """guard_for puts a guard's journals in the adapter's own store (its public ``store``), and
+    refuses, with what to do instead, a saver or service that is not the adapter's."""
+    pytest.importorskip("langgraph")
+    pytest.importorskip("google.adk")
+    from google.adk.sessions import InMemorySessionService
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from journal.adapters import adk_guard, langgraph_guard
+    from journal.adapters.adk import JournalSessionService
+    from journal.adapters.langgraph import JournalSaver
+
+    saver = JournalSaver(str(tmp_path / "lg"))
+    service = JournalSessionService(str(tmp_path / "adk"))
+    for guard, store in ((langgraph_guard.guard_for(saver), saver.store),
+                         (adk_guard.guard_for(service), service.store)):
+        assert guard.store is store
+        guard.scope("t").before("c1", "deploy", {})
+        assert store.exists(journal_name("t"))
+        guard.close()
+    with pytest.raises(TypeError, match="ToolGuard"):
+        langgraph_guard.guard_for(InMemorySaver())
+    with pytest.raises(TypeError, match="ToolGuard"):
+        adk_guard.guard_for(InMemorySessionService())  # type: ignore[no-untyped-call]
+    saver.close()

@@ -434,6 +434,12 @@ class JournalSessionService(BaseSessionService):
         self._opening: asyncio.Lock | None = None  # made in the loop that first uses the service
         self._closed = False
 
+    @property
+    def store(self) -> Store:
+        """The journal store its apps' journals live in (the tool guard's go beside them:
+        journal.adapters.adk_guard.guard_for)."""
+        return self._store
+
     # -- apps ------------------------------------------------------------------------------
 
     def app_path(self, app_name: str) -> str:

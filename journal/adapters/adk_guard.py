@@ -89,6 +89,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is installed in CI
     raise MissingExtraError(__name__, "Google ADK 2.11 or later (google-adk)", "adk", exc) from exc
 
+from journal.adapters.adk import JournalSessionService
 from journal.session.closers import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from journal.session.gate import GateDecision
 from journal.session.state import SIDE_EFFECT_FREE
@@ -120,11 +121,10 @@ _CONFIRMATION_IDS: Final = uuid.UUID("6b1f3c1e-5a0b-4f43-9d0e-6a7c2b8e5d10")  # 
 def guard_for(service: BaseSessionService, **options: Any) -> ToolGuard:
     """A guard whose journals live in ``service``'s store (a JournalSessionService: files, PostgreSQL
     or JetStream), beside its apps' journals under names no app's journal can have."""
-    store = getattr(service, "_store", None)
-    if store is None:
+    if not isinstance(service, JournalSessionService):
         raise TypeError(f"guard_for needs a journal.adapters.adk.JournalSessionService, not "
                         f"{type(service).__name__}: give other services a ToolGuard(journal.store(path)) of its own")
-    return ToolGuard(store, **options)
+    return ToolGuard(service.store, **options)
 
 
 def scope_id(app_name: str, user_id: str, session_id: str) -> str:

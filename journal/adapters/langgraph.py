@@ -534,6 +534,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
             self._store = journal.store(os.path.join(self.path, THREADS_DIR))
             _empty_legacy_trash(self.path)
 
+    @property
+    def store(self) -> Store:
+        """The journal store its threads' journals live in (the tool guard's go beside them:
+        journal.adapters.langgraph_guard.guard_for)."""
+        return self._store
+
     # ---- life of the saver and its threads
 
     def close(self) -> None:

@@ -64,6 +64,7 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is installed in CI
     raise MissingExtraError(__name__, "LangGraph 1.1 and langgraph-checkpoint 4.3 or later", "langgraph", exc) from exc
 
+from journal.adapters.langgraph import JournalSaver
 from journal.session.gate import GateDecision
 from journal.session.toolguard import (
     ATTEMPT_SEP,
@@ -96,11 +97,10 @@ _SERDES: weakref.WeakKeyDictionary[ToolGuard, SerializerProtocol] = weakref.Weak
 def guard_for(saver: BaseCheckpointSaver[Any], **options: Any) -> ToolGuard:
     """A guard whose journals live in ``saver``'s store (a JournalSaver: files, PostgreSQL or JetStream),
     beside its threads' journals under names no thread's journal can have."""
-    store = getattr(saver, "_store", None)
-    if store is None:
+    if not isinstance(saver, JournalSaver):
         raise TypeError(f"guard_for needs a journal.adapters.langgraph.JournalSaver, not {type(saver).__name__}: "
                         "give other savers a ToolGuard(journal.store(path)) of its own")
-    guard = ToolGuard(store, **options)
+    guard = ToolGuard(saver.store, **options)
     _SERDES[guard] = saver.serde  # its values decode as strictly as the saver's own
     return guard
 
