@@ -27,7 +27,8 @@ from journal.session.toolguard import GuardScope
 CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
 STATES = 2_000 if CAMPAIGN else 200  # per workload and model, like the toolguard workload
 SEED = int(os.environ.get("JOURNAL_CRASH_SEED", "0"))
-FRAMEWORK = {"guard-langgraph": "langgraph", "guard-openai-agents": "agents", "guard-pydantic-ai": "pydantic_ai"}
+FRAMEWORK = {"guard-langgraph": "langgraph", "guard-openai-agents": "agents", "guard-adk": "google.adk",
+             "guard-pydantic-ai": "pydantic_ai"}
 
 
 @pytest.fixture(scope="module")

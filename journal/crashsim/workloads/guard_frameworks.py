@@ -5,6 +5,8 @@
     guard-langgraph       a StateGraph on a JournalSaver, its node wrapped in ``@guarded(guard_for(saver))``
     guard-openai-agents   an Agent (the SDK's ScriptedModel) on a JournalSession, its tool wrapped in
                           guarded_tool(guard_for(session)); resumed with "continue"
+    guard-adk             an LlmAgent (a scripted BaseLlm) run by ADK's Runner on a JournalSessionService
+                          with GuardPlugin(guard_for(service)); unknown calls asked by confirmation
     guard-pydantic-ai     an Agent (scripted FunctionModel) on a JournalConversationStore with
                           CrashSafeTools(guard_for(store)); the conversation is saved after the run
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import operator
@@ -177,7 +180,7 @@ class Driver:
     ``n_of(args)`` names a call by the ``n`` of its recorded arguments; ``scope`` is the guard scope."""
 
     name: str
-    scope: str
+    scope: Callable[[], str]  # the guard scope id (the adapter's own function, imported on use)
     first: Callable[[Ctx, int, Callable[[int], None]], None]
     load: Callable[[FileSystem], Any]
     second: Callable[[FileSystem], SecondLife]
@@ -222,7 +225,7 @@ def check_image(driver: Driver, recs: list[Record], fs: MemFileSystem, options: 
     for _ in range(2):
         with stores_on(clone, _plain_guard(clone, options), options):
             loads.append(driver.load(clone))
-        s = GuardScope(Journal.open(JOURNAL_PATH, fs=clone, **options), driver.scope, clock=_clock)
+        s = GuardScope(Journal.open(JOURNAL_PATH, fs=clone, **options), driver.scope(), clock=_clock)
         loads.append(s.history())
         s.close()
     if loads[0] != loads[2]:
@@ -230,7 +233,7 @@ def check_image(driver: Driver, recs: list[Record], fs: MemFileSystem, options: 
     if loads[1] != loads[3]:
         out.append(f"{driver.name}: the guard's history loads differently the second time")
     # The guard's own view of every call with a durable intent.
-    s = GuardScope(Journal.open(JOURNAL_PATH, fs=clone, **options), driver.scope, clock=_clock)
+    s = GuardScope(Journal.open(JOURNAL_PATH, fs=clone, **options), driver.scope(), clock=_clock)
     try:
         listed = {u.call_id for u in s.unknown()}
         for n, call_id in sorted(intent.items()):
@@ -421,7 +424,7 @@ def _lg_second(fs: FileSystem) -> SecondLife:
         saver.close()
 
 
-LANGGRAPH = Driver("guard-langgraph", LG_THREAD, _lg_first, _lg_load, _lg_second, lambda args: int(args["n"]))
+LANGGRAPH = Driver("guard-langgraph", lambda: LG_THREAD, _lg_first, _lg_load, _lg_second, lambda args: int(args["n"]))
 
 
 # ---- Pydantic AI ------------------------------------------------------------------------------
@@ -530,7 +533,7 @@ def _pa_second(fs: FileSystem) -> SecondLife:
     return asyncio.run(_pa_second_async(fs))
 
 
-PYDANTIC_AI = Driver("guard-pydantic-ai", PA_CONVERSATION, _pa_first, _pa_load, _pa_second,
+PYDANTIC_AI = Driver("guard-pydantic-ai", lambda: PA_CONVERSATION, _pa_first, _pa_load, _pa_second,
                      lambda args: int(args["n"]))
 
 
@@ -643,8 +646,161 @@ def _oa_second(fs: FileSystem) -> SecondLife:
     return asyncio.run(_oa_second_async())
 
 
-OPENAI_AGENTS = Driver("guard-openai-agents", OA_SESSION, _oa_first, _oa_load, _oa_second,
+OPENAI_AGENTS = Driver("guard-openai-agents", lambda: OA_SESSION, _oa_first, _oa_load, _oa_second,
                        lambda args: int(str(args["version"])[1:]))
+
+
+# ---- Google ADK --------------------------------------------------------------------------------
+
+ADK_APP, ADK_USER, ADK_SESSION = "ops", "u-crash", "s-crash"
+ADK_PATH = "/adk"
+ADK_DEPLOYS_DEFAULT = 3  # deploys asked for when the session lost the request saying how many
+
+
+@functools.cache
+def _adk_model_class() -> Any:
+    """A scripted ADK model (made once, on first use: ADK is optional)."""
+    from collections.abc import AsyncGenerator
+
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class ScriptedAdkModel(BaseLlm):
+        """Calls deploy(n) for the first n of 1..N (N from the first request) its request shows
+        unanswered, then says "finished". ADK sends the model no client-made call ids, so responses
+        pair with the calls of the model turn before them, in order, as with Gemini."""
+
+        model: str = "scripted"
+
+        async def generate_content_async(self, llm_request: LlmRequest,
+                                         stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+            contents = list(llm_request.contents)
+            texts = [p.text for c in contents if c.role == "user" for p in (c.parts or []) if p.text]
+            total = next((int(t.split()[-1]) for t in texts if t.startswith("deploy ")), ADK_DEPLOYS_DEFAULT)
+            done: set[int] = set()
+            calls: list[Any] = []
+            for c in contents:
+                parts = c.parts or []
+                if any(p.function_call is not None for p in parts):
+                    calls = [p.function_call for p in parts if p.function_call is not None]
+                    continue
+                responses = [p.function_response for p in parts if p.function_response is not None]
+                for fc, fr in zip(calls, responses, strict=False):
+                    if fr.name == "deploy" and (fr.response or {}).get("status") != "TOOL_NOT_STARTED":
+                        done.add(int((fc.args or {})["n"]))
+            todo = [n for n in range(1, total + 1) if n not in done][:1]
+            part = (types.Part(function_call=types.FunctionCall(name="deploy", args={"n": todo[0]})) if todo
+                    else types.Part(text="finished"))
+            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+    return ScriptedAdkModel
+
+
+def _adk_runner(service: Any, guard: Any, effect: Callable[[int], None]) -> Any:
+    from google.adk.agents.llm_agent import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+
+    from journal.adapters.adk_guard import GuardPlugin
+
+    def deploy(n: int) -> dict[str, Any]:
+        """Deploys release n."""
+        effect(n)
+        return {"deployed": n}
+
+    agent = LlmAgent(name="ops", model=_adk_model_class()(), tools=[deploy])
+    return Runner(app=App(name=ADK_APP, root_agent=agent, plugins=[GuardPlugin(guard)]), session_service=service)
+
+
+def _adk_text(text: str) -> Any:
+    from google.genai import types
+
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+async def _adk_send(runner: Any, message: Any) -> None:
+    async for _ in runner.run_async(user_id=ADK_USER, session_id=ADK_SESSION, new_message=message):
+        pass
+
+
+async def _adk_first_async(calls: int, effect: Callable[[int], None]) -> None:
+    from journal.adapters.adk import JournalSessionService
+    from journal.adapters.adk_guard import guard_for
+
+    service = JournalSessionService(ADK_PATH)
+    guard = guard_for(service, clock=_clock)
+    try:
+        await service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SESSION)
+        await _adk_send(_adk_runner(service, guard, effect), _adk_text(f"deploy {calls}"))
+    finally:
+        guard.close()
+        await service.close()
+
+
+def _adk_first(ctx: Ctx, calls: int, effect: Callable[[int], None]) -> None:
+    asyncio.run(_adk_first_async(calls, effect))
+
+
+async def _adk_load_async() -> Any:
+    from journal.adapters.adk import JournalSessionService
+
+    service = JournalSessionService(ADK_PATH)
+    try:
+        session = await service.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SESSION)
+        return None if session is None else [e.model_dump(mode="json") for e in session.events]
+    finally:
+        await service.close()
+
+
+def _adk_load(fs: FileSystem) -> Any:
+    return asyncio.run(_adk_load_async())
+
+
+async def _adk_second_async() -> SecondLife:
+    from journal.adapters.adk import JournalSessionService
+    from journal.adapters.adk_guard import answer_message, guard_for, pending_unknown
+
+    service = JournalSessionService(ADK_PATH)
+    guard = guard_for(service, clock=_clock)
+    ran: list[int] = []
+    surfaced: list[int] = []
+    try:
+        runner = _adk_runner(service, guard, ran.append)
+        if await service.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SESSION) is None:
+            await service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SESSION)
+        message = _adk_text("continue")
+        for _ in range(SECOND_LIFE_ROUNDS_MAX):
+            await _adk_send(runner, message)
+            session = await service.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SESSION)
+            assert session is not None
+            pending = pending_unknown(session)
+            if not pending:
+                texts = [p.text for e in session.events if e.content for p in (e.content.parts or []) if p.text]
+                return SecondLife(ran, surfaced, texts[-1:] == ["finished"])
+            n = int(pending[0]["args"]["n"])
+            surfaced.append(n)
+            message = answer_message(pending[0]["confirmationCallId"],
+                                     {"answer": "happened", "result": {"deployed": n}})
+        return SecondLife(ran, surfaced, False)
+    finally:
+        guard.close()
+        await service.close()
+
+
+def _adk_second(fs: FileSystem) -> SecondLife:
+    return asyncio.run(_adk_second_async())
+
+
+def _adk_scope() -> str:
+    from journal.adapters.adk_guard import scope_id
+
+    return scope_id(ADK_APP, ADK_USER, ADK_SESSION)
+
+
+ADK = Driver("guard-adk", _adk_scope, _adk_first, _adk_load, _adk_second,
+             lambda args: int(args["n"]))
 
 
 def _importable(module: str) -> bool:
@@ -656,7 +812,7 @@ def _importable(module: str) -> bool:
 
 # Each driver and the module its framework needs.
 DRIVERS: tuple[tuple[Driver, str], ...] = (
-    (LANGGRAPH, "langgraph"), (OPENAI_AGENTS, "agents"), (PYDANTIC_AI, "pydantic_ai"),
+    (LANGGRAPH, "langgraph"), (OPENAI_AGENTS, "agents"), (ADK, "google.adk"), (PYDANTIC_AI, "pydantic_ai"),
 )
 NAMES: tuple[str, ...] = tuple(d.name for d, _ in DRIVERS)
 
