@@ -4,6 +4,7 @@ found by attacking the guard (a crafted answer, a plain rejection) and the fix t
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,33 @@ def test_openai_a_tools_own_approval_resumed_again_is_not_an_answer(tmp_path: Pa
     out = asyncio.run(resume())  # the same saved RunState, resumed again
     assert side.read_text().splitlines() == ["v1"], out  # not run again on an approval older than the crash
     assert "NotAnsweredError" in out or "was not answered" in out, out
+
+
+def test_adk_a_resumable_app_resumed_after_the_answered_rerun_died_asks_again(tmp_path: Path) -> None:
+    """A resumable ADK app: the call dies, is asked about, answered "run_again", and its new attempt
+    dies too. Resumed by invocation id with no message, ADK hands the tool the last confirmation again
+    (it is consumed only by a response to the call, which never came). That answer was about the
+    first attempt: taken for the second one's, it ran the tool a third time with nobody asked."""
+    pytest.importorskip("google.adk")
+    from tests.guard_harness import KillPlan, in_child, tool_runs
+    from tests.test_guard_adk import _life, load
+
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "go", 1, True)
+    assert killed
+    invocation = next(e["invocation_id"] for e in load(tmp_path)["events"] if e["author"] == "ops")
+    _, asked = in_child(_life, tmp_path, KillPlan(None), "resume:" + invocation, 1, True)
+    assert len(asked["pending"]) == 1
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "answer:" + json.dumps("run_again"), 1, True)
+    assert killed and tool_runs(tmp_path) == {1: 2}
+    last = load(tmp_path)["events"][-1]["invocation_id"]
+    _, again = in_child(_life, tmp_path, KillPlan(None), "resume:" + last, 1, True)
+    assert tool_runs(tmp_path) == {1: 2}, again  # the answer about the first attempt ran nothing
+    (call_id, _, _), = again["unknown"]  # the model was told the outcome is unknown; it still is
+    # ADK emits no question from a confirmed re-run, so the next message asks (the plugin's seal).
+    _, asked_again = in_child(_life, tmp_path, KillPlan(None), "continue", 1, True)
+    (question,) = asked_again["pending"]
+    assert question["callId"] == call_id == asked["pending"][0]["callId"]
+    assert tool_runs(tmp_path) == {1: 2}
+    _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}),
+                       1, True)
+    assert done["finished"] and tool_runs(tmp_path) == {1: 2}, done

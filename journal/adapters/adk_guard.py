@@ -30,7 +30,8 @@ side-effecting tool's intent is synced (journal/session/toolguard.py) in ADK's
   plugin again, which persists the answer (``scope.answer``) before acting on it: the recorded
   result is returned, the tool runs once more, or the model is told it was abandoned. If the
   process dies again while an answered call runs once more, the next message asks about that
-  attempt the same way (a closer of its own, a new question).
+  attempt the same way (a closer of its own, a new question); the answer given for the earlier
+  attempt, which ADK hands a resumed invocation again, runs nothing.
 
 Well-formed history. Who closes an orphaned call: the plugin, in ADK's own types. When a user
 message arrives (``on_user_message_callback``, before ADK stores it), every function call of the
@@ -251,8 +252,16 @@ class GuardPlugin(BasePlugin):
         d = await asyncio.to_thread(scope.before, call_id, tool.name, tool_args, side_effect=side_effect,
                                     idempotency=idempotency)
         if d.verdict is Verdict.UNKNOWN and d.unknown is not None:
-            if confirmation is None:  # ask through ADK's tool confirmation; nothing runs
-                tool_context.request_confirmation(hint=_hint(d.unknown), payload=d.unknown.to_payload())
+            # A confirmation is an answer only to the question about this attempt: resumed after the
+            # attempt an answer let run died too, ADK hands the tool that answer again (a response to
+            # the call consumes it, and none came), and taken for the new attempt's it would run again.
+            if confirmation is None or not _asked_about(tool_context.session, tool_context.function_call_id,
+                                                        call_id, d.unknown.attempt_id):
+                # Ask through ADK's tool confirmation (naming the attempt); nothing runs. (ADK emits
+                # no question from a confirmed re-run: the model is told the outcome is unknown, and
+                # the next message asks, through seal.)
+                tool_context.request_confirmation(hint=_hint(d.unknown),
+                                                  payload={**d.unknown.to_payload(), "attemptId": d.unknown.attempt_id})
                 return _unknown_response(d.unknown)
             await asyncio.to_thread(scope.answer, call_id, parse_answer(confirmation))  # persisted, then acted on
             d = await asyncio.to_thread(scope.before, call_id, tool.name, tool_args, side_effect=side_effect,
@@ -448,6 +457,31 @@ def _closer_event(call_event: Event, closed: list[_Closed]) -> Event:
     return Event(invocation_id=call_event.invocation_id, author=call_event.author, branch=call_event.branch,
                  content=types.Content(role="user", parts=parts), actions=actions,
                  custom_metadata={METADATA_KEY: {"closes": meta}})
+
+
+def _asked_about(session: Session, function_call_id: str, call_id: str, attempt_id: str) -> bool:
+    """Whether the latest confirmation the user gave for function call ``function_call_id``
+    answers the question about attempt ``attempt_id``: a question the plugin asked names it (by
+    its id, ``_request_id``, or its payload's ``attemptId``); any other (ADK's own, one asked
+    before questions named attempts) is taken for the call's first attempt only."""
+    asked: dict[str, object] = {}  # adk_request_confirmation id -> the attempt its payload names
+    for e in session.events:
+        for fc in e.get_function_calls():
+            args = fc.args or {}
+            original = args.get("originalFunctionCall")
+            if fc.name == REQUEST_CONFIRMATION_FUNCTION_CALL_NAME and fc.id and isinstance(original, dict) \
+                    and original.get("id") == function_call_id:
+                payload = (args.get("toolConfirmation") or {}).get("payload")
+                asked[fc.id] = payload.get("attemptId") if isinstance(payload, dict) else None
+    for e in reversed(session.events):
+        if e.author != "user":
+            continue
+        for fr in e.get_function_responses():
+            if fr.name == REQUEST_CONFIRMATION_FUNCTION_CALL_NAME and fr.id in asked:
+                named = asked[fr.id]
+                return fr.id == _request_id(attempt_id) or named == attempt_id or (
+                    named is None and attempt_id == call_id)
+    return attempt_id == call_id
 
 
 def _request_id(attempt_id: str) -> str:
