@@ -17,25 +17,37 @@ registered workload must not start running these): a caller that wants them call
 
 Where the framework's storage lives. The harness records one file system and checks one journal
 against its ledger, ``/j``. Each adapter builds its stores with ``journal.store(path)`` (the
-LangGraph saver and the Agents SDK session take no ``fs=``), so the recorded run builds them while
-``journal.store`` gives a ``HarnessStore``: a directory store on the harness's file system in which
-the guard's journal (``guard.<sha256>``, one scope per run) *is* ``/j``, opened through
-``Ctx.open`` so that every intent and result the guard appends is on the ledger. The framework's
-own journals (threads, conversations) are directories beside it on the same file system, so
-every crash state cuts both at once, as a power loss does. The adapters themselves are untouched
-and used as an application uses them (``guard_for``).
+LangGraph saver and the Agents SDK session take no ``fs=``; ``guard_for`` of the Agents SDK and
+of Pydantic AI build a store of their own), so the lives of a run build them while
+``journal.store`` gives a ``HarnessStore`` (``stores_on``): a directory store on the harness's
+file system in which the guard's journal (``guard.<sha256>``, one scope per run) *is* ``/j``,
+opened through ``Ctx.open`` in the recorded run so that every intent and result the guard
+appends is on the ledger. The framework's own journals (threads, sessions, conversations) are
+directories beside it on the same file system, so every crash state cuts both at once, as a
+power loss does; they get the run's sector padding option too (``journal.open(path, fs=)``,
+which Pydantic AI's store calls, is wrapped for that). The adapters are untouched and used as an
+application uses them (``guard_for``, the framework's own runner).
+
+The tool's side effect is the world outside the journals: in the recorded run each execution
+writes ``/world/<n>`` atomically (temp file, fsync, rename, directory fsync), so a crash image
+says which calls surely ran before the power went: a call whose file is there ran.
 
 What each crash state is checked for (``recover_and_check``): the harness's core invariants on
-``/j`` (a synced intent is never lost), then, on copies of the recovered image:
+``/j`` (an intent acknowledged at "sync" is never lost), then, on copies of the recovered image:
 
 * the framework's stored history, and the guard's, load the same twice;
 * the guard's journal: every call whose intent is durable and has no result is listed by
   ``unknown()`` and ``before()`` says UNKNOWN for it (never RUN: never reported not-started);
   no call is both unknown and DONE; a call with a durable result is DONE with that result;
-* a second life of the framework run on the image: the tool never runs for a call whose intent
-  was durable (it runs only for calls that never started); the calls the framework surfaces as
-  unknown (interrupt, deferred request, ...) are exactly calls with a durable intent and no
-  result; once they are answered ("happened") the run finishes and still runs none of them.
+* a second life of the framework run on the image (resend or continue, answer "happened" to
+  every call the framework surfaces, until the run ends): the tool never runs for a call whose
+  intent was durable, nor for one whose ``/world`` file is there (no call runs twice without an
+  answer); every call surfaced as of unknown outcome (interrupt, approval, confirmation,
+  deferred request) has a durable intent and no result, and is surfaced once; the run ends.
+
+A crash image is checked once: the harness recovers the recovered image again, and that second
+recovery finds the same image and its remembered verdict (a framework run per image is the bulk
+of the cost).
 """
 
 from __future__ import annotations
@@ -303,7 +315,7 @@ def _workload(driver: Driver) -> None:
         finally:
             j.close()
         if isinstance(fs, MemFileSystem) and all(_is_event(r) for r in recs):
-            key = _image_key(fs)
+            key = f"{_image_key(fs)}/{sorted(options.items())!r}"
             problems = checked.get(key)
             if problems is None:
                 problems = check_image(driver, recs, fs, options)
@@ -545,7 +557,7 @@ OA_MODEL_CALLS_MAX = 32  # scripted model responses one life may ask for (two pe
 OA_DEPLOYS_DEFAULT = 3  # deploys asked for when the session lost the request saying how many
 
 
-def _oa_agent(guard: Any, effect: Callable[[int], None]) -> Any:
+def _oa_agent(guard: Any, effect: Callable[[int], None], life: str) -> Any:
     from agents import Agent, function_tool
     from agents.testing import ModelStep, ScriptedModel, assistant_message
     from agents.testing import function_call as model_call
@@ -555,7 +567,8 @@ def _oa_agent(guard: Any, effect: Callable[[int], None]) -> Any:
     counter = iter(range(1_000_000))
 
     def respond(call: Any) -> Any:
-        """Deploys v1..vN (N from the first request; a real model's call ids are new every life)."""
+        """Deploys v1..vN (N from the first request); its call ids are new in every life, as a real
+        model's are, so the guard must know a call again by its tool and arguments."""
         items = list(call.input) if isinstance(call.input, list) else []
         asked = [str(i.get("content")) for i in items if isinstance(i, dict) and i.get("role") == "user"]
         total = next((int(t.split()[-1]) for t in asked if t.startswith("deploy ")), OA_DEPLOYS_DEFAULT)
@@ -563,7 +576,7 @@ def _oa_agent(guard: Any, effect: Callable[[int], None]) -> Any:
         done = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
                    and i.get("call_id") in calls)
         if done < total:
-            return [model_call("deploy", {"version": f"v{done + 1}"}, call_id=f"call_{next(counter)}_{id(counter)}")]
+            return [model_call("deploy", {"version": f"v{done + 1}"}, call_id=f"call_{life}_{next(counter)}")]
         return [assistant_message(f"deployed {done}")]
 
     def deploy(version: str) -> str:
@@ -590,7 +603,8 @@ async def _oa_first_async(calls: int, effect: Callable[[int], None]) -> None:
     session = await JournalSession.open(OA_SESSION, OA_PATH)
     guard = guard_for(session, clock=_clock)
     try:
-        await Runner.run(_oa_agent(guard, effect), f"deploy {calls}", session=session, run_config=_oa_run_config())
+        await Runner.run(_oa_agent(guard, effect, "first"), f"deploy {calls}", session=session,
+                         run_config=_oa_run_config())
     finally:
         guard.close()
         session.close()
@@ -625,7 +639,7 @@ async def _oa_second_async() -> SecondLife:
     ran: list[int] = []
     surfaced: list[int] = []
     try:
-        agent = _oa_agent(guard, ran.append)
+        agent = _oa_agent(guard, ran.append, "second")
         result = await Runner.run(agent, "continue", session=session, run_config=_oa_run_config())
         for _ in range(SECOND_LIFE_ROUNDS_MAX):
             if not result.interruptions:
