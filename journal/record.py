@@ -145,7 +145,8 @@ class StoredPayload:
     the JSON of an object (the one rule every reader decodes by), so no append writes a record
     that reads as corrupt."""
 
-    __slots__ = ("is_bytes", "payload")
+    # Read-only: the check above holds only for the payload it checked.
+    __slots__ = ("_is_bytes", "_payload")
 
     def __init__(self, payload: bytes, is_bytes: bool) -> None:
         payload = bytes(payload)
@@ -158,14 +159,22 @@ class StoredPayload:
                 raise EventNotSerializableError(
                     f"a stored JSON payload must be a JSON object, not a JSON {type(value).__name__}"
                 )
-        self.payload = payload
-        self.is_bytes = is_bytes
+        self._payload = payload
+        self._is_bytes = bool(is_bytes)
+
+    @property
+    def payload(self) -> bytes:
+        return self._payload
+
+    @property
+    def is_bytes(self) -> bool:
+        return self._is_bytes
 
     @classmethod
     def _of(cls, payload: bytes, is_bytes: bool) -> StoredPayload:
         """One whose payload has been decoded already (by ``Record.event``)."""
         out = cls.__new__(cls)
-        out.payload, out.is_bytes = payload, is_bytes
+        out._payload, out._is_bytes = payload, is_bytes
         return out
 
     def __repr__(self) -> str:

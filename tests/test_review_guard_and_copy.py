@@ -253,3 +253,22 @@ def test_adk_a_resumable_app_resumed_after_the_answered_rerun_died_asks_again(tm
     _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}),
                        1, True)
     assert done["finished"] and tool_runs(tmp_path) == {1: 2}, done
+
+
+def test_a_stored_payload_cannot_be_changed_after_its_check(tmp_path: Path) -> None:
+    """StoredPayload checks a JSON payload when it is made, so that no append writes a record that
+    reads as corrupt; its fields were plain attributes, so one changed after the check was appended
+    as it was, and the journal then read that record as corruption of committed data."""
+    from journal.engine import core
+    from journal.record import StoredPayload
+
+    sp = StoredPayload(b'{"a":1}', False)
+    with pytest.raises(AttributeError):
+        sp.payload = b"\xff not json"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        sp.is_bytes = True  # type: ignore[misc]
+    path = str(tmp_path / "j")
+    with core.open(path, create=True) as j:
+        j.append(sp)
+    with core.open(path) as j:
+        assert [r.event for r in j.read()] == [{"a": 1}]
