@@ -272,3 +272,44 @@ def test_a_stored_payload_cannot_be_changed_after_its_check(tmp_path: Path) -> N
         j.append(sp)
     with core.open(path) as j:
         assert [r.event for r in j.read()] == [{"a": 1}]
+
+
+def test_openai_a_cancelled_tool_is_not_recorded_as_failed(tmp_path: Path) -> None:
+    """A tool cancelled while it runs (a streamed run cancelled, the app's timeout around
+    Runner.run) may have done its work before the cancellation reached it. The guard recorded the
+    CancelledError as a failure, and a failed call is a retry: the same call asked for again in the
+    next process ran the tool again, with nobody asked. It stays started (its outcome unknown), as
+    the ADK and Pydantic AI guards leave it."""
+    from agents import FunctionTool
+    from agents.tool_context import ToolContext
+
+    from journal.adapters.openai_agents_guard import NotAnsweredError
+
+    ran: list[str] = []
+
+    async def deploy(version: str) -> str:
+        """Deploy a version."""
+        ran.append(version)  # the side effect happened ...
+        if len(ran) == 1:
+            raise asyncio.CancelledError  # ... and then the task was cancelled
+        return f"deployed {version}"
+
+    async def invoke(call_id: str) -> Any:
+        session = await JournalSession.open(SESSION, tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            tool = guarded_tool(guard, function_tool(deploy))
+            assert isinstance(tool, FunctionTool)
+            ctx = ToolContext(context=None, tool_name="deploy", tool_call_id=call_id,
+                              tool_arguments='{"version":"v1"}')
+            return await tool.on_invoke_tool(ctx, '{"version":"v1"}')
+        finally:
+            guard.close()
+            session.close()
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(invoke("call_a"))
+    assert ran == ["v1"]
+    with pytest.raises(NotAnsweredError):  # a new process: the model asks for the same call again
+        asyncio.run(invoke("call_b"))
+    assert ran == ["v1"]  # not run again: its outcome is unknown and nobody answered

@@ -397,9 +397,11 @@ class SessionGuard:
             return recorded
         if verdict is Verdict.ABANDONED:
             return ABANDONED_MESSAGE.format(tool=tool)
+        # A cancelled (or interrupted) tool may have done anything: it is recorded as nothing, so it
+        # stays started and the next process asks, where a failure would let the same call run again.
         try:
             out = await run(ctx, arguments)
-        except BaseException as exc:
+        except Exception as exc:
             await asyncio.to_thread(self.scope.after, call_id, error=exc)
             raise
         await asyncio.to_thread(self.scope.after, call_id, _recordable(out))
