@@ -93,3 +93,18 @@ def test_a_missing_framework_is_skipped_not_an_error() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["()", "[]"], proc.stdout
+
+
+def test_the_command_lists_and_runs_a_framework_workload_by_name() -> None:
+    """`journal crash-test` leaves them out of its default run (the built-in set) but lists them
+    and runs one it is given by name: the workloads are not registered until it asks."""
+    pytest.importorskip("langgraph")
+    listed = subprocess.run([sys.executable, "-m", "journal", "crash-test", "--list"], capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "guard-langgraph" in listed.stdout
+    ran = subprocess.run([sys.executable, "-m", "journal", "crash-test", "--workload", "guard-langgraph",
+                          "--states", "5", "--model", "psow", "--no-faults", "--kill-rounds", "0"],
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "OK: 0 violation(s)" in ran.stdout

@@ -46,9 +46,14 @@ def run(args: argparse.Namespace) -> int:
 
     # The package registers every built-in workload when it is imported (its __init__ imports
     # them all), so --list, --workload and --replay know the same set wherever they run.
-    from journal.crashsim.workloads import WORKLOADS
+    from journal.crashsim.workloads import WORKLOADS, guard_frameworks
 
     out = sys.stdout
+    # The framework guards' workloads are not built in (the frameworks are optional, and the
+    # default run is the built-in set): named, listed or replayed, those whose framework is
+    # installed are registered first.
+    if args.list or args.replay or any(n in guard_frameworks.NAMES for n in args.workload or ()):
+        guard_frameworks.register()
     if args.list:
         for name, wl in WORKLOADS.items():
             out.write(f"{name:<{NAME_WIDTH}} {_summary(name, wl.run)}\n")
