@@ -17,12 +17,9 @@ The only lines that make the node crash-safe are ``guard = guard_for(saver)``,
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import signal
-import subprocess
-import sys
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -82,26 +79,7 @@ def step(directory: str, what: str, answer: str | None = None) -> dict[str, Any]
         saver.close()
 
 
-def demo(directory: str, answer: str) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
-
-    crashed = run("run", directory)
-    print(f"run: the process was killed inside deploy (exit {crashed.returncode})")
-    resumed = json.loads(run("resume", directory).stdout)
-    for ask in resumed["asks"]:
-        print(f"resume: {ask['tool']}({ask['args']}) may have run: {ask['reasons'][0]['message']}")
-        for option in ask["options"]:
-            print(f"  {option['answer']}: {option['means']}")
-    done = json.loads(run("answer", directory, answer).stdout)
-    print(f"answer {answer}: finished={done['finished']} log={done['log']}")
-    with open(os.path.join(directory, "deployed.log")) as f:
-        print(f"deployed.log has {len(f.readlines())} line(s)")
-
-
 if __name__ == "__main__":
-    cmd, target = sys.argv[1], sys.argv[2]
-    if cmd == "demo":
-        demo(target, sys.argv[3] if len(sys.argv) > 3 else "happened")
-    else:
-        print(json.dumps(step(target, cmd, sys.argv[3] if len(sys.argv) > 3 else None)))
+    from crash_demo import main  # examples/crash_demo.py: the demo's three lives, the same for every framework
+
+    main(__file__, step, "log")

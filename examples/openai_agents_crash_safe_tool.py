@@ -22,11 +22,8 @@ with a real model the guard works the same. The only lines that make the tool cr
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, function_tool
@@ -91,26 +88,7 @@ async def step(directory: str, what: str, answer: str | None = None) -> dict[str
         session.close()
 
 
-def demo(directory: str, answer: str) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
-
-    crashed = run("run", directory)
-    print(f"run: the process was killed inside deploy (exit {crashed.returncode})")
-    resumed = json.loads(run("resume", directory).stdout)
-    for ask in resumed["asks"]:
-        print(f"resume: {ask['tool']}({ask['args']}) may have run: {ask['reasons'][0]['message']}")
-        for option in ask["options"]:
-            print(f"  {option['answer']}: {option['means']}")
-    done = json.loads(run("answer", directory, answer).stdout)
-    print(f"answer {answer}: finished={done['finished']} final={done['final']!r}")
-    with open(os.path.join(directory, "deployed.log")) as f:
-        print(f"deployed.log has {len(f.readlines())} line(s)")
-
-
 if __name__ == "__main__":
-    cmd, target = sys.argv[1], sys.argv[2]
-    if cmd == "demo":
-        demo(target, sys.argv[3] if len(sys.argv) > 3 else "happened")
-    else:
-        print(json.dumps(asyncio.run(step(target, cmd, sys.argv[3] if len(sys.argv) > 3 else None))))
+    from crash_demo import main  # examples/crash_demo.py: the demo's three lives, the same for every framework
+
+    main(__file__, lambda d, life, a: asyncio.run(step(d, life, a)), "final")

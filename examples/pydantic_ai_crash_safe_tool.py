@@ -21,11 +21,8 @@ The model is scripted (``FunctionModel``), so the example needs no network.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests
@@ -83,26 +80,7 @@ async def step(directory: str, what: str, answer: str | None = None) -> dict[str
         await store.close()
 
 
-def demo(directory: str, answer: str) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
-
-    crashed = run("run", directory)
-    print(f"run: the process was killed inside deploy (exit {crashed.returncode})")
-    resumed = json.loads(run("resume", directory).stdout)
-    for ask in resumed["asks"]:
-        print(f"resume: {ask['tool']}({ask['args']}) may have run: {ask['reasons'][0]['message']}")
-        for option in ask["options"]:
-            print(f"  {option['answer']}: {option['means']}")
-    done = json.loads(run("answer", directory, answer).stdout)
-    print(f"answer {answer}: finished={done['finished']} output={done['output']!r}")
-    with open(os.path.join(directory, "deployed.log")) as f:
-        print(f"deployed.log has {len(f.readlines())} line(s)")
-
-
 if __name__ == "__main__":
-    cmd, target = sys.argv[1], sys.argv[2]
-    if cmd == "demo":
-        demo(target, sys.argv[3] if len(sys.argv) > 3 else "happened")
-    else:
-        print(json.dumps(asyncio.run(step(target, cmd, sys.argv[3] if len(sys.argv) > 3 else None))))
+    from crash_demo import main  # examples/crash_demo.py: the demo's three lives, the same for every framework
+
+    main(__file__, lambda d, life, a: asyncio.run(step(d, life, a)), "output")
