@@ -313,3 +313,63 @@ def test_openai_a_cancelled_tool_is_not_recorded_as_failed(tmp_path: Path) -> No
     with pytest.raises(NotAnsweredError):  # a new process: the model asks for the same call again
         asyncio.run(invoke("call_b"))
     assert ran == ["v1"]  # not run again: its outcome is unknown and nobody answered
+
+
+class _Killed(BaseException):
+    """Stands for the process dying inside the tool: no handler records anything."""
+
+
+def test_langgraph_an_async_node_is_guarded(tmp_path: Path) -> None:
+    """``@guarded`` on an ``async def`` node: the wrapper called it as a plain function, got its
+    coroutine unrun, and recorded that as the result (TypeError: a coroutine is not serializable,
+    with an intent left started for a tool that never ran). Now it runs once, its result recorded,
+    and an unknown outcome is asked about through interrupt() as for a plain function."""
+    pytest.importorskip("langgraph")
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Command
+
+    from journal.adapters.langgraph import JournalSaver
+    from journal.adapters.langgraph_guard import guard_for as lg_guard_for
+    from journal.adapters.langgraph_guard import guarded
+
+    class State(TypedDict):
+        n: int
+
+    ran: list[int] = []
+    die_inside = [False]
+
+    def graph(saver: JournalSaver, guard: Any) -> Any:
+        @guarded(guard, on_abandon={"n": -1})
+        async def deploy(state: State) -> dict[str, int]:
+            ran.append(state["n"])
+            if die_inside[0]:
+                raise _Killed
+            return {"n": state["n"] + 1}
+
+        g = StateGraph(State)
+        g.add_node("deploy", deploy)
+        g.add_edge(START, "deploy")
+        g.add_edge("deploy", END)
+        return g.compile(checkpointer=saver)
+
+    async def life(inp: Any, thread: str) -> Any:
+        saver = JournalSaver(str(tmp_path / "cp"))
+        guard = lg_guard_for(saver)
+        try:
+            return await graph(saver, guard).ainvoke(inp, {"configurable": {"thread_id": thread}}, durability="sync")
+        finally:
+            guard.close()
+            saver.close()
+
+    assert asyncio.run(life({"n": 1}, "t1")) == {"n": 2} and ran == [1]
+    die_inside[0] = True
+    with pytest.raises(_Killed):
+        asyncio.run(life({"n": 5}, "t2"))
+    die_inside[0] = False
+    asked = asyncio.run(life(None, "t2"))  # resumed: the node runs again, the guard asks
+    (question,) = asked["__interrupt__"]
+    assert question.value["kind"] == "journal.tool_outcome_unknown" and question.value["args"] == {"n": 5}
+    assert ran == [1, 5]
+    assert asyncio.run(life(Command(resume="abandon"), "t2")) == {"n": -1} and ran == [1, 5]

@@ -42,9 +42,11 @@ records the attempt as failed, and the body runs again on resume.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import hashlib
+import inspect
 import json
 import threading
 import weakref
@@ -70,6 +72,8 @@ from journal.session.toolguard import (
     ATTEMPT_SEP,
     CALL_ID_BYTES_MAX,
     Answer,
+    Decision,
+    GuardScope,
     ToolGuard,
     ToolGuardError,
     UnknownCall,
@@ -165,7 +169,7 @@ def guarded(
     on_abandon: Any = None,
     serde: SerializerProtocol | None = None,
 ) -> Callable[[F], F]:
-    """Guard a LangGraph node or ``@task`` function: intent synced before it runs, result after,
+    """Guard a LangGraph node or ``@task`` function (plain or async): intent synced before it runs, result after,
     and an unknown outcome asked through ``interrupt()`` on resume, never run again on its own."""
     codec = _Codec(serde or _SERDES.get(guard))
     counters = _Counters()
@@ -173,8 +177,8 @@ def guarded(
     def wrap(fn: F) -> F:
         tool: str = name or str(getattr(fn, "__name__", "tool"))
 
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[GuardScope, str, Decision]:
+            """The call's scope, id and what to do (it may ask through interrupt())."""
             try:
                 conf = get_config().get("configurable", {})
             except RuntimeError as exc:
@@ -194,10 +198,36 @@ def guarded(
             if d.verdict is Verdict.UNKNOWN and d.unknown is not None:
                 scope.answer(call_id, _answer(d.unknown, codec))
                 d = scope.before(call_id, tool, shown, side_effect=side_effect, idempotency=idempotency)
-            if d.verdict is Verdict.DONE:
-                return codec.decode(d.result)
-            if d.verdict is Verdict.ABANDONED:
-                return on_abandon
+            return scope, call_id, d
+
+        def settled(d: Decision) -> Any:
+            return codec.decode(d.result) if d.verdict is Verdict.DONE else on_abandon
+
+        if inspect.iscoroutinefunction(fn):
+            # An async node or task: called as a plain function it would return its coroutine unrun, and
+            # the guard would record that as its result. The journal's work runs off the event loop
+            # (the thread gets the run's context, which get_config and interrupt read).
+
+            @functools.wraps(fn)
+            async def arun(*args: Any, **kwargs: Any) -> Any:
+                scope, call_id, d = await asyncio.to_thread(prepare, args, kwargs)
+                if d.verdict in (Verdict.DONE, Verdict.ABANDONED):
+                    return settled(d)
+                try:
+                    out = await fn(*args, **kwargs)
+                except (Exception, GraphBubbleUp) as exc:
+                    await asyncio.to_thread(scope.after, call_id, error=exc)
+                    raise
+                await asyncio.to_thread(scope.after, call_id, codec.encode(out))
+                return out
+
+            return cast(F, arun)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            scope, call_id, d = prepare(args, kwargs)
+            if d.verdict in (Verdict.DONE, Verdict.ABANDONED):
+                return settled(d)
             try:
                 out = fn(*args, **kwargs)
             except (Exception, GraphBubbleUp) as exc:
