@@ -248,13 +248,14 @@ def test_export_writes_a_stored_lone_surrogate_as_an_escape(tmp_path: pathlib.Pa
 
 
 @pytest.mark.parametrize("block", [{"raw": 5}, {"raw": "\ud83d"}, {"raw": "x\udcff"}, {"rawHex": "zz"},
-                                   {"rawHex": ["00"]}])
+                                   {"rawHex": ["00"]}, {"raw": "a\n{\"injected\":1}"}, {"rawHex": "610a62"}])
 def test_export_of_an_import_block_no_importer_writes_is_corruption(
     tmp_path: pathlib.Path, block: dict[str, object]
 ) -> None:
     """An imported journal whose import block lies (a raw line that is no text or holds a lone
     surrogate, a rawHex that is no hex) made export fail with TypeError, UnicodeEncodeError or
-    ValueError tracebacks; it is CorruptionError naming the record (exit 3)."""
+    ValueError tracebacks, and one holding a newline wrote lines the source never had; it is
+    CorruptionError naming the record (exit 3)."""
     import json
 
     from journal.cli import main

@@ -438,17 +438,27 @@ def _raw_line(rec: Any, raw: Any) -> str:
     except UnicodeEncodeError:
         raise rec.corrupt("its import block's raw line holds a lone surrogate, which no source line can hold "
                           "(an importer keeps a line that is not UTF-8 as rawHex); re-import the source") from None
-    return raw
+    return _one_line(rec, raw)
+
+
+def _one_line(rec: Any, line: str) -> str:
+    """A source is split at each newline, so no kept line holds one: a crafted block's would
+    write lines into the export that the source never had."""
+    if "\n" in line:
+        raise rec.corrupt("its import block's line holds a newline, which no source line can hold (the source is "
+                          "split at each); re-import the source")
+    return line
 
 
 def _raw_hex_line(rec: Any, raw_hex: Any) -> str:
     """A line an import kept as its bytes, in hex (it was not UTF-8), as text whose
     surrogateescape encoding (write_export) is those bytes again."""
     try:
-        return bytes.fromhex(raw_hex).decode("utf-8", "surrogateescape")
+        line = bytes.fromhex(raw_hex).decode("utf-8", "surrogateescape")
     except (TypeError, ValueError):
         raise rec.corrupt("its import block's rawHex is not hex text, which an importer writes; "
                           "re-import the source") from None
+    return _one_line(rec, line)
 
 
 def write_export(path: str | None, lines: list[str], final_newline: bool, fs: FileSystem | None = None) -> None:
