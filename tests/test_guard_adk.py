@@ -15,30 +15,40 @@ exactly the calls whose outcome is unknown, with their arguments; after an answe
 finishes; every function call in the session has a response (the closers) and the session and
 the guard's journal are the same on every load.
 
-``JOURNAL_GUARD_OFF=1`` runs the same tests without the plugin: they fail (the tool runs twice,
-nothing is surfaced). ``JOURNAL_GUARD_ROUNDS`` sets the random rounds (20).
+Without the plugin (``JOURNAL_GUARD_OFF=1``) these tests fail. The machinery they share with the
+other frameworks' guard tests is tests/guard_harness.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-if os.environ.get("JOURNAL_REQUIRE_FRAMEWORKS") == "1":  # CI: a framework missing is a failure
-    importlib.import_module("google.adk")
-else:
-    pytest.importorskip("google.adk", reason="the adk extra is not installed (pip install -e '.[adk]')")
+from tests.guard_harness import (
+    EXPECT_UNKNOWN,
+    GUARD_ON,
+    POINTS,
+    GuardedApp,
+    KillPlan,
+    as_unknown_entry,
+    assert_asks_about_unknown_call,
+    deploy_side_effect,
+    in_child,
+    kill_hooks,
+    missing_framework_reason,
+    random_kill_rounds,
+    run_example_demo,
+    same_on_every_load,
+    tool_runs,
+    truthful_answer,
+)
+
+pytest.importorskip("google.adk", reason=missing_framework_reason("google.adk", "adk"))
 
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.apps import App, ResumabilityConfig
@@ -65,68 +75,18 @@ from journal.adapters.adk_guard import (
     scope_id,
     session_gate,
 )
-from journal.api import Store
 from journal.session.toolguard import ABANDON, RUN_AGAIN, ToolGuard, happened
 
-GUARD_ON = os.environ.get("JOURNAL_GUARD_OFF") != "1"
-ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
-POINTS = ("before_intent", "after_intent", "mid_tool", "before_result", "after_result", "after")
 APP, USER, SID = "ops", "u1", "s1"
 STEPS_MAX = 12  # messages one round may send before it must have finished
-
-
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Plan:
-    """Kill this process at the ``at``-th time ``point`` is reached."""
-
-    def __init__(self, point: str | None, at: int = 1) -> None:
-        self.point, self.at, self.seen = point, at, 0
-
-    def reached(self, point: str) -> None:
-        if point == self.point:
-            self.seen += 1
-            if self.seen == self.at:
-                _die()
-
-
-class _HookedJournal:
-    def __init__(self, j: Any, plan: Plan) -> None:
-        self._j, self._plan = j, plan
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._j, name)
-
-    def append_many(self, events: Any, *args: Any, **kw: Any) -> Any:
-        events = list(events)
-        kind = "intent" if any(e.get("type") == "tool.requested" for e in events) else (
-            "result" if any(e.get("type") == "tool.result" for e in events) else None)
-        if kind is not None:
-            self._plan.reached(f"before_{kind}")
-        out = self._j.append_many(events, *args, **kw)
-        if kind is not None:
-            self._plan.reached(f"after_{kind}")
-        return out
-
-
-class _HookedStore:
-    def __init__(self, store: Any, plan: Plan) -> None:
-        self._store, self._plan = store, plan
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def open(self, name: str, **kw: Any) -> Any:
-        return _HookedJournal(self._store.open(name, **kw), self._plan)
+LOOPS_RANDOM = 3  # deploys a random-kill round's model asks for, one at a time
 
 
 class _HookedService(JournalSessionService):
     """Kills at "after_closer": once the plugin's closer of an orphaned call is stored, before the
     confirmation request that follows it."""
 
-    def __init__(self, path: str, plan: Plan) -> None:
+    def __init__(self, path: str, plan: KillPlan) -> None:
         super().__init__(path)
         self._plan = plan
 
@@ -135,14 +95,6 @@ class _HookedService(JournalSessionService):
         if "closes" in (event.custom_metadata or {}).get(METADATA_KEY, {}):
             self._plan.reached("after_closer")
         return out
-
-
-def _line(side: Path, text: str) -> None:
-    fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{text}\n".encode())
-    finally:
-        os.close(fd)
 
 
 def _answered(contents: list[types.Content]) -> tuple[set[int], bool]:
@@ -185,16 +137,11 @@ class ScriptedModel(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="finished")]))
 
 
-def build(service: JournalSessionService, guard: ToolGuard | None, side: Path, plan: Plan, loops: int,
+def build(service: JournalSessionService, guard: ToolGuard | None, tmp: Path, plan: KillPlan, loops: int,
           resumable: bool = False, parallel: bool = False, confirm: bool = False) -> Runner:
     def deploy(n: int) -> dict[str, Any]:
         """Deploys release n (appends to a file outside the journal)."""
-        if guard is None and plan.point in ("before_intent", "after_intent"):
-            plan.reached(plan.point)  # no intent without the guard: the same moment, before the tool
-        _line(side, f"deploy:{n}:{os.getpid()}")
-        plan.reached("mid_tool")
-        if guard is None and plan.point in ("before_result", "after_result"):
-            plan.reached(plan.point)
+        deploy_side_effect(tmp, plan, n, guarded=guard is not None)
         return {"deployed": n}
 
     tool = FunctionTool(deploy, require_confirmation=True) if confirm else deploy
@@ -212,12 +159,12 @@ def _message(step: str, session: Session) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=step)])
 
 
-async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False,
+async def _alife(tmp: Path, plan: KillPlan, step: str, loops: int, resumable: bool = False,
                  parallel: bool = False, confirm: bool = False) -> dict[str, Any]:
     service = _HookedService(str(tmp / "sessions"), plan)
-    guard = ToolGuard(cast(Store, _HookedStore(guard_for(service).store, plan))) if GUARD_ON else None
+    guard = ToolGuard(kill_hooks(guard_for(service).store, plan)) if GUARD_ON else None
     try:
-        runner = build(service, guard, tmp / "side.log", plan, loops, resumable, parallel, confirm)
+        runner = build(service, guard, tmp, plan, loops, resumable, parallel, confirm)
         session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
         if session is None:
             session = await service.create_session(app_name=APP, user_id=USER, session_id=SID)
@@ -228,7 +175,8 @@ async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool =
             texts += [p.text for p in (ev.content.parts or []) if p.text] if ev.content else []
         session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
         assert session is not None
-        unknown = [[u.call_id, u.args] for u in guard.scope(scope_id(APP, USER, SID)).unknown()] if guard else []
+        scope = guard.scope(scope_id(APP, USER, SID)) if guard is not None else None
+        unknown = [[u.call_id, u.tool, u.args] for u in scope.unknown()] if scope is not None else []
         return {"pending": pending_unknown(session), "texts": texts, "finished": texts[-1:] == ["finished"],
                 "unknown": unknown}
     finally:
@@ -237,44 +185,9 @@ async def _alife(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool =
         await service.close()
 
 
-def _life(tmp: Path, plan: Plan, step: str, loops: int, resumable: bool = False, parallel: bool = False,
+def _life(tmp: Path, plan: KillPlan, step: str, loops: int, resumable: bool = False, parallel: bool = False,
           confirm: bool = False) -> dict[str, Any]:
     return asyncio.run(_alife(tmp, plan, step, loops, resumable, parallel, confirm))
-
-
-def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
-    """Run ``fn`` in a forked child; (killed by SIGKILL, what it returned)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(r)
-            try:
-                payload = json.dumps(fn(*args))
-            except BaseException as exc:
-                payload = json.dumps({"error": repr(exc)})
-            os.write(w, payload.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    out = json.loads(b"".join(chunks)) if chunks else {}
-    assert "error" not in out, out["error"]
-    return killed, out
-
-
-def _deploys(tmp: Path) -> dict[int, int]:
-    side = tmp / "side.log"
-    counts: dict[int, int] = {}
-    for line in side.read_text().splitlines() if side.exists() else []:
-        n = int(line.split(":")[1])
-        counts[n] = counts.get(n, 0) + 1
-    return counts
 
 
 def _load(tmp: Path) -> dict[str, Any]:
@@ -291,7 +204,7 @@ def _load(tmp: Path) -> dict[str, Any]:
                           if fc.id not in answered and fc.id not in (e.long_running_tool_ids or set())]
             scope = guard.scope(scope_id(APP, USER, SID))
             return {"events": [e.model_dump(mode="json") for e in session.events], "open_calls": open_calls,
-                    "guard": scope.history(), "unknown": [[u.call_id, u.args] for u in scope.unknown()],
+                    "guard": scope.history(), "unknown": [[u.call_id, u.tool, u.args] for u in scope.unknown()],
                     "gate": session_gate(guard, APP, USER, SID).decision}
         finally:
             guard.close()
@@ -304,58 +217,46 @@ def load(tmp: Path) -> dict[str, Any]:
     return in_child(_load, tmp)[1]
 
 
-def _load_twice(tmp: Path) -> dict[str, Any]:
-    return {"first": _load(tmp), "second": _load(tmp)}  # each a full open, read and close
-
-
 def _check_well_formed_and_stable(tmp: Path) -> None:
-    loads = in_child(_load_twice, tmp)[1]
-    first, second = loads["first"], loads["second"]
-    assert first == second  # the same history on every load
+    first = in_child(lambda: same_on_every_load(lambda: _load(tmp)))[1]  # both loads in one child
     assert first["open_calls"] == []  # every function call the session holds has a response
-
-
-EXPECT_UNKNOWN = {"before_intent": False, "after_intent": True, "mid_tool": True, "before_result": True,
-                  "after_result": False, "after": False}
 
 
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_each_point_of_the_tools_life(tmp_path: Path, point: str) -> None:
-    killed, _ = in_child(_life, tmp_path, Plan(point), "go", 1)
+    killed, _ = in_child(_life, tmp_path, KillPlan(point), "go", 1)
     assert killed
-    ran_before = _deploys(tmp_path).get(1, 0)
-    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    ran_before = tool_runs(tmp_path).get(1, 0)
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), "continue", 1)
     pending = resumed["pending"]
     if EXPECT_UNKNOWN[point]:
         assert len(pending) == 1, resumed  # exactly the call whose outcome is unknown, with its arguments
         (u,) = pending
-        assert u["tool"] == "deploy" and u["args"] == {"n": 1}
-        assert load(tmp_path)["unknown"] == [[u["callId"], u["args"]]]
+        assert_asks_about_unknown_call(u, {"n": 1})
+        assert load(tmp_path)["unknown"] == [as_unknown_entry(u)]
         assert load(tmp_path)["gate"] == "paused"  # the session's gate, from the adapter
-        assert [r["code"] for r in u["reasons"]] == ["TOOL_OUTCOME_UNKNOWN"]
-        assert [o["answer"] for o in u["options"]] == ["happened", "run_again", "abandon"]
         assert not resumed["finished"] and "Waiting for your answer" in resumed["texts"][-1]  # paused: asked
-        assert _deploys(tmp_path).get(1, 0) == ran_before  # asking ran nothing
+        assert tool_runs(tmp_path).get(1, 0) == ran_before  # asking ran nothing
         _check_well_formed_and_stable(tmp_path)  # the closer answers the call while it waits
-        answer: Any = {"answer": "happened", "result": {"deployed": 1}} if ran_before else "run_again"
-        _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps(answer), 1)
+        answer = truthful_answer(ran_before > 0, {"deployed": 1})
+        _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps(answer), 1)
     else:
         assert pending == [] and load(tmp_path)["unknown"] == [], resumed
         done = resumed
     assert done["finished"] and done["pending"] == [], done  # the run finished
-    assert _deploys(tmp_path) == {1: 1}  # at most once; once here, as the answer said
+    assert tool_runs(tmp_path) == {1: 1}  # at most once; once here, as the answer said
     assert load(tmp_path)["gate"] == "continue"
     _check_well_formed_and_stable(tmp_path)
 
 
 def test_abandon_runs_nothing_and_the_run_goes_on(tmp_path: Path) -> None:
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 2)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "go", 2)
     assert killed
-    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 2)
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), "continue", 2)
     assert [u["args"] for u in resumed["pending"]] == [{"n": 1}]
-    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps("abandon"), 2)
+    _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps("abandon"), 2)
     assert done["finished"], done
-    assert _deploys(tmp_path) == {1: 1, 2: 1}
+    assert tool_runs(tmp_path) == {1: 1, 2: 1}
     events = load(tmp_path)["events"]
     statuses = [p["function_response"]["response"].get("status") for e in events
                 for p in (e.get("content") or {}).get("parts", []) if p.get("function_response")
@@ -367,78 +268,66 @@ def test_abandon_runs_nothing_and_the_run_goes_on(tmp_path: Path) -> None:
 def test_killed_between_the_closer_and_its_question(tmp_path: Path) -> None:
     """The closer is stored and the process dies before the adk_request_confirmation: the next
     message writes the missing request (with the id the first would have had), once."""
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 1)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "go", 1)
     assert killed
-    killed, _ = in_child(_life, tmp_path, Plan("after_closer"), "continue", 1)
+    killed, _ = in_child(_life, tmp_path, KillPlan("after_closer"), "continue", 1)
     assert killed
     assert load(tmp_path)["open_calls"] == []  # the closer alone already answers the call
-    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), "continue", 1)
     assert [u["args"] for u in resumed["pending"]] == [{"n": 1}], resumed
-    _, again = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    _, again = in_child(_life, tmp_path, KillPlan(None), "continue", 1)
     assert again["pending"] == resumed["pending"]  # asked once: no second closer, no second request
-    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}), 1)
-    assert done["finished"] and _deploys(tmp_path) == {1: 1}
+    _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}), 1)
+    assert done["finished"] and tool_runs(tmp_path) == {1: 1}
     _check_well_formed_and_stable(tmp_path)
 
 
 def test_a_crash_while_an_answered_call_runs_again_asks_again(tmp_path: Path) -> None:
     """Answered "run_again", the new attempt is killed mid-tool too: the next message asks about
     that attempt (a new closer and question), and nothing runs until it is answered."""
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 1)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "go", 1)
     assert killed
-    _, first = in_child(_life, tmp_path, Plan(None), "continue", 1)
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "answer:" + json.dumps("run_again"), 1)
-    assert killed and _deploys(tmp_path) == {1: 2}
-    _, second = in_child(_life, tmp_path, Plan(None), "continue", 1)
+    _, first = in_child(_life, tmp_path, KillPlan(None), "continue", 1)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "answer:" + json.dumps("run_again"), 1)
+    assert killed and tool_runs(tmp_path) == {1: 2}
+    _, second = in_child(_life, tmp_path, KillPlan(None), "continue", 1)
     assert [(u["callId"], u["args"]) for u in second["pending"]] == [(first["pending"][0]["callId"], {"n": 1})]
     assert second["pending"][0]["confirmationCallId"] != first["pending"][0]["confirmationCallId"]
-    assert not second["finished"] and _deploys(tmp_path) == {1: 2}
-    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}), 1)
-    assert done["finished"] and _deploys(tmp_path) == {1: 2}
+    assert not second["finished"] and tool_runs(tmp_path) == {1: 2}
+    _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}), 1)
+    assert done["finished"] and tool_runs(tmp_path) == {1: 2}
     _check_well_formed_and_stable(tmp_path)
 
 
 def test_random_kills(tmp_path: Path) -> None:
-    rng = random.Random(int(os.environ.get("JOURNAL_CRASH_SEED", "0")) + 30)
-    loops = 3
-    for r in range(ROUNDS):
-        tmp = tmp_path / f"r{r}"
-        tmp.mkdir()
-        point, at = rng.choice(POINTS), rng.randint(1, loops)
-        killed, out = in_child(_life, tmp, Plan(point, at), "go", loops)
-        reruns: dict[int, int] = {}
-        step = "continue"
-        for _ in range(STEPS_MAX):  # bounded: a kill leaves at most one unknown call
-            if out.get("finished") and not out["pending"]:
-                break
-            _, out = in_child(_life, tmp, Plan(None), step, loops)
-            step = "continue"
-            if out["pending"]:
-                (u,) = out["pending"]
-                assert killed and u["tool"] == "deploy"
-                assert out["unknown"] == [[u["callId"], u["args"]]]
-                answer = rng.choice(["happened", "run_again", "abandon"])
-                n = u["args"]["n"]
-                reruns[n] = reruns.get(n, 0) + (answer == "run_again")
-                given: Any = {"answer": "happened", "result": {"deployed": n}} if answer == "happened" else answer
-                step = "answer:" + json.dumps(given)
-        assert out["finished"] and out["pending"] == [], (r, point, at, out)
-        for n, count in _deploys(tmp).items():
-            assert count <= 1 + reruns.get(n, 0), (r, point, at, n, count, reruns)
-        _check_well_formed_and_stable(tmp)
+    def resume(tmp: Path, given: Any) -> dict[str, Any]:
+        step = "continue" if given is None else "answer:" + json.dumps(given)  # a message to the session
+        return in_child(_life, tmp, KillPlan(None), step, LOOPS_RANDOM)[1]
+
+    random_kill_rounds(tmp_path, GuardedApp(
+        units=LOOPS_RANDOM,
+        start=lambda tmp, plan: in_child(_life, tmp, plan, "go", LOOPS_RANDOM),
+        resume=resume,
+        asks=lambda out: out.get("pending", []),
+        finished=lambda out: bool(out.get("finished")),
+        unit_of=lambda ask: ask["args"]["n"],
+        result_of=lambda n: {"deployed": n},
+        journal_unknown=lambda tmp, out: out["unknown"],  # the life read the journal as it ended
+        check_history=_check_well_formed_and_stable,
+    ), seed_offset=30, steps_max=STEPS_MAX)
 
 
 def test_a_resumable_app_replays_the_call_and_the_guard_asks(tmp_path: Path) -> None:
     """ResumabilityConfig(is_resumable=True): resumed by invocation id, ADK replays the orphaned
     call itself; the plugin answers that replay with the question instead of running the tool."""
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), "go", 1, True)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), "go", 1, True)
     assert killed
     invocation = next(e["invocation_id"] for e in load(tmp_path)["events"] if e["author"] == "ops")
-    _, resumed = in_child(_life, tmp_path, Plan(None), "resume:" + invocation, 1, True)
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), "resume:" + invocation, 1, True)
     assert [(u["tool"], u["args"]) for u in resumed["pending"]] == [("deploy", {"n": 1})], resumed
-    assert _deploys(tmp_path) == {1: 1}
-    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps("run_again"), 1, True)
-    assert done["finished"] and _deploys(tmp_path) == {1: 2}  # run again, once, as answered
+    assert tool_runs(tmp_path) == {1: 1}
+    _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps("run_again"), 1, True)
+    assert done["finished"] and tool_runs(tmp_path) == {1: 2}  # run again, once, as answered
     _check_well_formed_and_stable(tmp_path)
 
 
@@ -446,21 +335,21 @@ def test_parallel_calls_killed_in_the_second(tmp_path: Path) -> None:
     """The model calls deploy(1) and deploy(2) in one response and ADK runs them together; the
     process dies inside the second. Every call gets a closer; only the unknown ones are asked
     about; none runs again unasked."""
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool", 2), "go", 2, False, True)
-    assert killed and _deploys(tmp_path) == {1: 1, 2: 1}
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool", 2), "go", 2, False, True)
+    assert killed and tool_runs(tmp_path) == {1: 1, 2: 1}
     out: dict[str, Any] = {"finished": False, "pending": []}
     step, asked = "continue", []
     for _ in range(STEPS_MAX):
         if out["finished"] and not out["pending"]:
             break
-        _, out = in_child(_life, tmp_path, Plan(None), step, 2, False, True)
+        _, out = in_child(_life, tmp_path, KillPlan(None), step, 2, False, True)
         step = "continue"
         if out["pending"]:
             u = out["pending"][0]
             asked.append(u["args"]["n"])
             step = "answer:" + json.dumps({"answer": "happened", "result": {"deployed": u["args"]["n"]}})
     assert out["finished"] and 2 in asked and set(asked) <= {1, 2}, (out, asked)
-    assert _deploys(tmp_path) == {1: 1, 2: 1}
+    assert tool_runs(tmp_path) == {1: 1, 2: 1}
     _check_well_formed_and_stable(tmp_path)
 
 
@@ -468,26 +357,26 @@ def test_a_tool_that_asks_for_its_own_confirmation_is_guarded_once_confirmed(tmp
     """FunctionTool(require_confirmation=True): ADK's gate asks first and the tool does not run
     (the guard writes nothing then); once confirmed it runs, guarded; killed inside, it is
     asked about again, as an unknown call, not run again."""
-    in_child(_life, tmp_path, Plan(None), "go", 1, False, False, True)
-    assert _deploys(tmp_path) == {} and load(tmp_path)["guard"][1:] == []  # only the journal's header
+    in_child(_life, tmp_path, KillPlan(None), "go", 1, False, False, True)
+    assert tool_runs(tmp_path) == {} and load(tmp_path)["guard"][1:] == []  # only the journal's header
     confirm = json.dumps({"confirmed": True})
-    killed, _ = in_child(_confirm_life, tmp_path, Plan("mid_tool"), confirm)
-    assert killed and _deploys(tmp_path) == {1: 1}
-    _, resumed = in_child(_life, tmp_path, Plan(None), "continue", 1, False, False, True)
-    assert [u["args"] for u in resumed["pending"]] == [{"n": 1}] and _deploys(tmp_path) == {1: 1}
-    _, done = in_child(_life, tmp_path, Plan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}),
+    killed, _ = in_child(_confirm_life, tmp_path, KillPlan("mid_tool"), confirm)
+    assert killed and tool_runs(tmp_path) == {1: 1}
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), "continue", 1, False, False, True)
+    assert [u["args"] for u in resumed["pending"]] == [{"n": 1}] and tool_runs(tmp_path) == {1: 1}
+    _, done = in_child(_life, tmp_path, KillPlan(None), "answer:" + json.dumps({"answer": "happened", "result": 1}),
                        1, False, False, True)
-    assert done["finished"] and _deploys(tmp_path) == {1: 1}
+    assert done["finished"] and tool_runs(tmp_path) == {1: 1}
     _check_well_formed_and_stable(tmp_path)
 
 
-def _confirm_life(tmp: Path, plan: Plan, response: str) -> dict[str, Any]:
+def _confirm_life(tmp: Path, plan: KillPlan, response: str) -> dict[str, Any]:
     """Answer ADK's own confirmation request (not the guard's) with ``response``."""
     async def go() -> dict[str, Any]:
         service = JournalSessionService(str(tmp / "sessions"))
-        guard = ToolGuard(cast(Store, _HookedStore(guard_for(service).store, plan))) if GUARD_ON else None
+        guard = ToolGuard(kill_hooks(guard_for(service).store, plan)) if GUARD_ON else None
         try:
-            runner = build(service, guard, tmp / "side.log", plan, 1, confirm=True)
+            runner = build(service, guard, tmp, plan, 1, confirm=True)
             session = await service.get_session(app_name=APP, user_id=USER, session_id=SID)
             assert session is not None
             answered = {fr.id for e in session.events for fr in e.get_function_responses()}
@@ -509,11 +398,11 @@ def _confirm_life(tmp: Path, plan: Plan, response: str) -> dict[str, Any]:
 def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
     """The failure the guard exists for (issue 30): ADK drops the orphaned call from the model's
     request, the model calls the tool again, and nothing tells anyone it may have run."""
-    def life(plan: Plan, step: str) -> dict[str, Any]:
+    def life(plan: KillPlan, step: str) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             service = JournalSessionService(str(tmp_path / "sessions"))
             try:
-                runner = build(service, None, tmp_path / "side.log", plan, 1)
+                runner = build(service, None, tmp_path, plan, 1)
                 if await service.get_session(app_name=APP, user_id=USER, session_id=SID) is None:
                     await service.create_session(app_name=APP, user_id=USER, session_id=SID)
                 msg = types.Content(role="user", parts=[types.Part(text=step)])
@@ -525,10 +414,10 @@ def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
 
         return asyncio.run(go())
 
-    killed, _ = in_child(life, Plan("mid_tool"), "go")
+    killed, _ = in_child(life, KillPlan("mid_tool"), "go")
     assert killed
-    _, out = in_child(life, Plan(None), "continue")
-    assert out["texts"] == ["finished"] and _deploys(tmp_path) == {1: 2}
+    _, out = in_child(life, KillPlan(None), "continue")
+    assert out["texts"] == ["finished"] and tool_runs(tmp_path) == {1: 2}
 
 
 def test_read_only_and_idempotent_tools_write_nothing(tmp_path: Path) -> None:
@@ -555,10 +444,4 @@ def test_answers_from_adk_tool_confirmations() -> None:
 
 def test_the_example_runs(tmp_path: Path) -> None:
     """examples/adk_crash_safe_tool.py, as the docs show it: killed, asked, answered, finished."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "adk_crash_safe_tool.py"
-    out = subprocess.run([sys.executable, str(example), "demo", str(tmp_path)], capture_output=True, text=True,
-                         check=True, timeout=300).stdout
-    assert "run: the process was killed inside deploy" in out
-    assert "resume: deploy(" in out and "run_again: run it again" in out
-    assert "answer happened: finished=True" in out
-    assert "deployed.log has 1 line(s)" in out
+    run_example_demo("adk_crash_safe_tool.py", tmp_path)

@@ -15,30 +15,43 @@ exactly the calls whose outcome is unknown, with their arguments (as ``DeferredT
 after an answer (``deferred_tool_results``) the run finishes; the stored history is well formed
 (every tool call has its return) and the same on every load, and so is the guard's journal.
 
-``JOURNAL_GUARD_OFF=1`` runs the same tests without the guard: they fail (the tool runs twice,
-nothing is surfaced). ``JOURNAL_GUARD_ROUNDS`` sets the random rounds (20).
+These tests fail when ``JOURNAL_GUARD_OFF=1`` leaves the CrashSafeTools capability out. Killing a
+life, counting the tool's runs and the random rounds: tests/guard_harness.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-if os.environ.get("JOURNAL_REQUIRE_FRAMEWORKS") == "1":  # CI: a framework missing is a failure
-    importlib.import_module("pydantic_ai")
-else:
-    pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is missing (pip install -e '.[pydantic-ai]')")
+from tests.guard_harness import (
+    EXPECT_UNKNOWN,
+    GUARD_ON,
+    POINTS,
+    GuardedApp,
+    KillPlan,
+    append_line,
+    as_unknown_entry,
+    assert_asks_about_unknown_call,
+    deploy_side_effect,
+    in_child,
+    kill_hooks,
+    kill_this_process,
+    missing_framework_reason,
+    random_kill_rounds,
+    run_example_demo,
+    same_on_every_load,
+    side_file,
+    tool_runs,
+    truthful_answer,
+)
+
+pytest.importorskip("pydantic_ai", reason=missing_framework_reason("pydantic_ai", "pydantic-ai"))
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.conversation import Conversation
@@ -56,76 +69,18 @@ from journal.adapters.pydantic_ai_guard import (
     guard_for,
     guard_store,
 )
-from journal.api import Store
 from journal.session.toolguard import ToolGuard, journal_name
 from tests.backends import Backend, made_or_skipped
 
-GUARD_ON = os.environ.get("JOURNAL_GUARD_OFF") != "1"
-ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
-POINTS = ("before_intent", "after_intent", "mid_tool", "before_result", "after_result", "after")
 CID = "conv-1"
-
-
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Plan:
-    """Kill this process at the ``at``-th time ``point`` is reached."""
-
-    def __init__(self, point: str | None, at: int = 1) -> None:
-        self.point, self.at, self.seen = point, at, 0
-
-    def reached(self, point: str) -> None:
-        if point == self.point:
-            self.seen += 1
-            if self.seen == self.at:
-                _die()
-
-
-class _HookedJournal:
-    def __init__(self, j: Any, plan: Plan) -> None:
-        self._j, self._plan = j, plan
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._j, name)
-
-    def append_many(self, events: Any, *args: Any, **kw: Any) -> Any:
-        events = list(events)
-        kind = "intent" if any(e.get("type") == "tool.requested" for e in events) else (
-            "result" if any(e.get("type") == "tool.result" for e in events) else None)
-        if kind is not None:
-            self._plan.reached(f"before_{kind}")
-        out = self._j.append_many(events, *args, **kw)
-        if kind is not None:
-            self._plan.reached(f"after_{kind}")
-        return out
-
-
-class _HookedStore:
-    def __init__(self, store: Any, plan: Plan) -> None:
-        self._store, self._plan = store, plan
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def open(self, name: str, **kw: Any) -> Any:
-        return _HookedJournal(self._store.open(name, **kw), self._plan)
-
-
-def _line(side: Path, text: str) -> None:
-    fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{text}\n".encode())
-    finally:
-        os.close(fd)
+LOOPS_RANDOM = 3  # deploys a random-kill round's model asks for, one at a time
 
 
 def _deploy_returns(messages: list[ModelMessage]) -> int:
     return sum(1 for m in messages for p in m.parts if isinstance(p, ToolReturnPart) and p.tool_name == "deploy")
 
 
-def build(guard: ToolGuard | None, side: Path, plan: Plan, loops: int) -> Agent[None, Any]:
+def build(guard: ToolGuard | None, tmp: Path, plan: KillPlan, loops: int) -> Agent[None, Any]:
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         k = _deploy_returns(messages)
         if k >= loops:
@@ -140,12 +95,7 @@ def build(guard: ToolGuard | None, side: Path, plan: Plan, loops: int) -> Agent[
 
     @agent.tool_plain
     def deploy(n: int) -> str:
-        if guard is None and plan.point in ("before_intent", "after_intent"):
-            plan.reached(plan.point)  # no intent without the guard: the same moment, before the tool
-        _line(side, f"deploy:{n}:{os.getpid()}")
-        plan.reached("mid_tool")
-        if guard is None and plan.point in ("before_result", "after_result"):
-            plan.reached(plan.point)
+        deploy_side_effect(tmp, plan, n, guarded=guard is not None)
         return f"deployed:{n}"
 
     return agent
@@ -161,12 +111,12 @@ def _summary(conv: Conversation) -> dict[str, Any]:
             "text": text}
 
 
-async def _alife(tmp: Path, plan: Plan, loops: int, given: dict[str, Any] | None,
+async def _alife(tmp: Path, plan: KillPlan, loops: int, given: dict[str, Any] | None,
                  target: str | None = None) -> dict[str, Any]:
     store = JournalConversationStore(target or tmp / "conv")
-    guard = ToolGuard(cast(Store, _HookedStore(guard_store(store), plan))) if GUARD_ON else None
+    guard = ToolGuard(kill_hooks(guard_store(store), plan)) if GUARD_ON else None
     try:
-        agent = build(guard, tmp / "side.log", plan, loops)
+        agent = build(guard, tmp, plan, loops)
         conv = await store.load(CID)
         if conv is not None and conv.deferred_tool_requests is not None:
             assert given is not None, "the conversation waits for answers"
@@ -186,44 +136,8 @@ async def _alife(tmp: Path, plan: Plan, loops: int, given: dict[str, Any] | None
         await store.close()
 
 
-def _life(tmp: Path, plan: Plan, loops: int, given: Any = None, target: str | None = None) -> dict[str, Any]:
+def _life(tmp: Path, plan: KillPlan, loops: int, given: Any = None, target: str | None = None) -> dict[str, Any]:
     return asyncio.run(_alife(tmp, plan, loops, given, target))
-
-
-def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
-    """Run ``fn`` in a forked child; (killed by SIGKILL, what it returned)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(r)
-            try:
-                payload = json.dumps(fn(*args))
-            except BaseException as exc:
-                payload = json.dumps({"error": repr(exc)})
-            os.write(w, payload.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    out = json.loads(b"".join(chunks)) if chunks else {}
-    assert "error" not in out, out["error"]
-    return killed, out
-
-
-def _deploys(tmp: Path) -> dict[int, int]:
-    side = tmp / "side.log"
-    counts: dict[int, int] = {}
-    for line in side.read_text().splitlines() if side.exists() else []:
-        if line.startswith("deploy:"):
-            n = int(line.split(":")[1])
-            counts[n] = counts.get(n, 0) + 1
-    return counts
 
 
 async def _aload(tmp: Path) -> tuple[Any, Any, Any]:
@@ -232,14 +146,15 @@ async def _aload(tmp: Path) -> tuple[Any, Any, Any]:
     try:
         conv = await store.load(CID)
         messages = json.loads(json.dumps([m.parts for m in conv.messages], default=repr)) if conv else None
-        return messages, guard.scope(CID).history(), [(u.call_id, u.args) for u in guard.scope(CID).unknown()]
+        return messages, guard.scope(CID).history(), [[u.call_id, u.tool, u.args] for u in guard.scope(CID).unknown()]
     finally:
         guard.close()
         await store.close()
 
 
 def _loads(tmp: Path) -> tuple[Any, Any, Any]:
-    """The stored conversation, the guard's history and its unknown calls, as a fresh process reads them."""
+    """The stored conversation, the guard's history and its unknown calls (``[call id, tool, args]``),
+    as a fresh process reads them."""
     _, out = in_child(lambda: {"v": asyncio.run(_aload(tmp))})
     first, history, unknown = out["v"]
     return first, history, unknown
@@ -260,88 +175,69 @@ async def _awell_formed(tmp: Path) -> dict[str, Any]:
 
 def _check_history(tmp: Path) -> dict[str, Any]:
     """Every stored call has its return, and every load gives the same conversation and guard journal."""
-    first = _loads(tmp)
-    assert first == _loads(tmp)
+    same_on_every_load(lambda: _loads(tmp))
     _, shape = in_child(lambda: asyncio.run(_awell_formed(tmp)))
     assert sorted(shape["calls"]) == sorted(shape["returns"]), shape
     return shape
 
 
-EXPECT_UNKNOWN = {"before_intent": False, "after_intent": True, "mid_tool": True, "before_result": True,
-                  "after_result": False, "after": False}
-
-
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_each_point_of_the_tools_life(tmp_path: Path, point: str) -> None:
-    killed, _ = in_child(_life, tmp_path, Plan(point), 1)
+    killed, _ = in_child(_life, tmp_path, KillPlan(point), 1)
     assert killed
-    ran_before = _deploys(tmp_path).get(1, 0)
-    _, resumed = in_child(_life, tmp_path, Plan(None), 1)
+    ran_before = tool_runs(tmp_path).get(1, 0)
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), 1)
     if EXPECT_UNKNOWN[point]:
         assert len(resumed["asked"]) == 1, resumed  # exactly the call whose outcome is unknown, with its arguments
         (u,) = resumed["asked"]
-        assert u["kind"] == "journal.tool_outcome_unknown" and u["tool"] == "deploy" and u["args"] == {"n": 1}
-        assert _loads(tmp_path)[2] == [[u["callId"], u["args"]]]
-        assert [r["code"] for r in u["reasons"]] == ["TOOL_OUTCOME_UNKNOWN"]
-        assert [o["answer"] for o in u["options"]] == ["happened", "run_again", "abandon"]
-        assert _deploys(tmp_path).get(1, 0) == ran_before  # asking ran nothing
-        given: Any = {"answer": "happened", "result": "deployed:1"} if ran_before else "run_again"
-        _, done = in_child(_life, tmp_path, Plan(None), 1, given)
+        assert_asks_about_unknown_call(u, {"n": 1})
+        assert _loads(tmp_path)[2] == [as_unknown_entry(u)]
+        assert tool_runs(tmp_path).get(1, 0) == ran_before  # asking ran nothing
+        given = truthful_answer(ran_before > 0, "deployed:1")
+        _, done = in_child(_life, tmp_path, KillPlan(None), 1, given)
     else:
         assert resumed["asked"] == [] and _loads(tmp_path)[2] == [], resumed
         done = resumed
     assert done["finished"] and done["text"][-1] == "finished:1", done  # the run finished
-    assert _deploys(tmp_path) == {1: 1}  # at most once; once here, as the answer said
+    assert tool_runs(tmp_path) == {1: 1}  # at most once; once here, as the answer said
     shape = _check_history(tmp_path)
     assert shape["contents"] == ["deployed:1"]
 
 
 def test_abandon_runs_nothing_and_the_model_is_told_the_outcome_is_unknown(tmp_path: Path) -> None:
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool", 2), 3)
-    assert killed and _deploys(tmp_path) == {1: 1, 2: 1}
-    _, resumed = in_child(_life, tmp_path, Plan(None), 3)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool", 2), 3)
+    assert killed and tool_runs(tmp_path) == {1: 1, 2: 1}
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), 3)
     assert [u["args"] for u in resumed["asked"]] == [{"n": 2}]  # deploy 1 returned: its result is reused
-    _, done = in_child(_life, tmp_path, Plan(None), 3, "abandon")
-    assert done["finished"] and _deploys(tmp_path) == {1: 1, 2: 1, 3: 1}
+    _, done = in_child(_life, tmp_path, KillPlan(None), 3, "abandon")
+    assert done["finished"] and tool_runs(tmp_path) == {1: 1, 2: 1, 3: 1}
     shape = _check_history(tmp_path)
     assert shape["contents"] == ["deployed:1", ABANDONED_CONTENT, "deployed:3"]
     assert _loads(tmp_path)[2] == []
 
 
 def test_random_kills(tmp_path: Path) -> None:
-    rng = random.Random(int(os.environ.get("JOURNAL_CRASH_SEED", "0")) + 31)
-    loops = 3
-    for r in range(ROUNDS):
-        tmp = tmp_path / f"r{r}"
-        tmp.mkdir()
-        point, at = rng.choice(POINTS), rng.randint(1, loops)
-        killed, out = in_child(_life, tmp, Plan(point, at), loops)
-        reruns: dict[int, int] = {}
-        given: Any = None
-        for _ in range(loops * 3):  # bounded: at most one unknown call per kill
-            _, out = in_child(_life, tmp, Plan(None), loops, given)
-            if not out["asked"]:
-                break
-            (u,) = out["asked"]
-            n = u["args"]["n"]
-            assert killed and u["tool"] == "deploy", (r, point, at, out)
-            assert _loads(tmp)[2] == [[u["callId"], u["args"]]]
-            answer = rng.choice(["happened", "run_again", "abandon"])
-            reruns[n] = reruns.get(n, 0) + (answer == "run_again")
-            given = {"answer": "happened", "result": f"deployed:{n}"} if answer == "happened" else answer
-        assert out["finished"] and out["text"][-1] == f"finished:{loops}", (r, point, at, out)
-        for n, count in _deploys(tmp).items():
-            assert count <= 1 + reruns.get(n, 0), (r, point, at, n, count, reruns)
-        _check_history(tmp)
+    random_kill_rounds(tmp_path, GuardedApp(
+        units=LOOPS_RANDOM,
+        start=lambda tmp, plan: in_child(_life, tmp, plan, LOOPS_RANDOM),
+        # A later life answers the conversation's deferred calls with ``given``, else runs on.
+        resume=lambda tmp, given: in_child(_life, tmp, KillPlan(None), LOOPS_RANDOM, given)[1],
+        asks=lambda out: out.get("asked", []),
+        finished=lambda out: bool(out.get("finished")) and out["text"][-1] == f"finished:{LOOPS_RANDOM}",
+        unit_of=lambda ask: ask["args"]["n"],
+        result_of=lambda n: f"deployed:{n}",
+        journal_unknown=lambda tmp, out: _loads(tmp)[2],
+        check_history=_check_history,
+    ), seed_offset=31, steps_max=LOOPS_RANDOM * 3)
 
 
 def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
     """The failure the guard exists for (issue 30): the model calls the tool again, and it runs again."""
-    def life(plan: Plan) -> dict[str, Any]:
+    def life(plan: KillPlan) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = JournalConversationStore(tmp_path / "conv")
             try:
-                agent = build(None, tmp_path / "side.log", plan, 1)
+                agent = build(None, tmp_path, plan, 1)
                 conv = await store.load(CID) or Conversation(conversation_id=CID)
                 result = await agent.run("deploy please", conversation=conv)
                 await store.save(result)
@@ -350,18 +246,18 @@ def test_without_the_guard_a_killed_tool_runs_twice(tmp_path: Path) -> None:
                 await store.close()
         return asyncio.run(go())
 
-    killed, _ = in_child(life, Plan("mid_tool"))
+    killed, _ = in_child(life, KillPlan("mid_tool"))
     assert killed
-    _, out = in_child(life, Plan(None))
-    assert out["finished"] and _deploys(tmp_path) == {1: 2}
+    _, out = in_child(life, KillPlan(None))
+    assert out["finished"] and tool_runs(tmp_path) == {1: 2}
 
 
 async def _saved_midway_then_killed(tmp: Path, point: str = "mid_tool") -> dict[str, Any]:
     """An app that saves the conversation once the model's call is in it, killed at ``point``."""
     store = JournalConversationStore(tmp / "conv")
-    plan = Plan(point)
-    guard = ToolGuard(cast(Store, _HookedStore(guard_store(store), plan)))
-    agent = build(guard, tmp / "side.log", plan, 1)
+    plan = KillPlan(point)
+    guard = ToolGuard(kill_hooks(guard_store(store), plan))
+    agent = build(guard, tmp, plan, 1)
     conv = Conversation(conversation_id=CID)
     saved = False
     async with agent.iter("deploy please", conversation=conv) as run:
@@ -376,13 +272,13 @@ def test_a_stored_history_ending_in_the_call_resumes_through_the_guard(tmp_path:
     """An app that saved midway (the history ends in the model's call): resumed without a prompt,
     Pydantic AI executes that call under its own tool_call_id, and the guard asks about it."""
     killed, _ = in_child(lambda: asyncio.run(_saved_midway_then_killed(tmp_path)))
-    assert killed and _deploys(tmp_path) == {1: 1}
+    assert killed and tool_runs(tmp_path) == {1: 1}
 
     async def resume(given: Any) -> dict[str, Any]:
         store = JournalConversationStore(tmp_path / "conv")
         guard = guard_for(store)
         try:
-            agent = build(guard, tmp_path / "side.log", Plan(None), 1)
+            agent = build(guard, tmp_path, KillPlan(None), 1)
             conv = await store.load(CID)
             assert conv is not None and isinstance(conv.messages[-1], ModelResponse)
             if given is None:
@@ -404,20 +300,14 @@ def test_a_stored_history_ending_in_the_call_resumes_through_the_guard(tmp_path:
     assert asked["codes"] == ["TOOL_OUTCOME_UNKNOWN"] and asked["gate"] == "paused"
     _, done = in_child(lambda: asyncio.run(resume("abandon")))  # ToolDenied(): abandon
     assert done["finished"] and done["codes"] == [] and done["gate"] == "continue"
-    assert _deploys(tmp_path) == {1: 1}
+    assert tool_runs(tmp_path) == {1: 1}
     shape = _check_history(tmp_path)
     assert shape["contents"] == [ABANDONED_CONTENT]  # ToolDenied's default words replaced: unknown, not denied
 
 
 def test_the_example_runs(tmp_path: Path) -> None:
     """examples/pydantic_ai_crash_safe_tool.py, as the docs show it: killed, asked, answered, finished."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "pydantic_ai_crash_safe_tool.py"
-    out = subprocess.run([sys.executable, str(example), "demo", str(tmp_path)], capture_output=True, text=True,
-                         check=True, timeout=300).stdout
-    assert "run: the process was killed inside deploy" in out
-    assert "resume: deploy(" in out and "run_again: run it again" in out
-    assert "answer happened: finished=True" in out
-    assert "deployed.log has 1 line(s)" in out
+    run_example_demo("pydantic_ai_crash_safe_tool.py", tmp_path)
 
 
 def test_a_read_only_or_idempotent_tool_is_not_synced_and_runs_again(tmp_path: Path) -> None:
@@ -440,9 +330,9 @@ def test_a_read_only_or_idempotent_tool_is_not_synced_and_runs_again(tmp_path: P
 
             def tool(name: str) -> Callable[[int], str]:
                 def run(q: int) -> str:
-                    _line(tmp_path / "side.log", f"{name}:{q}")
+                    append_line(side_file(tmp_path), f"{name}:{q}")
                     if crash and name == "status":
-                        _die()
+                        kill_this_process()
                     return name
                 run.__name__ = name
                 return run
@@ -462,7 +352,7 @@ def test_a_read_only_or_idempotent_tool_is_not_synced_and_runs_again(tmp_path: P
     _, out = in_child(lambda: asyncio.run(go(False)))
     assert out["finished"] and out["asked"] == []
     assert [e["type"] for e in out["history"]] == ["session.started"]  # no intent was synced for any of them
-    assert (tmp_path / "side.log").read_text().splitlines() == ["lookup:1", "ping:1", "status:1"] * 2
+    assert side_file(tmp_path).read_text().splitlines() == ["lookup:1", "ping:1", "status:1"] * 2
 
 
 # PostgreSQL: a killed writer's lock goes with its connection. (On JetStream a killed writer's
@@ -477,12 +367,12 @@ def test_on_a_server_store_the_guard_journals_live_on_the_same_server(tmp_path: 
     """A JournalConversationStore on PostgreSQL or JetStream: guard_for puts the guard's journals on
     the same server (its URL without journal=), and a tool killed mid-call is asked about there."""
     target = server.target()
-    killed, _ = in_child(_life, tmp_path, Plan("mid_tool"), 1, None, target)
-    assert killed and _deploys(tmp_path) == {1: 1}
-    _, resumed = in_child(_life, tmp_path, Plan(None), 1, None, target)
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool"), 1, None, target)
+    assert killed and tool_runs(tmp_path) == {1: 1}
+    _, resumed = in_child(_life, tmp_path, KillPlan(None), 1, None, target)
     assert [u["args"] for u in resumed["asked"]] == [{"n": 1}]
-    _, done = in_child(_life, tmp_path, Plan(None), 1, {"answer": "happened", "result": "deployed:1"}, target)
-    assert done["finished"] and _deploys(tmp_path) == {1: 1}
+    _, done = in_child(_life, tmp_path, KillPlan(None), 1, {"answer": "happened", "result": "deployed:1"}, target)
+    assert done["finished"] and tool_runs(tmp_path) == {1: 1}
     assert not (tmp_path / "conv").exists() and not (tmp_path / "conv.tool-guards").exists()
     store = journal.store(server.store_location())
     try:
@@ -550,7 +440,7 @@ def test_a_second_call_with_the_same_arguments_is_another_call(tmp_path: Path) -
 
             @agent.tool_plain
             def deploy(n: int) -> str:
-                _line(tmp_path / "side.log", f"deploy:{n}:{os.getpid()}")
+                deploy_side_effect(tmp_path, KillPlan(None), n, guarded=True)
                 return f"deployed:{n}"
 
             result = await agent.run("go", conversation=Conversation(conversation_id=CID))
@@ -561,7 +451,7 @@ def test_a_second_call_with_the_same_arguments_is_another_call(tmp_path: Path) -
             await store.close()
 
     out = asyncio.run(go())
-    assert out["finished"] and _deploys(tmp_path) == {1: 2} and len(out["results"]) == 2
+    assert out["finished"] and tool_runs(tmp_path) == {1: 2} and len(out["results"]) == 2
 
 
 @pytest.mark.parametrize("point", ["mid_tool", "after_result"])
@@ -570,7 +460,7 @@ def test_close_open_calls_persists_a_deterministic_closer(tmp_path: Path, point:
     the open call a return (the recorded result, or the unknown-outcome closer, answering the
     guard "abandon"); saved, it loads the same every time, and the next prompt runs."""
     killed, _ = in_child(lambda: asyncio.run(_saved_midway_then_killed(tmp_path, point)))
-    assert killed and _deploys(tmp_path) == {1: 1}
+    assert killed and tool_runs(tmp_path) == {1: 1}
 
     async def close() -> dict[str, Any]:
         store = JournalConversationStore(tmp_path / "conv")
@@ -600,7 +490,7 @@ def test_close_open_calls_persists_a_deterministic_closer(tmp_path: Path, point:
         guard = guard_for(store)
         try:
             conv = await store.load(CID)
-            agent = build(guard, tmp_path / "side.log", Plan(None), 1)
+            agent = build(guard, tmp_path, KillPlan(None), 1)
             result = await agent.run("and now?", conversation=conv)  # refused over an open call
             await store.save(result)
             return _summary(result.conversation)
@@ -609,4 +499,4 @@ def test_close_open_calls_persists_a_deterministic_closer(tmp_path: Path, point:
             await store.close()
 
     _, done = in_child(lambda: asyncio.run(next_prompt()))
-    assert done["finished"] and _deploys(tmp_path) == {1: 1}
+    assert done["finished"] and tool_runs(tmp_path) == {1: 1}
