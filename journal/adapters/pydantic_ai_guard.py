@@ -21,6 +21,9 @@ the same tool with the same arguments at the same place of the conversation:
   "run it again", ``ToolDenied`` (or ``False``) "abandon it", and a ``calls`` entry holding a
   result "it happened, here is its result"; ``answers(requests, {...})`` builds them from the
   guard's own words. The answer is persisted before the run acts on it: asked once, answered once.
+  An approval answers only the question about the attempt it was asked for (``attemptId`` in the
+  question's metadata, handed back by ``answers``; none: the first attempt), so stored results
+  applied again after the re-run they allowed died too run nothing: the call is asked again.
 
 Keys. The scope is the run's conversation id (``ctx.conversation_id``: pass ``conversation=`` or
 ``conversation_id=``; without one, each run mints a new id and a crash cannot be recognised).
@@ -113,6 +116,7 @@ ABANDONED_CONTENT: Final = (
 CLOSER_METADATA_KEY: Final = "journal_closer"  # on a return close_open_calls wrote: "recorded" | "outcome_unknown"
 DENIED_DEFAULT: Final = ToolDenied().message  # what ToolDenied() says when the app gave no message
 _KEY_PREFIX: Final = "pai"
+ATTEMPT_KEY: Final = "attemptId"  # in a question's metadata and its answer's: the attempt it is about
 
 
 class NoConversationIdError(ToolGuardError):
@@ -244,14 +248,17 @@ class GuardedToolset(WrapperToolset[Any]):
         scope = await _scope(self.guard, ctx.conversation_id)
         d = await asyncio.to_thread(scope.before, call_id, name, args, side_effect=side_effect,
                                     idempotency=idempotency)
-        if d.verdict is Verdict.UNKNOWN and ctx.tool_call_approved:
-            # ToolApproved for a call asked about: "run it again", persisted before it runs.
+        if d.verdict is Verdict.UNKNOWN and d.unknown is not None and ctx.tool_call_approved and \
+                approves_attempt(ctx.tool_call_metadata, call_id, d.unknown.attempt_id):
+            # ToolApproved for the question about this attempt: "run it again", persisted before it runs.
+            # An approval of an earlier attempt (an app re-applying stored results after the re-run it
+            # let run died too) is no answer: the call is asked again, naming its new attempt.
             await asyncio.to_thread(scope.answer, call_id, RUN_AGAIN)
             d = await asyncio.to_thread(scope.before, call_id, name, args, side_effect=side_effect,
                                         idempotency=idempotency)
         if d.verdict is Verdict.UNKNOWN and d.unknown is not None:
-            raise ApprovalRequired(metadata={**d.unknown.to_payload(), "toolCallId": ctx.tool_call_id,
-                                             "conversationId": ctx.conversation_id})
+            raise ApprovalRequired(metadata={**d.unknown.to_payload(), ATTEMPT_KEY: d.unknown.attempt_id,
+                                             "toolCallId": ctx.tool_call_id, "conversationId": ctx.conversation_id})
         if d.verdict is Verdict.DONE:
             return d.result
         if d.verdict is Verdict.ABANDONED:
@@ -285,9 +292,10 @@ class CrashSafeTools(AbstractCapability[Any]):
         if not results or not isinstance(response, ModelResponse) or not ctx.conversation_id:
             return node
         scope = await _scope(self.guard, ctx.conversation_id)
-        unknown = {u.call_id for u in await asyncio.to_thread(scope.unknown)}
+        unknown = {u.call_id: u.attempt_id for u in await asyncio.to_thread(scope.unknown)}
         if not unknown:
             return node
+        metadata = getattr(node, "tool_call_metadata", None) or {}
         changed = dict(results)
         for part in response.tool_calls:
             given = results.get(part.tool_call_id)
@@ -297,12 +305,26 @@ class CrashSafeTools(AbstractCapability[Any]):
             answer = _answer_of(given)
             if answer is None:
                 continue  # a retry or a failure for the model: not an answer; asked again if issued again
+            if answer.answer == ANSWER_RUN_AGAIN and not approves_attempt(metadata.get(part.tool_call_id), found[0],
+                                                                          unknown[found[0]]):
+                continue  # approved an earlier attempt: not an answer; the toolset asks about this one
             await asyncio.to_thread(scope.answer, found[0], answer)
             if answer.answer == ANSWER_ABANDON and isinstance(given, ToolDenied) and given.message == DENIED_DEFAULT:
                 changed[part.tool_call_id] = ToolDenied(ABANDONED_CONTENT)
         if changed != results:
             node.tool_call_results = changed
         return node
+
+
+def approves_attempt(metadata: Any, call_id: str, attempt_id: str) -> bool:
+    """Whether an approval whose ``DeferredToolResults.metadata`` entry is ``metadata`` answers the
+    question about attempt ``attempt_id`` of call ``call_id``: the question names its attempt
+    (``ATTEMPT_KEY`` in the request's metadata, which ``answers`` hands back); an approval naming
+    none (a bare ``True`` or ``ToolApproved()``) is taken for the call's first attempt only, so an
+    approval stored and applied again after the re-run it allowed died too never runs the tool a
+    third time."""
+    named = metadata.get(ATTEMPT_KEY) if isinstance(metadata, Mapping) else None
+    return named == attempt_id if named is not None else attempt_id == call_id
 
 
 def _answer_of(given: Any) -> Answer | None:
@@ -328,6 +350,9 @@ def answers(requests: DeferredToolRequests,
             raise ValueError(f"{tool_call_id!r} is not a call these requests ask to approve: answer one of "
                              f"{sorted(asked)}")
         a = Answer.parse(value)
+        attempt = (requests.metadata.get(tool_call_id) or {}).get(ATTEMPT_KEY)
+        if attempt is not None:  # the answer names the attempt it was asked about (see approves_attempt)
+            out.metadata[tool_call_id] = {ATTEMPT_KEY: attempt}
         if a.answer == ANSWER_HAPPENED:
             out.calls[tool_call_id] = a.result
         elif a.answer == ANSWER_RUN_AGAIN:
@@ -397,6 +422,7 @@ def conversation_gate(guard: ToolGuard, conversation_id: str) -> GateDecision:
 
 
 __all__ = [
-    "ABANDONED_CONTENT", "CLOSER_METADATA_KEY", "CrashSafeTools", "GuardedToolset", "NoConversationIdError",
-    "answers", "call_key", "close_open_calls", "conversation_gate", "guard_for", "guard_store",
+    "ABANDONED_CONTENT", "ATTEMPT_KEY", "CLOSER_METADATA_KEY", "CrashSafeTools", "GuardedToolset",
+    "NoConversationIdError",
+    "answers", "approves_attempt", "call_key", "close_open_calls", "conversation_gate", "guard_for", "guard_store",
 ]

@@ -1,0 +1,154 @@
+"""Review fixes of the crash-safe tool guards (docs/ADAPTERS.md, "Crash-safe tools"): an answer
+counts only for the attempt it was asked about (Pydantic AI), a cancelled ADK tool leaves no entry
+behind in the plugin, and a call id reused for another call is refused (ADK, Agents SDK) rather
+than handed the other call's recorded result.
+
+Each framework runs with a scripted model. A life that must die runs in a forked child and kills
+itself with SIGKILL inside the tool's body, right after the tool's effect (one line appended to a
+side file outside every journal): the call then has a durable intent and no result. Self-contained
+on purpose (the framework suites' shared harness is being reworked); no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SIDE_FILE = "side.log"  # one line per run of the tool, outside every journal
+RESULTS_FILE = "stored-results.json"  # the app's stored DeferredToolResults, applied again after a crash
+CHILD_READ_BYTES = 65536  # one read of a child's answer from its pipe
+
+
+def _in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
+    """Run ``fn(*args)`` in a forked child: (killed by SIGKILL, what it returned through JSON, ``{}``
+    if killed). An exception in the child fails the test here, with its repr."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(r)
+            try:
+                payload = json.dumps(fn(*args))
+            except BaseException as exc:
+                payload = json.dumps({"error": repr(exc)})
+            os.write(w, payload.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, CHILD_READ_BYTES):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    out: dict[str, Any] = json.loads(b"".join(chunks)) if chunks else {}
+    assert "error" not in out, out["error"]
+    return killed, out
+
+
+def _ran(tmp: Path, unit: object, die: bool) -> None:
+    """The tool's effect (a line in the side file; O_APPEND, kept by the page cache through a
+    SIGKILL, as a real effect stays done), then, if ``die``, the process dies mid-tool."""
+    fd = os.open(tmp / SIDE_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"deploy:{unit}\n".encode())
+    finally:
+        os.close(fd)
+    if die:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _runs(tmp: Path) -> int:
+    path = tmp / SIDE_FILE
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+# --- Pydantic AI: an approval is bound to the attempt it was asked about -------------------------
+
+PAI_CID = "conv-1"
+
+
+async def _pai_life(tmp: Path, die: bool, step: str) -> dict[str, Any]:
+    """One life of a Pydantic AI app (a scripted model calls ``deploy(n=1)`` until the conversation
+    holds its return). ``step``: "go" (send the request, or resume it), "answer" (answer run_again,
+    storing those results before the run acts on them, as an app that keeps its answers does),
+    "reapply" (run with the results an earlier "answer" stored)."""
+    from pydantic import TypeAdapter
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from journal.adapters.pydantic_ai import JournalConversationStore
+    from journal.adapters.pydantic_ai_guard import CrashSafeTools, answers, guard_for
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+            return ModelResponse(parts=[TextPart("finished")])
+        return ModelResponse(parts=[ToolCallPart("deploy", {"n": 1})])
+
+    store = JournalConversationStore(tmp / "conv")
+    guard = guard_for(store)
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests],
+                                    capabilities=[CrashSafeTools(guard)])
+
+    @agent.tool_plain
+    def deploy(n: int) -> str:
+        _ran(tmp, n, die)
+        return f"deployed:{n}"
+
+    kept = tmp / RESULTS_FILE
+    adapter: TypeAdapter[DeferredToolResults] = TypeAdapter(DeferredToolResults)
+    try:
+        conv = await store.load(PAI_CID)
+        if step == "go":
+            result = await agent.run("deploy please", conversation=conv or Conversation(conversation_id=PAI_CID))
+        else:
+            assert conv is not None and conv.deferred_tool_requests is not None
+            if step == "answer":
+                asked = conv.deferred_tool_requests
+                results = answers(asked, {c.tool_call_id: "run_again" for c in asked.approvals})
+                kept.write_bytes(adapter.dump_json(results))
+            else:
+                results = adapter.validate_json(kept.read_bytes())
+            result = await agent.run(conversation=conv, deferred_tool_results=results)
+        await store.save(result)
+        req = result.conversation.deferred_tool_requests
+        return {"asked": [req.metadata.get(c.tool_call_id) or {} for c in req.approvals] if req else [],
+                "output": result.output if isinstance(result.output, str) else None}
+    finally:
+        guard.close()
+        await store.close()
+
+
+def _pai(tmp: Path, die: bool, step: str) -> dict[str, Any]:
+    return asyncio.run(_pai_life(tmp, die, step))
+
+
+def test_pydantic_ai_a_stored_approval_applied_again_after_the_rerun_died_asks_again(tmp_path: Path) -> None:
+    """The call dies mid-tool, is asked about and approved (run_again); the re-run dies mid-tool too.
+    The app applies its stored DeferredToolResults again: that approval answered the question about
+    the first attempt, and taken for the second one's it ran the tool a third time with nobody asked.
+    Now nothing runs and the call is asked about again, naming its new attempt."""
+    pytest.importorskip("pydantic_ai")
+    killed, _ = _in_child(_pai, tmp_path, True, "go")
+    assert killed and _runs(tmp_path) == 1
+    _, asked = _in_child(_pai, tmp_path, False, "go")
+    (first,) = asked["asked"]
+    killed, _ = _in_child(_pai, tmp_path, True, "answer")
+    assert killed and _runs(tmp_path) == 2  # the approved re-run ran, and died
+    _, again = _in_child(_pai, tmp_path, False, "reapply")
+    assert _runs(tmp_path) == 2, again  # the stale approval ran nothing
+    (second,) = again["asked"]
+    # Each question names the attempt it is about: the first attempt's id is the call's own.
+    assert first["attemptId"] == first["callId"] == second["callId"] != second["attemptId"], again
+    # The answer to the new question (it names the new attempt) is taken: the tool runs once more.
+    _, done = _in_child(_pai, tmp_path, False, "answer")
+    assert done == {"asked": [], "output": "finished"} and _runs(tmp_path) == 3, done
