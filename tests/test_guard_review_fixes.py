@@ -152,3 +152,138 @@ def test_pydantic_ai_a_stored_approval_applied_again_after_the_rerun_died_asks_a
     # The answer to the new question (it names the new attempt) is taken: the tool runs once more.
     _, done = _in_child(_pai, tmp_path, False, "answer")
     assert done == {"asked": [], "output": "finished"} and _runs(tmp_path) == 3, done
+
+
+# --- Google ADK: cancelled calls leave no entry; a reused function-call id is refused -------------
+
+ADK_APP, ADK_USER, ADK_SID = "app", "u", "s"
+CANCELS = 3  # cancellations per place a call is cancelled at
+
+
+def _adk_runner(tmp: Path, calls: list[tuple[str | None, int]], tool: Callable[..., Any],
+                before_tool: Callable[..., Any] | None = None) -> tuple[Any, Any, Any]:
+    """An ADK runner whose scripted model, at each user message, calls ``deploy`` with the next
+    (function-call id, n) of ``calls`` (id None: ADK assigns one), then says "finished" once the
+    call has its response. Returns (runner, plugin, guard)."""
+    from collections.abc import AsyncGenerator
+
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    from journal.adapters.adk import JournalSessionService
+    from journal.adapters.adk_guard import GuardPlugin, guard_for
+
+    class Scripted(BaseLlm):
+        model: str = "scripted"
+
+        async def generate_content_async(self, llm_request: LlmRequest,
+                                         stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+            last = llm_request.contents[-1].parts or [] if llm_request.contents else []
+            if any(p.function_response is not None for p in last):
+                yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="finished")]))
+                return
+            call_id, n = calls.pop(0)
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(
+                function_call=types.FunctionCall(id=call_id, name="deploy", args={"n": n}))]))
+
+    service = JournalSessionService(str(tmp / "sessions"))
+    guard = guard_for(service)
+    plugin = GuardPlugin(guard)
+    agent = LlmAgent(name="ops", model=Scripted(), tools=[tool], before_tool_callback=before_tool)
+    return Runner(app=App(name=ADK_APP, root_agent=agent, plugins=[plugin]), session_service=service), plugin, guard
+
+
+async def _adk_send(runner: Any, text: str) -> list[str]:
+    from google.genai import types
+
+    out: list[str] = []
+    async for ev in runner.run_async(user_id=ADK_USER, session_id=ADK_SID,
+                                     new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+        out += [p.text for p in (ev.content.parts or []) if p.text] if ev.content else []
+    return out
+
+
+@pytest.mark.parametrize("where", ["tool", "agent_callback"])
+def test_adk_a_cancelled_call_leaves_no_entry_in_the_plugin(tmp_path: Path, where: str) -> None:
+    """A call cancelled in the tool's body, or in the agent's own before_tool_callback (after the
+    plugin let it run; ADK tells no plugin callback of that one), CANCELS times: the plugin's map of
+    running calls does not grow (it grew by one per cancellation in the callback, and each kept call
+    looked running to seal(), so it was never closed in this process), and nothing is recorded as
+    the calls' result (a cancelled call stays started: unknown to a new process)."""
+    pytest.importorskip("google.adk")
+    import gc
+
+    from journal.adapters.adk_guard import scope_id
+
+    async def go() -> tuple[list[int], list[str]]:
+        started = asyncio.Event()
+        never = asyncio.Event()  # never set: the call waits until it is cancelled
+
+        async def deploy(n: int) -> dict[str, Any]:
+            """Deploys release n."""
+            started.set()
+            await never.wait()
+            return {"deployed": n}
+
+        async def before_tool(tool: Any, args: Any, tool_context: Any) -> None:
+            if where == "agent_callback":
+                started.set()
+                await never.wait()
+
+        runner, plugin, guard = _adk_runner(tmp_path, [(None, i) for i in range(CANCELS)], deploy, before_tool)
+        try:
+            await runner.session_service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SID)
+            sizes: list[int] = []
+            for _ in range(CANCELS):
+                started.clear()
+                task = asyncio.create_task(_adk_send(runner, "go"))
+                await started.wait()
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                gc.collect()  # the run's objects hold one another: what they free, the collector frees
+                sizes.append(len(plugin._running))
+            types = [e["type"] for e in guard.scope(scope_id(ADK_APP, ADK_USER, ADK_SID)).history()]
+            return sizes, types
+        finally:
+            guard.close()
+            await runner.session_service.close()
+
+    sizes, types = asyncio.run(go())
+    assert sizes == [0] * CANCELS, sizes
+    assert types.count("tool.started") == CANCELS and "tool.result" not in types, types
+
+
+def test_adk_a_reused_function_call_id_is_refused_not_given_another_calls_result(tmp_path: Path) -> None:
+    """The model gives its calls ids itself, and reuses one: deploy(n=1) as "fc-1" ran and returned;
+    a later deploy(n=2) as "fc-1" got n=1's recorded result and never ran. Now it is refused with
+    CallIdReusedError (it does not run either, and no recorded result is passed off as its own)."""
+    pytest.importorskip("google.adk")
+    from journal.adapters.adk_guard import CallIdReusedError
+
+    async def go() -> list[str]:
+        def deploy(n: int) -> dict[str, Any]:
+            """Deploys release n."""
+            _ran(tmp_path, n, False)
+            return {"deployed": n}
+
+        runner, _, guard = _adk_runner(tmp_path, [("fc-1", 1), ("fc-1", 2), ("fc-3", 1)], deploy)
+        try:
+            await runner.session_service.create_session(app_name=ADK_APP, user_id=ADK_USER, session_id=ADK_SID)
+            assert await _adk_send(runner, "go") == ["finished"]
+            with pytest.raises(Exception) as refused:  # ADK wraps a plugin's error in a RuntimeError
+                await _adk_send(runner, "again")
+            cause = refused.value if isinstance(refused.value, CallIdReusedError) else refused.value.__cause__
+            assert isinstance(cause, CallIdReusedError) and "fc-1" in str(cause), repr(refused.value)
+            assert await _adk_send(runner, "once more") == ["finished"]  # a fresh id runs as usual
+            return (tmp_path / SIDE_FILE).read_text().splitlines()
+        finally:
+            guard.close()
+            await runner.session_service.close()
+
+    assert asyncio.run(go()) == ["deploy:1", "deploy:1"]

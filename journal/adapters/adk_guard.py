@@ -54,7 +54,9 @@ never re-run) or from closing orphans.
 
 Keys. The scope is the session (app name, user id, session id); the call id is the model's
 function-call id, which is stored with the call before the tool runs and so survives the crash
-(an id over the guard's length limit, or holding its attempt separator, is hashed).
+(an id over the guard's length limit, or holding its attempt separator, is hashed). An id that
+comes again with another tool or other arguments (a model or provider reusing ids) is refused with
+``CallIdReusedError``: the call neither runs nor gets the earlier call's recorded result.
 
 Which tools are guarded: all, as ``external-write`` and ``unsafe``, unless declared otherwise
 with ``side_effects={"lookup": "read"}`` (the session layer's sideEffect vocabulary: none, read
@@ -69,6 +71,7 @@ import asyncio
 import hashlib
 import json
 import uuid
+import weakref
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
@@ -104,8 +107,10 @@ from journal.session.toolguard import (
     BadAnswerError,
     GuardScope,
     ToolGuard,
+    ToolGuardError,
     UnknownCall,
     Verdict,
+    _canonical,
 )
 
 PLUGIN_NAME: Final = "journal_tool_guard"
@@ -117,6 +122,29 @@ STATUS_INTERRUPTED: Final = "interrupted"
 _ADK_WAITS_ON: Final = frozenset({REQUEST_CONFIRMATION_FUNCTION_CALL_NAME, "adk_request_credential",
                                   "adk_request_input"})
 _CONFIRMATION_IDS: Final = uuid.UUID("6b1f3c1e-5a0b-4f43-9d0e-6a7c2b8e5d10")  # namespace of uuid5 ids
+
+
+class CallIdReusedError(ToolGuardError):
+    """A function-call id the guard holds for one call came again with another tool or other arguments."""
+
+    def __init__(self, function_call_id: str, recorded_tool: str | None, tool: str) -> None:
+        super().__init__(
+            f"function call id {function_call_id} is already the id of another call in this session "
+            f"({recorded_tool} with other arguments); this call ({tool}) was not run and is not given that call's "
+            "recorded result. The model or provider reuses function-call ids: have it give each call a unique id, "
+            "or leave FunctionCall.id empty so that ADK assigns one")
+
+
+def _refuse_reuse(scope: GuardScope, call_id: str, function_call_id: str, tool: str, args: Any) -> None:
+    """Raise CallIdReusedError when ``call_id`` is recorded for another tool or other arguments. The
+    core keys a call by its id alone (LangGraph relies on that), so without this a reused id got
+    the earlier call's recorded result, or its unknown outcome's question, and never ran."""
+    recorded = scope.state.tools.get(call_id)  # a call's first attempt has the call's own id
+    if recorded is None:
+        return
+    stored = scope._digest_of(call_id) or _canonical(recorded.args)[1]  # its intent's digest (args may be cut)
+    if recorded.tool != tool or stored != _canonical(args)[1]:
+        raise CallIdReusedError(function_call_id, recorded.tool, tool)
 
 
 def guard_for(service: BaseSessionService, **options: Any) -> ToolGuard:
@@ -218,8 +246,12 @@ class GuardPlugin(BasePlugin):
         self.side_effects = dict(side_effects or {})
         self.idempotent = frozenset(idempotent)
         self.pause_while_unknown = pause_while_unknown
-        # id(tool_context) -> (the context, kept so its id is not reused, its scope, its call id)
-        self._running: dict[int, tuple[ToolContext, GuardScope, str]] = {}
+        # The calls let run, by their tool context: (its scope, its call id). Weakly keyed, so an
+        # entry goes with its context: ADK tells no callback of a call cancelled before the tool ran
+        # (say in an agent's own before_tool_callback), and a kept entry would grow the map per
+        # cancellation and make seal() take that call for running (never closed) in this process.
+        # No result is recorded for it: a cancelled call stays started, so a new process asks.
+        self._running: weakref.WeakKeyDictionary[ToolContext, tuple[GuardScope, str]] = weakref.WeakKeyDictionary()
 
     # --- declarations -----------------------------------------------------------------------
 
@@ -249,6 +281,7 @@ class GuardPlugin(BasePlugin):
         scope = await asyncio.to_thread(self._scope, tool_context.session)
         call_id = guard_call_id(tool_context.function_call_id)
         side_effect, idempotency = self.declared(tool.name)
+        await asyncio.to_thread(_refuse_reuse, scope, call_id, tool_context.function_call_id, tool.name, tool_args)
         d = await asyncio.to_thread(scope.before, call_id, tool.name, tool_args, side_effect=side_effect,
                                     idempotency=idempotency)
         if d.verdict is Verdict.UNKNOWN and d.unknown is not None:
@@ -274,25 +307,25 @@ class GuardPlugin(BasePlugin):
         if not d.run:  # still unknown (an answer that did not take): never run on a guess
             return _unknown_response(d.unknown) if d.unknown is not None else {
                 "error": f"{tool.name} was not run: the guard gave {d.verdict.value}", "status": d.verdict.value}
-        self._running[id(tool_context)] = (tool_context, scope, call_id)
+        self._running[tool_context] = (scope, call_id)
         return None
 
     @override
     async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                   result: dict[str, Any]) -> dict[str, Any] | None:
-        entry = self._running.pop(id(tool_context), None)
+        entry = self._running.pop(tool_context, None)
         if entry is not None:
-            _, scope, call_id = entry
+            scope, call_id = entry
             await asyncio.to_thread(scope.after, call_id, result)
         return None
 
     @override
     async def on_tool_error_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                      error: Exception) -> dict[str, Any] | None:
-        entry = self._running.pop(id(tool_context), None)
+        entry = self._running.pop(tool_context, None)
         if entry is not None and not isinstance(error, asyncio.CancelledError):
             # A cancelled tool may have done anything: it stays started, so a new process asks.
-            _, scope, call_id = entry
+            scope, call_id = entry
             await asyncio.to_thread(scope.after, call_id, error=error)
         return None
 
@@ -323,7 +356,7 @@ class GuardPlugin(BasePlugin):
         """Close every orphaned function call of the session and ask about every unknown call that
         waits for no question (written once; see the module doc); the events appended, in order."""
         session = invocation_context.session
-        running = {ctx.function_call_id for ctx, _, _ in self._running.values()}
+        running = {ctx.function_call_id for ctx in list(self._running)}
         view = _SessionView(session, running)
         if not view.orphans and not view.guard_asked and not any(self.guards(str(fc.name))
                                                                  for _, fc in view.calls.values()):
@@ -504,6 +537,7 @@ def _confirmation_request(call_event: Event, fc: types.FunctionCall, u: UnknownC
 
 
 __all__ = [
-    "METADATA_KEY", "PLUGIN_NAME", "BadAnswerError", "GuardPlugin", "answer_message", "guard_call_id", "guard_for",
+    "METADATA_KEY", "PLUGIN_NAME", "BadAnswerError", "CallIdReusedError", "GuardPlugin", "answer_message",
+    "guard_call_id", "guard_for",
     "parse_answer", "pending_unknown", "scope_id", "session_gate",
 ]
