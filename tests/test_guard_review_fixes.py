@@ -287,3 +287,54 @@ def test_adk_a_reused_function_call_id_is_refused_not_given_another_calls_result
             await runner.session_service.close()
 
     assert asyncio.run(go()) == ["deploy:1", "deploy:1"]
+
+
+# --- OpenAI Agents SDK: a reused call id is refused ----------------------------------------------
+
+def test_openai_agents_a_reused_call_id_is_refused_not_given_another_calls_output(tmp_path: Path) -> None:
+    """A provider that reuses call ids (ids like "call_0" in every response): deploy(v1) as "call_0"
+    ran and returned; a later turn's deploy(v2), also "call_0", got v1's recorded output ("deployed v1")
+    and never ran. Now it is refused with CallIdReusedError; a call under a fresh id runs as usual."""
+    pytest.importorskip("agents")
+    from agents import Agent, RunConfig, Runner, function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+    from agents.testing import function_call as model_call
+
+    from journal.adapters.openai_agents import JournalSession
+    from journal.adapters.openai_agents_guard import CallIdReusedError, guard_for, guarded_tool
+
+    def deploy(version: str) -> str:
+        """Deploy a version."""
+        _ran(tmp_path, version, False)
+        return f"deployed {version}"
+
+    steps = [[model_call("deploy", {"version": "v1"}, call_id="call_0")], [assistant_message("done")],
+             [model_call("deploy", {"version": "v2"}, call_id="call_0")],  # the run ends refused: no reply
+             [model_call("deploy", {"version": "v3"}, call_id="call_1")], [assistant_message("done")]]
+
+    def _replies(out: list[Any]) -> Callable[[Any], list[Any]]:
+        return lambda _call: out
+
+    async def go() -> list[str]:
+        session = await JournalSession.open("ops-1", tmp_path / "sessions")
+        guard = guard_for(session)
+        try:
+            model = ScriptedModel([ModelStep.respond(_replies(out)) for out in steps])
+            agent: Agent[Any] = Agent(name="ops", instructions="deploy", model=model,
+                                      tools=[guarded_tool(guard, function_tool(deploy))])
+            config = RunConfig(tracing_disabled=True)
+            assert (await Runner.run(agent, "deploy v1", session=session, run_config=config)).final_output == "done"
+            try:
+                out = await Runner.run(agent, "deploy v2", session=session, run_config=config)
+                refused: BaseException | None = None
+            except Exception as exc:  # the SDK may wrap what a tool raised
+                refused, out = exc, None
+            chain = [refused, refused.__cause__ if refused is not None else None]
+            assert any(isinstance(e, CallIdReusedError) and "call_0" in str(e) for e in chain), (out, refused)
+            assert (await Runner.run(agent, "deploy v3", session=session, run_config=config)).final_output == "done"
+            return (tmp_path / SIDE_FILE).read_text().splitlines()
+        finally:
+            guard.close()
+            session.close()
+
+    assert asyncio.run(go()) == ["deploy:v1", "deploy:v3"]

@@ -51,6 +51,10 @@ and the digest of its arguments (in the order the earlier calls were requested):
   about again if the model asks for it again. Use ``guard.answer`` to make "abandon" stick.
 * no match: the call runs as usual, under the SDK's call id.
 
+A call under an SDK call id the guard already holds for another tool or other arguments (a
+provider reusing call ids) is refused with ``CallIdReusedError``: it neither runs nor gets the
+earlier call's recorded output.
+
 Earlier calls of this process are never matched (two identical calls in one turn are two calls);
 an earlier call stops being matchable once the session holds its output, or the output of a call
 that stood for it. A tool's own ``needs_approval`` is kept: a call is held when either asks.
@@ -122,6 +126,16 @@ class NotAnUnknownCallError(ToolGuardError):
     def __init__(self, call_id: str) -> None:
         super().__init__(f"approval item {call_id} does not stand for a call whose outcome is unknown: approve or "
                          "reject it with state.approve / state.reject as any other approval")
+
+
+class CallIdReusedError(ToolGuardError):
+    """An SDK call id the guard holds for one call came again with another tool or other arguments."""
+
+    def __init__(self, call_id: str, recorded_tool: str | None, tool: str) -> None:
+        super().__init__(f"tool call id {call_id} is already the id of another call in this session ({recorded_tool} "
+                         f"with other arguments); this call ({tool}) was not run and is not given that call's "
+                         "recorded output. The model or provider reuses call ids: use one that gives each call a "
+                         "unique id (or a session per conversation that does)")
 
 
 def _key_of(tool: str, args: Any) -> tuple[str, str]:
@@ -342,8 +356,26 @@ class SessionGuard:
 
     # --- the tool's side --------------------------------------------------------------------
 
+    def _refuse_reuse(self, guard_id: str, sdk_call_id: str, tool: str, args: Any) -> bool:
+        """Whether the guard holds a call under ``guard_id`` (the SDK's own id); CallIdReusedError when
+        that call had another tool or other arguments. The core keys a call by its id alone, so
+        without this a provider reusing call ids handed a new call an earlier one's recorded output
+        (or its unknown outcome's question) and never ran it."""
+        with self._lock:
+            recorded = self.scope.state.tools.get(guard_id)  # a call's first attempt has the call's own id
+            if recorded is None:
+                return False
+            digest = self._digests.get(guard_id)
+            if digest is None:  # the digest the intent stored (the args it shows may be truncated)
+                digest = self.scope._digest_of(guard_id) or _key_of(tool, recorded.args)[1]
+                self._digests[guard_id] = digest
+            if (recorded.tool, digest) != _key_of(tool, args):
+                raise CallIdReusedError(sdk_call_id, recorded.tool, tool)
+            return True
+
     async def _needs_approval(self, tool: str, args: Any, sdk_call_id: str) -> bool:
         guard_id = _call_id_of(sdk_call_id)
+        await asyncio.to_thread(self._refuse_reuse, guard_id, sdk_call_id, tool, args)
         if await asyncio.to_thread(self._own_unknown, guard_id) is not None:
             return True
         earlier = await self._resolve(sdk_call_id, tool, args)
@@ -363,11 +395,9 @@ class SessionGuard:
         guard_id = _call_id_of(sdk_call_id)
         earlier = None
 
-        def known() -> bool:  # opening the scope reads (and repairs) its journal: not on the event loop
-            with self._lock:
-                return guard_id in self.scope.state.tools
-
-        if not await asyncio.to_thread(known):  # a new call: may it stand for an earlier one?
+        # Opening the scope reads (and repairs) its journal: not on the event loop.
+        if not await asyncio.to_thread(self._refuse_reuse, guard_id, sdk_call_id, tool, args):
+            # A new call: may it stand for an earlier one?
             earlier = await self._resolve(sdk_call_id, tool, args)
         call_id = earlier.call_id if earlier is not None else guard_id
 
@@ -480,6 +510,6 @@ def session_gate(guard: SessionGuard) -> GateDecision:
 
 
 __all__ = [
-    "ABANDONED_MESSAGE", "NotAnUnknownCallError", "NotAnsweredError", "SessionGuard", "guard_for", "guarded",
-    "guarded_tool", "session_gate",
+    "ABANDONED_MESSAGE", "CallIdReusedError", "NotAnUnknownCallError", "NotAnsweredError", "SessionGuard",
+    "guard_for", "guarded", "guarded_tool", "session_gate",
 ]
