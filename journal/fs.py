@@ -329,6 +329,21 @@ class OsFileSystem:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 return None
             raise
+        # A lock file that its holder removes (a session store's build locks) may be unlinked
+        # between this open and the flock: the flock then holds an inode no name leads to, and the
+        # next process to look makes a new file at the name and takes that one. The lock that
+        # counts is the one at the name: if the file locked is no longer there, it is not held.
+        try:
+            held, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(fd)
+            return None
+        except OSError:
+            os.close(fd)
+            raise
+        if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+            os.close(fd)
+            return None
         # The pid is advisory, for the error message of a second writer; the flock is the lock.
         try:
             before = os.pread(fd, LOCK_NOTE_BYTES, 0)

@@ -464,3 +464,62 @@ def test_the_crash_testing_doc_example_runs_and_its_check_is_called(scratch_work
     tallies = campaign.run_campaign(["my-runtime"], ["psow", "npsow"], 40, seed=0)
     assert [t.violations for t in tallies] == [0, 0], tallies[0].failures[:1]
     assert steps and len(calls) == sum(t.states for t in tallies) == 80
+
+
+def test_a_lock_file_unlinked_before_it_is_locked_is_not_held(tmp_path: pathlib.Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by CI (the race above, 1 run in 2): a creator opened its new build's lock file,
+    another creator's sweep of leftovers locked that file first, found no build yet, let it go and
+    unlinked it; the first then took the flock on an inode no name led to, built its session, and
+    a third creator's sweep, finding a build with no lock file beside it, made a new one, locked it
+    and removed the build under its creator (JournalIOError: No such file). The lock that counts
+    is the one at the name: try_lock says "not held" when the file it locked is gone."""
+    import fcntl
+
+    from journal import fs as fs_mod
+
+    path = str(tmp_path / "x.lock")
+    real = fcntl.flock
+
+    def unlinked_first(fd: int, op: int) -> None:
+        monkeypatch.setattr(fs_mod.fcntl, "flock", real)
+        os.unlink(path)  # the sweep's unlink lands between this open and this flock
+        real(fd, op)
+
+    monkeypatch.setattr(fs_mod.fcntl, "flock", unlinked_first)
+    assert fs_mod.OsFileSystem().try_lock(path) is None
+    held = fs_mod.OsFileSystem().try_lock(path)  # the file at the name now
+    assert held is not None
+    held.release()
+
+
+def test_a_build_lock_is_unlinked_while_it_is_held(tmp_path: pathlib.Path) -> None:
+    """Once a build's lock is let go its file must no longer be at its name, or a sweep of
+    leftovers could lock it and take the build for a leftover (see the test above)."""
+    from journal.fs import OsFileSystem
+    from journal.session.store import BUILD_LOCK_SUFFIX, SessionStore
+
+    events: list[str] = []
+
+    class Recording(OsFileSystem):
+        def try_lock(self, path: str) -> Any:
+            lock = super().try_lock(path)
+            if lock is None or not path.endswith(BUILD_LOCK_SUFFIX) or "/.new/" not in path:
+                return lock
+            release = lock.release
+
+            def recorded() -> None:
+                events.append("release")
+                release()
+
+            lock.release = recorded
+            return lock
+
+        def unlink(self, path: str) -> None:
+            if path.endswith(BUILD_LOCK_SUFFIX) and "/.new/" in path:
+                events.append("unlink")
+            super().unlink(path)
+
+    store = SessionStore(tmp_path / "s", fs=Recording())
+    store.create(session_id="s-one").close()
+    assert events == ["unlink", "release"], events

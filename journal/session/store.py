@@ -69,6 +69,7 @@ INDEX_LOCK = "INDEX.lock"
 SESSIONS_DIR = "sessions"
 BUILD_DIR = ".new"  # in sessions/: where a new session is made whole before its rename
 BUILD_LOCK_SUFFIX = ".lock"  # beside each build in .new/: held by its creator until it is done
+BUILD_NAME_TRIES = 8  # names a creator draws for its build before it gives up (see _building)
 ARCHIVE_DIR = "archive"
 ARTIFACTS_DIR = "artifacts"
 JOURNAL_DIR = "journal"
@@ -304,10 +305,16 @@ class SessionStore:
         for stale in sorted({n.removesuffix(BUILD_LOCK_SUFFIX) for n in self.fs.listdir(building)
                              if n.startswith(prefix)}):
             self._remove_build(os.path.join(building, stale))
-        tmp = os.path.join(building, prefix + uuid.uuid4().hex[:8])
-        held = self.fs.try_lock(tmp + BUILD_LOCK_SUFFIX)
-        if held is None:  # a name nobody else has drawn
-            raise StoreError(f"the lock of a new build {tmp!r} is held elsewhere; try again")
+        for _ in range(BUILD_NAME_TRIES):
+            tmp = os.path.join(building, prefix + uuid.uuid4().hex[:8])
+            held = self.fs.try_lock(tmp + BUILD_LOCK_SUFFIX)
+            if held is not None:
+                break
+            # A name nobody else drew: another creator's sweep of leftovers found its lock file
+            # before it was locked here, took it and removed it. Draw another name.
+        else:
+            raise StoreError(f"the lock of a new build in {building!r} was taken {BUILD_NAME_TRIES} times by another "
+                             "process's sweep of leftovers; try again")
         try:
             self.fs.mkdir(tmp)
             try:
@@ -316,8 +323,10 @@ class SessionStore:
                 remove_tree(self.fs, tmp)
                 raise
         finally:
-            held.release()
+            # Unlinked while still held: once let go, the file is no longer at its name, so no
+            # process can lock it and take the build for a leftover (fs.try_lock checks that).
             self._unlink_lock(tmp + BUILD_LOCK_SUFFIX)
+            held.release()
 
     def _remove_build(self, path: str) -> None:
         """Remove the leftover build ``path`` unless its creator still holds its lock."""
@@ -327,9 +336,9 @@ class SessionStore:
         try:
             if self.fs.exists(path):
                 remove_tree(self.fs, path)
+            self._unlink_lock(path + BUILD_LOCK_SUFFIX)  # while held: see _building
         finally:
             lock.release()
-        self._unlink_lock(path + BUILD_LOCK_SUFFIX)
 
     def _unlink_lock(self, path: str) -> None:
         try:
