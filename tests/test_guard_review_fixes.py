@@ -12,7 +12,6 @@ on purpose (the framework suites' shared harness is being reworked); no sleeps.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from collections.abc import Callable
@@ -21,36 +20,10 @@ from typing import Any
 
 import pytest
 
+from tests.guard_harness import in_child
+
 SIDE_FILE = "side.log"  # one line per run of the tool, outside every journal
 RESULTS_FILE = "stored-results.json"  # the app's stored DeferredToolResults, applied again after a crash
-CHILD_READ_BYTES = 65536  # one read of a child's answer from its pipe
-
-
-def _in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> tuple[bool, dict[str, Any]]:
-    """Run ``fn(*args)`` in a forked child: (killed by SIGKILL, what it returned through JSON, ``{}``
-    if killed). An exception in the child fails the test here, with its repr."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(r)
-            try:
-                payload = json.dumps(fn(*args))
-            except BaseException as exc:
-                payload = json.dumps({"error": repr(exc)})
-            os.write(w, payload.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, CHILD_READ_BYTES):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    out: dict[str, Any] = json.loads(b"".join(chunks)) if chunks else {}
-    assert "error" not in out, out["error"]
-    return killed, out
 
 
 def _ran(tmp: Path, unit: object, die: bool) -> None:
@@ -138,19 +111,19 @@ def test_pydantic_ai_a_stored_approval_applied_again_after_the_rerun_died_asks_a
     the first attempt, and taken for the second one's it ran the tool a third time with nobody asked.
     Now nothing runs and the call is asked about again, naming its new attempt."""
     pytest.importorskip("pydantic_ai")
-    killed, _ = _in_child(_pai, tmp_path, True, "go")
+    killed, _ = in_child(_pai, tmp_path, True, "go")
     assert killed and _runs(tmp_path) == 1
-    _, asked = _in_child(_pai, tmp_path, False, "go")
+    _, asked = in_child(_pai, tmp_path, False, "go")
     (first,) = asked["asked"]
-    killed, _ = _in_child(_pai, tmp_path, True, "answer")
+    killed, _ = in_child(_pai, tmp_path, True, "answer")
     assert killed and _runs(tmp_path) == 2  # the approved re-run ran, and died
-    _, again = _in_child(_pai, tmp_path, False, "reapply")
+    _, again = in_child(_pai, tmp_path, False, "reapply")
     assert _runs(tmp_path) == 2, again  # the stale approval ran nothing
     (second,) = again["asked"]
     # Each question names the attempt it is about: the first attempt's id is the call's own.
     assert first["attemptId"] == first["callId"] == second["callId"] != second["attemptId"], again
     # The answer to the new question (it names the new attempt) is taken: the tool runs once more.
-    _, done = _in_child(_pai, tmp_path, False, "answer")
+    _, done = in_child(_pai, tmp_path, False, "answer")
     assert done == {"asked": [], "output": "finished"} and _runs(tmp_path) == 3, done
 
 
