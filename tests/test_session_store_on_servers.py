@@ -390,3 +390,21 @@ def test_the_commands_take_a_store_url(store: cs.CatalogSessionStore) -> None:
     listed = cli("sessions", store.root)
     assert sorted(r["sessionId"] for r in listed) == sorted([parent, "s-cli"])
     assert [r["sessionId"] for r in cli("sessions", store.root, "--latest")] in ([parent], ["s-cli"])
+
+
+def test_other_journals_of_the_store_are_no_sessions(store: cs.CatalogSessionStore) -> None:
+    """`journal sessions postgresql://...` listed every journal of the schema as an active
+    session: an app's own journal beside its sessions (JSON or bytes records, no session header)
+    came out as a session with no workspace. Only a journal that begins with a session header is
+    one; a fork (whose first record is its parent's header) still is."""
+    sid = made_session(store, turns=2)
+    with store.backing.open("s-raw-json", create=True) as j:
+        j.append({"type": "user.message", "text": "no header"})
+    with store.backing.open("s-raw-bytes", create=True) as j:
+        j.append(b"\x00 not a session")
+    with S.Session.attach(store.backing.open("s-orphan", create=True), create=True, session_id="s-orphan",
+                          workspace={"path": "/o"}) as s:
+        s.append("user.message", {"text": "hi"})
+    assert [i.session_id for i in store.list()] == sorted([sid, "s-orphan"])
+    assert store.rebuild_index() == 2
+    assert [i.session_id for i in store.list()] == sorted([sid, "s-orphan"])

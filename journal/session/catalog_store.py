@@ -377,7 +377,7 @@ class CatalogSessionStore:
     def _read_info(self, sid: str, status: str) -> SessionInfo | None:
         try:
             with self.backing.open(sid, readonly=True) as j:
-                if j.last_seq == 0:
+                if j.last_seq == 0 or not _begins_a_session(j):
                     return None
                 return info_from_journal(j, sid, status)
         except JournalNotFoundError:
@@ -386,6 +386,25 @@ class CatalogSessionStore:
             raise  # says nothing about the session: never entered as an empty one
         except JournalError:
             return SessionInfo(sid, status, {}, None, None, 0)
+
+
+def _begins_a_session(j: Journal) -> bool:
+    """Whether ``j`` is a session's journal: its first record is a session header (a fork's is
+    its parent's, copied with the prefix). Other journals of the store (an app's own records
+    beside its sessions) are no sessions, and listing them as sessions was wrong. One record is
+    read. A journal whose prefix was dropped cannot tell, and is taken for one, as before."""
+    first = next(iter(j.read()), None)
+    if first is None:
+        return False
+    if first.seq != 1:
+        return True
+    if first.is_bytes:
+        return False
+    try:
+        event = first.event
+    except JournalError:
+        return True  # damage is reported where the session is opened, not hidden by the listing
+    return isinstance(event, dict) and event.get("type") == "session.started"
 
 
 def open_store(target: str | os.PathLike[str] | Store, **options: Any) -> Any:
