@@ -110,7 +110,7 @@ from journal.session.toolguard import (
     ToolGuardError,
     UnknownCall,
     Verdict,
-    _canonical,
+    args_digest,
 )
 
 PLUGIN_NAME: Final = "journal_tool_guard"
@@ -142,8 +142,8 @@ def _refuse_reuse(scope: GuardScope, call_id: str, function_call_id: str, tool: 
     recorded = scope.state.tools.get(call_id)  # a call's first attempt has the call's own id
     if recorded is None:
         return
-    stored = scope._digest_of(call_id) or _canonical(recorded.args)[1]  # its intent's digest (args may be cut)
-    if recorded.tool != tool or stored != _canonical(args)[1]:
+    stored = scope.digest_of(call_id) or args_digest(recorded.args)  # its intent's digest (args may be cut)
+    if recorded.tool != tool or stored != args_digest(args):
         raise CallIdReusedError(function_call_id, recorded.tool, tool)
 
 

@@ -105,7 +105,7 @@ from journal.session.toolguard import (
     ToolGuardError,
     UnknownCall,
     Verdict,
-    _canonical,
+    args_digest,
 )
 
 SESSION_ITEMS_ALL = sys.maxsize  # items: a get_items limit that reads the whole session
@@ -139,13 +139,13 @@ class CallIdReusedError(ToolGuardError):
 
 
 def _key_of(tool: str, args: Any) -> tuple[str, str]:
-    return tool, _canonical(args)[1]
+    return tool, args_digest(args)
 
 
 def _call_id_of(sdk_call_id: str) -> str:
     """The guard's call id for the SDK's (the core takes at most CALL_ID_BYTES_MAX bytes, no "~")."""
     if len(sdk_call_id.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in sdk_call_id or not sdk_call_id:
-        return "h" + _canonical(sdk_call_id)[1]
+        return "h" + args_digest(sdk_call_id)
     return sdk_call_id
 
 
@@ -248,7 +248,7 @@ class SessionGuard:
                 continue
             digest = self._digests.get(attempt)
             if digest is None:  # the digest the intent stored (the args it shows may be truncated)
-                digest = self.scope._digest_of(attempt) or _key_of(key[0], tc.args)[1]
+                digest = self.scope.digest_of(attempt) or _key_of(key[0], tc.args)[1]
                 self._digests[attempt] = digest
             if digest == key[1]:
                 out.append((attempt, tc))
@@ -367,7 +367,7 @@ class SessionGuard:
                 return False
             digest = self._digests.get(guard_id)
             if digest is None:  # the digest the intent stored (the args it shows may be truncated)
-                digest = self.scope._digest_of(guard_id) or _key_of(tool, recorded.args)[1]
+                digest = self.scope.digest_of(guard_id) or _key_of(tool, recorded.args)[1]
                 self._digests[guard_id] = digest
             if (recorded.tool, digest) != _key_of(tool, args):
                 raise CallIdReusedError(sdk_call_id, recorded.tool, tool)

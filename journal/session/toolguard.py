@@ -227,6 +227,12 @@ def _canonical(value: Any) -> tuple[Any, str]:
     return json.loads(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def args_digest(args: Any) -> str:
+    """The digest ``tool.requested`` keeps of a call's arguments (``argsDigest``): what an adapter
+    compares a call with a recorded one by."""
+    return _canonical(args)[1]
+
+
 @dataclass
 class _Call:
     """One framework call id: its attempts in order, and the answer to its unknown one."""
@@ -385,11 +391,11 @@ class GuardScope:
     def _unknown(self, call_id: str, tc: ToolCall) -> UnknownCall:
         gate = evaluate(self._state, ResumeChecks(side_effect_sessions_paused=False))
         reasons = tuple(r for r in gate.reasons if r.subject == tc.tool_call_id)
-        digest = self._digest_of(tc.tool_call_id)
+        digest = self.digest_of(tc.tool_call_id)
         return UnknownCall(call_id, tc.tool, tc.args, digest, tc.side_effect, tc.idempotency, tc.tool_call_id,
                            reasons)
 
-    def _digest_of(self, attempt: str) -> str | None:
+    def digest_of(self, attempt: str) -> str | None:
         tc = self._state.tools.get(attempt)
         if tc is None or tc.request_seq == 0:
             return None
@@ -547,5 +553,5 @@ class ToolGuard:
 __all__ = [
     "ABANDON", "ANSWER_OPTIONS", "RUN_AGAIN", "Answer", "AnswerConflictError", "CallRunningError", "Decision",
     "GuardScope", "IntentNotSavedError", "NotUnknownError", "ScopeMismatchError", "ToolGuard", "ToolGuardError",
-    "UnknownCall", "Verdict", "happened", "journal_name",
+    "UnknownCall", "Verdict", "args_digest", "happened", "journal_name",
 ]
