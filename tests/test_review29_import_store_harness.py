@@ -523,3 +523,29 @@ def test_a_build_lock_is_unlinked_while_it_is_held(tmp_path: pathlib.Path) -> No
     store = SessionStore(tmp_path / "s", fs=Recording())
     store.create(session_id="s-one").close()
     assert events == ["unlink", "release"], events
+
+
+def test_a_failing_look_at_the_lock_files_name_releases_the_lock(tmp_path: pathlib.Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """try_lock's look at the name after the flock (the check above) may fail (EIO, EACCES): the
+    error goes to the caller and the descriptor, and with it the flock, is let go, so the next
+    try takes the lock."""
+    import errno
+
+    from journal import fs as fs_mod
+
+    path = str(tmp_path / "x.lock")
+    real = os.stat
+
+    def failing(p: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.fspath(p) == path:
+            raise OSError(errno.EIO, "injected")
+        return real(p, *args, **kwargs)
+
+    monkeypatch.setattr(fs_mod.os, "stat", failing)
+    with pytest.raises(OSError, match="injected"):
+        fs_mod.OsFileSystem().try_lock(path)
+    monkeypatch.setattr(fs_mod.os, "stat", real)
+    held = fs_mod.OsFileSystem().try_lock(path)
+    assert held is not None  # the failed try held nothing
+    held.release()
