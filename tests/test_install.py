@@ -38,8 +38,8 @@ OLD_SPELLINGS = (
 
 # The extras that install a framework or a client library (as ranges, pinned by the constraint
 # files), and those that do not (tools pinned exactly, benchmark peers, extras of extras).
-FRAMEWORK_EXTRAS = ("openai-agents", "langgraph", "langgraph-test", "adk", "pydantic-ai", "claude-agent-sdk", "langgraph-store",
-                    "strands", "agent-framework", "postgres", "nats")
+FRAMEWORK_EXTRAS = ("openai-agents", "langgraph", "langgraph-test", "adk", "pydantic-ai", "claude-agent-sdk",
+                    "langgraph-store", "strands", "agent-framework", "postgres", "nats")
 
 
 def _text_files() -> list[Path]:
