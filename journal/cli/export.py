@@ -7,6 +7,10 @@ the source and are left out. A journal written through the API, not imported, ex
 JSONL: one stored event per line with its seq. Writes OUT atomically (temp file, fsync,
 rename, directory fsync; owner-only), or stdout when OUT is ``-`` or absent. ``--json`` prints
 the summary on stdout, so it needs OUT.
+
+``--format markdown`` writes any session, imported or not, as one document to read
+or share instead (journal/session/transcript.py): opened read-only, secrets redacted unless
+``--no-redact`` (the rules: docs/SESSIONS.md, "Exporting a transcript").
 """
 
 from __future__ import annotations
@@ -16,14 +20,19 @@ import sys
 
 from journal.cli.common import OK, USAGE, configure_common, fail, record_size_limit
 
+RENDERED = ("markdown",)
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from journal.session.importers import FORMATS
 
     parser.add_argument("path", help="the journal directory")
     parser.add_argument("out", nargs="?", default="-", help="output file (default: stdout)")
-    parser.add_argument("--format", choices=sorted(FORMATS),
-                        help="fail unless the journal was imported from this format")
+    parser.add_argument("--format", choices=[*sorted(FORMATS), *RENDERED],
+                        help="markdown: the session as one document to read or share; an import "
+                             "format: fail unless the journal was imported from it")
+    parser.add_argument("--no-redact", action="store_true",
+                        help="with --format markdown: keep secrets as written (redacted by default)")
     parser.add_argument("--drop-defective", action="store_true",
                         help="leave out lines an import kept verbatim with --skip-bad (malformed, torn)")
     configure_common(parser)
@@ -36,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json and args.out == "-":
         # The summary goes to stdout, as every --json document does: the export itself cannot.
         return fail(args, "export", USAGE, "--json prints the summary on stdout; give OUT, the file to export to")
+    if args.format in RENDERED:
+        return _rendered(args)
+    if args.no_redact:
+        return fail(args, "export", USAGE, "--no-redact goes with --format markdown")
     lines, final_newline, rep = export_journal(args.path, args.drop_defective, record_size_limit())
     if args.format is not None and args.format != rep.format:
         return fail(args, "export", USAGE, f"{args.path} holds a {rep.format} import, not {args.format}")
@@ -44,4 +57,24 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps({**rep.to_json(), "out": args.out}) + "\n")
     elif args.out != "-":
         sys.stdout.write(f"exported {rep.lines} {rep.format} lines to {args.out}\n")
+    return OK
+
+
+def _rendered(args: argparse.Namespace) -> int:
+    from journal.cli.common import dumps
+    from journal.session.importers import write_export
+    from journal.session.redact import Redactor
+    from journal.session.transcript import load, render_markdown
+
+    redactor = Redactor(enabled=not args.no_redact)
+    src = load(args.path)
+    text = render_markdown(src, redactor)
+    write_export(args.out, [text.rstrip("\n")], True)
+    summary = {"format": args.format, "events": len(src.events), "redacted": redactor.total,
+               "redactedByRule": dict(sorted(redactor.counts.items())), "damage": src.damage}
+    if args.json:
+        sys.stdout.write(dumps({**summary, "out": args.out}) + "\n")
+    elif args.out != "-":
+        sys.stdout.write(f"exported the session as {args.format} to {args.out} "
+                         f"({redactor.total} secrets redacted)\n")
     return OK
