@@ -4,9 +4,12 @@
     report = importers.import_file("pi", "session.jsonl", "journals/s1")
     lines, final_newline, _ = importers.export_journal("journals/s1")
 
-Formats: ``jsonl`` (plain event logs), ``codex`` (OpenAI Codex rollouts), ``pi`` (pi sessions),
-``claude`` (Claude Code transcripts). See base.py for how a line is kept and formats.py for how
-each format maps to the session vocabulary; docs/CLI.md for the commands.
+Line formats: ``jsonl`` (plain event logs), ``codex`` (OpenAI Codex rollouts), ``pi`` (pi
+sessions), ``claude`` (Claude Code transcripts). Whole-document formats: ``gemini`` (Gemini CLI
+chat sessions), ``swe-agent`` (SWE-agent .traj), ``mini-swe-agent``, ``openhands`` (trajectory
+exports), ``aider`` (chat histories). See base.py for how a line is kept and formats.py for how
+each line format maps to the session vocabulary; documents.py for how a document is kept and
+trajectories.py and aider.py for how each maps; docs/CLI.md for the commands.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from journal.fs import FileSystem
+from journal.session.importers.aider import AiderFormat
 from journal.session.importers.base import (
     ExportReport,
     ImportReport,
@@ -24,8 +28,12 @@ from journal.session.importers.base import (
     write_export,
 )
 from journal.session.importers.base import import_file as _import_file
-from journal.session.importers.formats import FORMATS
+from journal.session.importers.documents import DocumentError, DocumentTooLargeError, import_document
+from journal.session.importers.formats import FORMATS as LINE_FORMATS
 from journal.session.importers.lines import MalformedLineError, SourceLine, read_source
+from journal.session.importers.trajectories import DOCUMENT_FORMATS
+
+FORMATS: dict[str, Any] = {**LINE_FORMATS, **DOCUMENT_FORMATS, "aider": AiderFormat()}
 
 
 def import_file(
@@ -37,12 +45,17 @@ def import_file(
     progress: Progress | None = None,
     fs: FileSystem | None = None,
 ) -> ImportReport:
-    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line,
-    UnstorableLineError on a line too large for a record, and WriteFailedError (leaving nothing
-    at ``dest``) when writing fails part way."""
+    """Import ``source`` into a new journal at ``dest``; raises MalformedLineError on a bad line
+    (DocumentError, a subclass, on a document's defect, naming its line or JSON path),
+    UnstorableLineError on a line too large for a record (DocumentTooLargeError on a document
+    too large to read), and WriteFailedError (leaving nothing at ``dest``) when writing fails
+    part way. ``split_joined`` is for line formats only (a document has no joined lines)."""
     if format_name not in FORMATS:
         raise ValueError(f"unknown format {format_name!r}; one of {', '.join(FORMATS)}")
-    return _import_file(FORMATS[format_name], source, dest, skip_bad, split_joined, progress, fs=fs)
+    fmt = FORMATS[format_name]
+    if getattr(fmt, "document", False):
+        return import_document(fmt, source, dest, skip_bad, progress, fs=fs)
+    return _import_file(fmt, source, dest, skip_bad, split_joined, progress, fs=fs)
 
 
 def export_journal(
@@ -60,6 +73,8 @@ def export_journal(
 
 __all__ = [
     "FORMATS",
+    "DocumentError",
+    "DocumentTooLargeError",
     "ExportReport",
     "ImportReport",
     "MalformedLineError",

@@ -134,6 +134,9 @@ class ImportReport:
     replaced: list[int] = field(default_factory=list)  # lines with values stored as U+FFFD or null
     session_id: str = ""
     last_seq: int = 0
+    # tool calls the source holds no result for, closed by the importer (whole documents:
+    # documents.py): each with its call id, tool, place in the source and the closing status
+    closed: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.mapped.items()))
@@ -148,9 +151,13 @@ class ImportReport:
             lines.append(f"  line {n}: a lone surrogate escape (a string cut mid-character) or a number past a "
                          "double's range, mapped as U+FFFD or null (the exact line is kept)")
         for s in self.skipped:
-            lines.append(f"  line {s['line']}: {s['defect']}: {s['reason']} (skipped: kept verbatim, not mapped)")
+            where = s.get("at") or f"line {s['line']}"
+            lines.append(f"  {where}: {s['defect']}: {s['reason']} (skipped: kept verbatim, not mapped)")
         if self.skipped:
             lines.append(f"  {len(self.skipped)} line(s) skipped")
+        for c in self.closed:
+            lines.append(f"  {c['at']}: tool call {c['callId']} ({c['tool']}) has no result in the source: closed "
+                         f"with a synthetic result, {c['status']}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -158,6 +165,7 @@ class ImportReport:
             "source": self.source, "dest": self.dest, "format": self.format, "lines": self.lines,
             "events": self.events, "mapped": self.mapped, "skipped": self.skipped, "split": self.split,
             "replaced": self.replaced, "sessionId": self.session_id, "lastSeq": self.last_seq,
+            "closed": self.closed,
         }
 
 
@@ -264,10 +272,6 @@ def import_file(
     it is whole and synced, so an import that fails part way (a full disk) leaves nothing at
     ``dest`` and raises WriteFailedError; running it again starts afresh.
     """
-    import journal
-    from journal.api import Committed
-    from journal.session.envelope import check_for_append
-    from journal.session.registry import DurabilityClass, EventType, Registry
     from journal.session.session import new_session_id
 
     fs = fs or OsFileSystem()  # the destination is a journal directory: looked at through the file layer
@@ -314,13 +318,27 @@ def import_file(
     b.add(FINISHED_TYPE, {"format": fmt.name, "lines": report.lines, "finalNewline": final_newline,
                           "skipped": len(report.skipped), "split": report.split,
                           "import": {"line": report.lines, "derived": True}}, None, ignorable=True)
+    write_events(b.events, source, dest, fs, report)
+    return report
+
+
+def write_events(events: list[Event], source: str, dest: str, fs: FileSystem, report: ImportReport) -> None:
+    """Check ``events`` and write them into a new journal at ``dest``, all or nothing: built in a
+    temporary directory beside ``dest`` and renamed into place when whole and synced, so a
+    failure part way (a full disk) leaves nothing at ``dest`` and raises WriteFailedError.
+    Fills ``report``'s counts by type, ``events`` and ``last_seq``."""
+    import journal
+    from journal.api import Committed
+    from journal.session.envelope import check_for_append
+    from journal.session.registry import DurabilityClass, EventType, Registry
+
     registry = Registry()
     registry.register(EventType(RECORD_TYPE, DurabilityClass.TRANSIENT, ignorable=True,
                                 doc="a source line kept verbatim"))
     registry.register(EventType(FINISHED_TYPE, DurabilityClass.TRANSIENT, ignorable=True,
                                 doc="end of an import"))
     stored: list[dict[str, Any]] = []
-    for ev in b.events:
+    for ev in events:
         check_for_append(ev, registry.get(ev.type))
         stored.append(ev.to_stored())
         report.mapped[ev.type] = report.mapped.get(ev.type, 0) + 1
@@ -346,7 +364,6 @@ def import_file(
             raise WriteFailedError("import", dest, exc, leftover) from exc
         raise
     report.events = len(stored)
-    return report
 
 
 def _unstorable(j: Any, batch: list[dict[str, Any]], source: str, exc: JournalError) -> JournalError:
@@ -393,7 +410,8 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
     final_newline = True
     fmt_name: str | None = None
     report = ExportReport("jsonl")
-    for rec in records:
+    it = iter(records)
+    for rec in it:
         if rec.is_bytes or not isinstance(rec.event, dict):
             continue
         ev = rec.event
@@ -404,6 +422,11 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
             origin = data.get("importedFrom")
             fmt_name = origin.get("format") if isinstance(origin, dict) else ""
             report.format = fmt_name or "jsonl"
+            if isinstance(origin, dict) and origin.get("document") is True:
+                # A whole document (documents.py): its bytes are in chunks, not one per line.
+                from journal.session.importers.documents import export_document
+
+                return export_document(rec, origin, it, report)
         block = data.get("import")
         if not fmt_name:
             out.append(compact_line({"seq": rec.seq, **ev}))
@@ -417,7 +440,9 @@ def export_lines(records: Iterable[Any], drop_defective: bool = False) -> tuple[
         if block.get("defect") and drop_defective:
             report.skipped_defective += 1
             continue
-        if "raw" in block:
+        if "batch" in block:  # lines a store wrote as one record, whole or not at all (adapters.claude_agent_sdk)
+            out.extend(_batch_lines(rec, block["batch"]))
+        elif "raw" in block:
             out.append(_raw_line(rec, block["raw"]))
         elif "rawHex" in block:
             out.append(_raw_hex_line(rec, block["rawHex"]))
@@ -459,6 +484,15 @@ def _raw_hex_line(rec: Any, raw_hex: Any) -> str:
         raise rec.corrupt("its import block's rawHex is not hex text, which an importer writes; "
                           "re-import the source") from None
     return _one_line(rec, line)
+
+
+def _batch_lines(rec: Any, batch: Any) -> list[str]:
+    """The lines of a record holding several parsed lines (one append call of a store, one record
+    so that it is stored whole or not at all), each as compact JSON, as the runtime wrote them."""
+    if not isinstance(batch, list) or not all(isinstance(obj, dict) for obj in batch):
+        raise rec.corrupt("its import block's batch is not a list of JSON objects, which a store writes; "
+                          "read it with the program that wrote it")
+    return [compact_line(obj) for obj in batch]
 
 
 def write_export(path: str | None, lines: list[str], final_newline: bool, fs: FileSystem | None = None) -> None:
