@@ -156,6 +156,7 @@ ADAPTERS = {
     "langgraph": ("langgraph", "langgraph"),
     "openai_agents": ("agents", "openai-agents"),
     "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
+    "strands": ("strands", "strands"),
 }
 
 
