@@ -91,6 +91,7 @@ from journal.api import (
 )
 from journal.api import Journal as JournalHandle
 from journal.errors import ForeignRecordError
+from journal.fs import FileSystem
 
 logger = logging.getLogger(__name__)
 
@@ -206,13 +207,16 @@ def _short(exc: BaseException, chars_max: int = 300) -> str:
 class _Journaled:
     """What both stores share: a store of journals, one write path and its typed outcomes."""
 
-    def __init__(self, path: str | os.PathLike[str], record_size_bytes_max: int, lock_timeout_s: float) -> None:
+    def __init__(self, path: str | os.PathLike[str], record_size_bytes_max: int, lock_timeout_s: float,
+                 fs: FileSystem | None = None) -> None:
         if not 1 <= record_size_bytes_max <= RECORD_SIZE_BYTES_MAX_DEFAULT:
             raise ValueError(f"record_size_bytes_max must be between 1 and {RECORD_SIZE_BYTES_MAX_DEFAULT} bytes")
         self.record_size_bytes_max = record_size_bytes_max
         remote = isinstance(path, str) and "://" in path
         self.path = path if remote else os.path.abspath(os.fspath(path))
-        self._store: Store = journal.store(self.path)
+        if remote and fs is not None:
+            raise ValueError("fs= is for a directory of journals, not a server URL")
+        self._store: Store = journal.store(self.path, **({"fs": fs} if fs is not None else {}))
         self._options: dict[str, Any] = {"lock_timeout_s": lock_timeout_s,
                                          "record_size_bytes_max": record_size_bytes_max + ENVELOPE_BYTES}
 
@@ -284,11 +288,12 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         record_size_bytes_max: int = RECORD_SIZE_BYTES_MAX_DEFAULT,
         lock_timeout_s: float = 0.0,
         sessions_open_max: int = SESSIONS_OPEN_MAX,
+        fs: FileSystem | None = None,
     ) -> None:
         HistoryProvider.__init__(self, source_id, load_messages=load_messages, store_inputs=store_inputs,
                                  store_context_messages=store_context_messages,
                                  store_context_from=store_context_from, store_outputs=store_outputs)
-        _Journaled.__init__(self, path, record_size_bytes_max, lock_timeout_s)
+        _Journaled.__init__(self, path, record_size_bytes_max, lock_timeout_s, fs)
         if sessions_open_max < 1:
             raise ValueError("sessions_open_max must be at least 1")
         self.skip_excluded = skip_excluded
@@ -515,8 +520,9 @@ class JournalCheckpointStorage(_Journaled):
         allowed_checkpoint_types: list[str] | None = None,
         record_size_bytes_max: int = RECORD_SIZE_BYTES_MAX_DEFAULT,
         lock_timeout_s: float = 0.0,
+        fs: FileSystem | None = None,
     ) -> None:
-        super().__init__(path, record_size_bytes_max, lock_timeout_s)
+        super().__init__(path, record_size_bytes_max, lock_timeout_s, fs)
         self.name = name
         self._allowed_types: frozenset[str] = frozenset(allowed_checkpoint_types or [])
         self.journal_name = CHECKPOINTS_PREFIX + escaped_name(name)
