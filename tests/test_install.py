@@ -153,6 +153,7 @@ def test_a_missing_journal_is_explained_in_command_line_terms(tmp_path: Path) ->
 
 ADAPTERS = {
     "adk": ("google.adk", "adk"),
+    "agent_framework": ("agent_framework", "agent-framework"),
     "langgraph": ("langgraph", "langgraph"),
     "openai_agents": ("agents", "openai-agents"),
     "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
