@@ -157,7 +157,7 @@ def test_without_the_check_the_ghost_is_read(nats: Cluster, replica: Replica,
         def take(self, m: _StoredMsg) -> list[_StoredMsg]:
             return [m]
 
-    monkeypatch.setattr(jetstream, "_LeaderCheck", NoCheck)
+    monkeypatch.setattr(jetstream.catch_up, "_LeaderCheck", NoCheck)
     with journal.open(url, readonly=True) as r:
         got = [rec.event for rec in r.read()]
     assert got != events and any("never acknowledged" in e["text"] for e in got)
@@ -174,7 +174,7 @@ def test_messages_written_before_the_digest_header_are_read_unchecked(
         return {jetstream.H_EXPECT_SUBJECT_SEQ: str(chained_sseq)}
 
     with monkeypatch.context() as m:
-        m.setattr(jetstream, "chain_headers", old_chain)
+        m.setattr(jetstream.writer, "chain_headers", old_chain)
         events, _, _ = _write(url)
     with journal.open(url) as w:
         w.append({"new": 1}, durability="sync")
