@@ -158,6 +158,17 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def _ends_open(text: str, exc: json.JSONDecodeError) -> bool:
+    """Whether ``text`` stops inside a JSON value (a writer cut short) rather than holding a
+    mistake: the parser wanted more where the text ends, a string runs to the end (a string
+    cannot hold a raw newline, so one that does not end on its line ends at the text's end), or
+    the text ends in the first letters of a literal."""
+    rest = text[exc.pos:].strip()
+    if not rest or exc.msg.startswith("Unterminated string"):
+        return True
+    return any(word.startswith(rest) for word in ("true", "false", "null"))
+
+
 def parse_json(data: bytes, source: str) -> Any:
     """The one JSON value ``data`` holds, made storable (lines.checked); DocumentError naming
     the line and column, or the JSON path, of what it refuses."""
@@ -171,7 +182,7 @@ def parse_json(data: bytes, source: str) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         at, line = _where(text, exc.pos)
-        if exc.pos >= len(text.rstrip()):
+        if _ends_open(text, exc):
             raise DocumentError(source, "torn", f"the document ends inside a JSON value ({exc.msg})", at,
                                 line) from None
         raise DocumentError(source, "malformed", f"invalid JSON: {exc.msg}", at, line) from None
