@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sessions": ("journal.cli.sessions", "list the sessions of a session store"),
     "fork": ("journal.cli.fork", "fork a session at a clean boundary into a new session journal"),
     "copy": ("journal.cli.copy", "copy a journal to a new one on any backend (directory or server URL), verified"),
+    "view": ("journal.cli.view", "a local read-only web page over a session store, a journal or a server store"),
     "demo": ("journal.cli.demo", "write, kill -9 a writer mid-batch, recover, and explain the outcomes"),
 }
 

@@ -1,0 +1,50 @@
+"""`journal view [PATH_OR_URL]`: a local web page over a session store, a journal or a server store.
+
+Read-only: it takes no lock, repairs nothing and changes no byte of what it shows. It binds to
+127.0.0.1, prints a URL holding a random token, and serves until Ctrl-C. docs/VIEWER.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from journal.cli.common import OK, int_at_least
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", nargs="?", default=".",
+                        help="a session store's root, a journal directory, or a postgresql:// / nats:// URL "
+                             "(default: the current directory)")
+    parser.add_argument("--port", type=int_at_least(0), default=0, help="the port on 127.0.0.1 (default: any free one)")
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="where the search index lives (default: $XDG_CACHE_HOME/journal-view/<hash>)")
+    parser.add_argument("--rebuild-index", action="store_true", help="delete the search index and build it again")
+    parser.add_argument("--no-browser", action="store_true", help="print the URL without opening a browser")
+    parser.add_argument("--verbose", action="store_true", help="log every request on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from journal.view.searchindex import default_cache_dir
+    from journal.view.server import Viewer, ViewerServer
+    from journal.view.source import open_source
+
+    source = open_source(args.target)
+    cache = args.cache_dir or default_cache_dir(source.location)
+    viewer = Viewer(source, os.path.abspath(cache), rebuild_index=args.rebuild_index)
+    server = ViewerServer(viewer, args.port, verbose=args.verbose)
+    print(f"journal view: {source.kind} {source.location} (read-only)", file=sys.stderr)
+    print(f"search index: {viewer.index.path}", file=sys.stderr)
+    print(server.url, flush=True)
+    if not args.no_browser:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return OK

@@ -1,0 +1,431 @@
+"""What the viewer reads: a session store, a server store or one journal, opened read-only.
+
+Nothing here takes a lock, repairs, or writes. A file store's index is read as the store reads
+it (the ``index.json`` snapshot, then the ``index.log-<g>`` journals of its generation and
+later, opened read-only), but never refreshed or rebuilt into the store: a session the index
+lacks is read from its journal's header into the viewer's memory only. Whether a writer holds
+a session is asked of Linux's /proc/locks (``journal.fs.flock_holder``), which takes no lock,
+so a writer opening the session at that moment is never turned away by the viewer.
+
+A session id reaches the file system only after it passes the store's rule
+(``check_session_id``) and names an entry of the listing; the journal's path is then built by
+the store's layout, and a symbolic link there is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import xxhash
+
+import journal
+from journal.api import Journal, JournalError, JournalNotFoundError, NotAJournalError
+from journal.fs import OsFileSystem, flock_holder, refuse_link
+from journal.session.envelope import SESSION_ID_RE, check_session_id
+from journal.session.errors import InvalidSessionIdError
+from journal.session.store import (
+    ARCHIVE_DIR,
+    INDEX_FILE,
+    INDEX_LOG_PREFIX,
+    JOURNAL_DIR,
+    SESSIONS_DIR,
+    SessionInfo,
+    info_from_journal,
+)
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(SessionInfo))
+_INDEX_MAGIC = b"journal-session-index"
+INDEX_VERSIONS = (1, 2)  # the store's index versions this reader knows
+SINGLE_ID = "journal"  # the id a lone journal is shown under when its header names none
+
+
+class ViewError(JournalError):
+    """The viewer cannot show what it was given; the message says what to give it instead."""
+
+
+class UnknownSessionError(ViewError, KeyError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r} in what this viewer shows; open the store page to see its ids")
+        self.session_id = session_id
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A session as the store's index lists it, and whether a writer holds it now."""
+
+    info: SessionInfo
+    live: bool  # a writer holds its lock now (file stores); a server cannot be asked without a claim
+    in_index: bool = True  # False: read from its journal's header by the viewer (the index lacked it)
+
+    @property
+    def session_id(self) -> str:
+        return self.info.session_id
+
+
+class Source(Protocol):
+    """A read-only view of sessions: listing from an index, opening a journal read-only."""
+
+    location: str
+    kind: str  # "store", "server" or "journal"
+
+    def entries(self) -> dict[str, Entry]: ...
+
+    @contextmanager
+    def open_journal(self, session_id: str) -> Iterator[Journal]:
+        yield from ()  # pragma: no cover - protocol
+
+    def verify(self, session_id: str) -> dict[str, Any] | None: ...
+
+    def journal_key(self, session_id: str) -> str: ...
+
+    def segment_bases(self, session_id: str) -> list[int]: ...
+
+
+def _segment_bases(path: str) -> list[int]:
+    """The first seqs of a journal directory's segments, from their names (20 digits + .seg)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted(int(n[:20]) for n in names if len(n) == 24 and n.endswith(".seg") and n[:20].isdigit())
+
+
+def _info(sid: str, fields: dict[str, Any]) -> SessionInfo:
+    known = {k: v for k, v in fields.items() if k in _FIELDS}
+    known["session_id"] = sid
+    known.setdefault("status", "active")
+    known.setdefault("workspace", {})
+    known.setdefault("created", None)
+    known.setdefault("updated", None)
+    known.setdefault("last_seq", 0)
+    if not isinstance(known["workspace"], dict):
+        known["workspace"] = {}
+    return SessionInfo(**known)
+
+
+def _apply(idx: dict[str, SessionInfo], rec: Any) -> None:
+    """One logged index update (the store's put / set / del); anything else is damage."""
+    if not isinstance(rec, dict):
+        raise ValueError("an index update is not an object")
+    op, sid = rec.get("op"), rec.get("id")
+    if not isinstance(sid, str):
+        raise ValueError("an index update names no session")
+    if op == "put" and isinstance(rec.get("info"), dict):
+        idx[sid] = _info(sid, rec["info"])
+    elif op == "set" and isinstance(rec.get("fields"), dict):
+        if sid in idx:
+            idx[sid] = _info(sid, {**idx[sid].__dict__, **rec["fields"]})
+    elif op == "del":
+        idx.pop(sid, None)
+    else:
+        raise ValueError(f"unknown index update {op!r}")
+
+
+class FileStore:
+    """A session store directory (journal.session.store's layout), read-only."""
+
+    kind = "store"
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self.location = self.root
+        self.fs = OsFileSystem()
+        self._lock = threading.Lock()
+        self._header_cache: dict[tuple[str, str, int], SessionInfo] = {}
+
+    def _read_snapshot(self) -> tuple[int, dict[str, SessionInfo]] | None:
+        try:
+            with open(os.path.join(self.root, INDEX_FILE), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        first = data.find(b"\n") + 1
+        cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+        head = data[:first].split()
+        if not head or head[0] != _INDEX_MAGIC:
+            return None
+        generation = int(head[2]) if len(head) == 4 and head[2].isdigit() else 0
+        if data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
+            return None  # torn or damaged: the index is rebuilt from the journals, here in memory only
+        try:
+            body = json.loads(data[first: cut - 1])
+            if body.get("version") not in INDEX_VERSIONS or not isinstance(body.get("sessions"), dict):
+                return None
+            return generation, {k: _info(k, v) for k, v in body["sessions"].items() if isinstance(v, dict)}
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def _load_index(self) -> dict[str, SessionInfo] | None:
+        snap = self._read_snapshot()
+        if snap is None:
+            return None
+        generation, idx = snap
+        for name in sorted(os.listdir(self.root)):
+            tail = name[len(INDEX_LOG_PREFIX):]
+            if not (name.startswith(INDEX_LOG_PREFIX) and tail.isdigit() and len(tail) == 10):
+                continue
+            if int(tail) < generation:
+                continue
+            try:
+                with journal.open(refuse_link(self.fs, os.path.join(self.root, name)), readonly=True) as j:
+                    for rec in j.read():
+                        _apply(idx, rec.event)
+            except (NotAJournalError, JournalNotFoundError, FileNotFoundError):
+                continue  # made by a compaction with nothing logged yet, or removed by one meanwhile
+            except (JournalError, ValueError, TypeError, KeyError):
+                return None  # a damaged log: read from the journals instead
+        return idx
+
+    def _ids(self, where: str) -> list[str]:
+        try:
+            names = os.listdir(os.path.join(self.root, where))
+        except FileNotFoundError:
+            return []
+        return [n for n in names if SESSION_ID_RE.fullmatch(n) and ".." not in n
+                and not os.path.islink(os.path.join(self.root, where, n))]
+
+    def entries(self) -> dict[str, Entry]:
+        """The index, made to agree with the directories in memory (two listings, and a header
+        read for each session the index lacks); the store itself is never written."""
+        loaded = self._load_index()
+        idx = dict(loaded or {})
+        on_disk = {sid: "active" for sid in self._ids(SESSIONS_DIR)}
+        on_disk.update({sid: "archived" for sid in self._ids(ARCHIVE_DIR)})
+        out: dict[str, Entry] = {}
+        for sid, status in on_disk.items():
+            info = idx.get(sid)
+            in_index = info is not None and info.status == status
+            if info is None or info.status != status:
+                info = self._header_info(sid, status)
+            path = self._journal_dir(sid, status)
+            live = status == "active" and flock_holder(os.path.join(path, "LOCK")) is not None
+            out[sid] = Entry(info, live, in_index)
+        return out
+
+    def _header_info(self, sid: str, status: str) -> SessionInfo:
+        path = self._journal_dir(sid, status)
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            mtime = 0
+        key = (sid, status, mtime)
+        with self._lock:
+            got = self._header_cache.get(key)
+        if got is not None:
+            return got
+        try:
+            with journal.open(path, readonly=True) as j:
+                got = info_from_journal(j, sid, status)
+        except (JournalError, OSError):
+            got = SessionInfo(sid, status, {}, None, None, 0)
+        with self._lock:
+            self._header_cache[key] = got
+        return got
+
+    def _journal_dir(self, sid: str, status: str) -> str:
+        where = ARCHIVE_DIR if status == "archived" else SESSIONS_DIR
+        d = os.path.join(self.root, where, sid)
+        return os.path.join(d, JOURNAL_DIR)
+
+    def path_of(self, session_id: str) -> str:
+        """The journal directory of a listed session; links refused, ids checked."""
+        try:
+            check_session_id(session_id)
+        except InvalidSessionIdError:
+            raise UnknownSessionError(str(session_id)[:200]) from None
+        for where in (SESSIONS_DIR, ARCHIVE_DIR):
+            d = os.path.join(self.root, where, session_id)
+            if os.path.isdir(d) and not os.path.islink(d):
+                return refuse_link(self.fs, os.path.join(d, JOURNAL_DIR))
+        raise UnknownSessionError(session_id)
+
+    def journal_key(self, session_id: str) -> str:
+        return self.path_of(session_id)
+
+    def segment_bases(self, session_id: str) -> list[int]:
+        return _segment_bases(self.path_of(session_id))
+
+    @contextmanager
+    def open_journal(self, session_id: str) -> Iterator[Journal]:
+        with journal.open(self.path_of(session_id), readonly=True) as j:
+            yield j
+
+    def verify(self, session_id: str) -> dict[str, Any] | None:
+        from journal.engine.verify import verify
+
+        return verify(self.path_of(session_id)).to_json()
+
+
+class SingleJournal:
+    """One journal (a directory or a journal URL), shown as a store of one session."""
+
+    kind = "journal"
+
+    def __init__(self, target: str) -> None:
+        self.remote = "://" in target
+        self.target = target if self.remote else os.path.realpath(target)
+        self.location = self.target
+        if self.remote:
+            from journal.remote.url import parse_url
+
+            self.location = parse_url(target).display()
+        with journal.open(self.target, readonly=True) as j:
+            sid = None
+            try:
+                first = next(iter(j.read()), None) if j.last_seq else None
+                ev = first.event if first is not None and not first.is_bytes else None
+            except JournalError:
+                ev = None  # damage in the first record: the session page shows it
+            if isinstance(ev, dict) and isinstance(ev.get("sessionId"), str) and SESSION_ID_RE.fullmatch(
+                    ev["sessionId"]) and ".." not in ev["sessionId"]:
+                sid = ev["sessionId"]
+            self.session_id = sid or SINGLE_ID
+            try:
+                self._info = info_from_journal(j, self.session_id, "active")
+            except JournalError:
+                self._info = SessionInfo(self.session_id, "active", {}, None, None, j.last_seq)
+
+    def entries(self) -> dict[str, Entry]:
+        info = self._info
+        last = info.last_seq
+        try:
+            with journal.open(self.target, readonly=True) as j:
+                last = j.last_seq
+                if last != info.last_seq:
+                    self._info = info = info_from_journal(j, self.session_id, "active")
+        except (JournalError, OSError):
+            pass
+        live = not self.remote and flock_holder(os.path.join(self.target, "LOCK")) is not None
+        return {self.session_id: Entry(dataclasses.replace(info, last_seq=last), live)}
+
+    def _check(self, session_id: str) -> None:
+        if session_id != self.session_id:
+            raise UnknownSessionError(str(session_id)[:200])
+
+    def journal_key(self, session_id: str) -> str:
+        self._check(session_id)
+        return self.location
+
+    def segment_bases(self, session_id: str) -> list[int]:
+        self._check(session_id)
+        return [] if self.remote else _segment_bases(self.target)
+
+    @contextmanager
+    def open_journal(self, session_id: str) -> Iterator[Journal]:
+        self._check(session_id)
+        with journal.open(self.target, readonly=True) as j:
+            yield j
+
+    def verify(self, session_id: str) -> dict[str, Any] | None:
+        self._check(session_id)
+        if self.remote:
+            return None  # a server's records are verified as they are read (the reader's report)
+        from journal.engine.verify import verify
+
+        return verify(self.target).to_json()
+
+
+class ServerStore:
+    """A session store on a server (postgresql:// or nats:// store URL): its catalog and names,
+    read; entries the catalog lacks are read from their journals' headers, never written back."""
+
+    kind = "server"
+
+    def __init__(self, url: str) -> None:
+        from journal.api import CatalogStore
+        from journal.remote.url import parse_url
+        from journal.session.catalog_store import CATALOG_NAME
+
+        self.location = parse_url(url).display()
+        self.backing = journal.store(url)
+        if not isinstance(self.backing, CatalogStore):
+            raise ViewError(f"the store at {self.location} keeps no session catalog")
+        self.catalog = self.backing.catalog(CATALOG_NAME)
+        self._lock = threading.Lock()
+        self._header_cache: dict[tuple[str, int], SessionInfo] = {}
+
+    def _names(self) -> set[str]:
+        return {n for n in self.backing.names() if "%" not in n and SESSION_ID_RE.fullmatch(n) and ".." not in n}
+
+    def entries(self) -> dict[str, Entry]:
+        names = self._names()
+        out: dict[str, Entry] = {}
+        for sid, fields in self.catalog.items():
+            if sid in names and isinstance(fields, dict):
+                out[sid] = Entry(_info(sid, fields), False)
+        for sid in names - out.keys():
+            info = self._header_info(sid)
+            if info is not None:
+                out[sid] = Entry(info, False, in_index=False)
+        return out
+
+    def _header_info(self, sid: str) -> SessionInfo | None:
+        try:
+            with self.backing.open(sid, readonly=True) as j:
+                key = (sid, j.last_seq)
+                with self._lock:
+                    got = self._header_cache.get(key)
+                if got is None:
+                    if j.last_seq == 0:
+                        return None  # an empty journal: a create cut short, no session yet
+                    got = info_from_journal(j, sid, "active")
+                    with self._lock:
+                        self._header_cache[key] = got
+                return got
+        except JournalNotFoundError:
+            return None
+        except JournalError:
+            return SessionInfo(sid, "active", {}, None, None, 0)
+
+    def _check(self, session_id: str) -> str:
+        try:
+            sid = check_session_id(session_id)
+        except InvalidSessionIdError:
+            raise UnknownSessionError(str(session_id)[:200]) from None
+        if sid not in self._names():
+            raise UnknownSessionError(sid)
+        return sid
+
+    def journal_key(self, session_id: str) -> str:
+        return f"{self.location} {self._check(session_id)}"
+
+    def segment_bases(self, session_id: str) -> list[int]:
+        self._check(session_id)
+        return []  # a server's records have no segments to step over
+
+    @contextmanager
+    def open_journal(self, session_id: str) -> Iterator[Journal]:
+        with self.backing.open(self._check(session_id), readonly=True) as j:
+            yield j
+
+    def verify(self, session_id: str) -> dict[str, Any] | None:
+        self._check(session_id)
+        return None  # every record read from a server is verified by its reader; damage is raised there
+
+
+def open_source(target: str) -> FileStore | ServerStore | SingleJournal:
+    """The source for ``target``: a session store directory, a journal directory, a store URL or
+    a journal URL. Raises ViewError saying what was expected."""
+    if "://" in target:
+        from journal.remote.url import parse_url
+
+        if parse_url(target).journal is not None:
+            return SingleJournal(target)
+        return ServerStore(target)
+    if not os.path.isdir(target):
+        raise ViewError(f"{target!r} is not a directory: give `journal view` a session store, a journal "
+                        "directory, or a postgresql:// or nats:// URL")
+    if os.path.isfile(os.path.join(target, INDEX_FILE)) or os.path.isdir(os.path.join(target, SESSIONS_DIR)):
+        return FileStore(target)
+    try:
+        return SingleJournal(target)
+    except (NotAJournalError, JournalNotFoundError):
+        raise ViewError(f"{target!r} is neither a session store (no {INDEX_FILE}, no {SESSIONS_DIR}/) nor a "
+                        "journal directory: give `journal view` one of those, or a server URL") from None
