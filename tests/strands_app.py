@@ -4,7 +4,7 @@ assistant message (text, or tool uses), so a real ``strands.Agent`` runs without
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 from strands.models import Model
@@ -20,10 +20,12 @@ def tool_reply(*uses: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
 
 
 class ScriptedModel(Model):
-    """Streams ``replies`` in order, one per model call; past the end it answers "done"."""
+    """Streams ``replies`` in order, one per model call (past the end it answers "done"), or, given
+    a function, its reply to the messages of each call."""
 
-    def __init__(self, replies: Sequence[dict[str, Any]]) -> None:
-        self.replies = list(replies)
+    def __init__(self, replies: Sequence[dict[str, Any]] | Callable[[list[dict[str, Any]]], dict[str, Any]]) -> None:
+        self.replies = list(replies) if not callable(replies) else []
+        self.respond = replies if callable(replies) else None
         self.calls = 0
         self.seen: list[list[dict[str, Any]]] = []  # the messages each call was given
 
@@ -41,7 +43,10 @@ class ScriptedModel(Model):
     async def stream(self, messages: Any, tool_specs: Any = None, system_prompt: Any = None,
                      **kwargs: Any) -> AsyncGenerator[Any, None]:
         self.seen.append(json.loads(json.dumps(messages, default=str)))
-        reply = self.replies[self.calls] if self.calls < len(self.replies) else text_reply("done")
+        if self.respond is not None:
+            reply = self.respond(self.seen[-1])
+        else:
+            reply = self.replies[self.calls] if self.calls < len(self.replies) else text_reply("done")
         self.calls += 1
         stop = "end_turn"
         yield {"messageStart": {"role": "assistant"}}
