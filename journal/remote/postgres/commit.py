@@ -27,12 +27,13 @@ from typing import Any, Final, Protocol
 import psycopg
 
 from journal.engine import format as fmt
-from journal.engine.encoding import Encoded, same_event
+from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.errors import CorruptionError, InvariantError, JournalError, JournalFailStoppedError
-from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import Committed, Durability, NotCommitted, Outcome
 from journal.record import Record
 from journal.remote import records
+from journal.remote.batching import BARRIER, DUP, NEW, Fate, Held, Step, outcomes_of, plan_group
 from journal.remote.group import BATCH_BYTES_MAX_DEFAULT, BATCH_RECORDS_MAX_DEFAULT, GroupCommit
 from journal.remote.postgres.connection import _BEGIN, _SET_COMMIT, Conn, _Queries, _unusable, reusable
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
@@ -136,16 +137,6 @@ class _Raised(NotCommitted):
     error: BaseException | None = None
 
 
-_NEW, _DUP, _REFUSED, _BARRIER = "new", "dup", "refused", "barrier"
-
-
-@dataclass
-class _Step:
-    kind: str
-    seq: int = 0
-    key: str | None = None
-
-
 @dataclass
 class _Part:
     """One journal's records in a batch (positions in the batch, the plan for them)."""
@@ -155,13 +146,13 @@ class _Part:
     items: list[Encoded]
     base: int = 0
     level: Durability = "flush"
-    steps: list[_Step] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     rows: list[tuple[int, Encoded]] = field(default_factory=list)
     new_rows: list[tuple[int, Encoded]] = field(default_factory=list)
     carried: bool = False  # acknowledged buffered records are among rows
 
     def dup(self) -> bool:
-        return any(s.kind == _DUP for s in self.steps)
+        return any(s.kind == DUP for s in self.steps)
 
 
 class _Writer:
@@ -343,7 +334,7 @@ class _Writer:
             if exc is not None and not isinstance(exc, Exception):
                 raise exc
 
-    def _settle(self, p: _Part, status: str, why: str, out: list[Outcome | None], kept: bool = False) -> None:
+    def _settle(self, p: _Part, status: Fate, why: str, out: list[Outcome | None], kept: bool = False) -> None:
         """The part's outcomes, and the journal's state after its transaction."""
         j = p.j
         if status == "ok" and not kept:
@@ -359,8 +350,8 @@ class _Writer:
             j._fail_stop(why + "; whether the batch is in the journal is known only to the server")
         level: Durability = "buffered" if kept else p.level
         if not p.steps:
-            p.steps = [_Step(_BARRIER) if isinstance(it, _Barrier) else _Step(_NEW, 0, it.key) for it in p.items]
-        for i, o in zip(p.at, _outcomes(p.items, p.steps, status, level, why), strict=True):
+            p.steps = [Step(BARRIER) if isinstance(it, _Barrier) else Step(NEW, 0, it.key) for it in p.items]
+        for i, o in zip(p.at, outcomes_of(p.items, p.steps, status, level, why, _refused), strict=True):
             out[i] = o
 
     def _begin(self, conn: Conn, level: Durability) -> None:
@@ -388,7 +379,7 @@ class _Writer:
 
     def _commit(
         self, conn: Conn, parts: list[_Part], level: Durability, begun: bool, force_xid: bool
-    ) -> tuple[str, str, BaseException | None]:
+    ) -> tuple[Fate, str, BaseException | None]:
         """Write the parts' rows in the transaction (begun here unless ``begun``) and COMMIT it:
         ("ok", ""), ("not", why): nothing written, or ("lost", why): the answer to COMMIT never came."""
         committing = False
@@ -551,74 +542,21 @@ def _verify_found(j: Member, rows: list[tuple[str, int, bytes]]) -> dict[str, Re
 
 def _plan(
     member: Member, items: list[Encoded], found: dict[str, Record], base: int
-) -> tuple[list[_Step], list[tuple[int, Encoded]]]:
-    """Seqs for the new records; duplicates and refused calls (a key held by another event)."""
+) -> tuple[list[Step], list[tuple[int, Encoded]]]:
+    """Seqs for the new records; duplicates and refused calls (a key held by another event):
+    the journal's keys are its buffered records' and the stored ones the look-up ``found``."""
     with member._mu:
         buffered = list(member._buffer)
-    next_seq = base + len(buffered) + 1
-    known: dict[str, tuple[int, bytes, bool]] = {}
-    for seq, enc in buffered:
-        if enc.key is not None:
-            known[enc.key] = (seq, enc.raw, enc.is_bytes)
+    known = {enc.key: Held(seq, enc.raw, enc.is_bytes) for seq, enc in buffered if enc.key is not None}
     for key, rec in found.items():
-        known.setdefault(key, (rec.seq, rec.payload, rec.is_bytes))
-    steps: list[_Step] = []
-    rows: list[tuple[int, Encoded]] = []
-    i = 0
-    while i < len(items):
-        call = getattr(items[i], "call", -i - 1)
-        j = i
-        while j < len(items) and getattr(items[j], "call", -j - 1) == call:
-            j += 1
-        mine: dict[str, tuple[int, bytes, bool]] = {}
-        these: list[_Step] = []
-        conflict: tuple[str, int] | None = None
-        seq = next_seq
-        for it in items[i:j]:
-            if isinstance(it, _Barrier):
-                these.append(_Step(_BARRIER))
-                continue
-            if it.key is not None:
-                hit = mine.get(it.key) or known.get(it.key)
-                if hit is not None:
-                    if same_event(hit[1], hit[2], it):
-                        these.append(_Step(_DUP, hit[0], it.key))
-                        continue
-                    conflict = (it.key, hit[0])
-                    break
-                mine[it.key] = (seq, it.raw, it.is_bytes)
-            these.append(_Step(_NEW, seq, it.key))
-            seq += 1
-        if conflict is not None:
-            steps.extend(_Step(_REFUSED, conflict[1], conflict[0]) for _ in range(j - i))
-        else:
-            steps.extend(these)
-            rows.extend((st.seq, it) for st, it in zip(these, items[i:j], strict=True) if st.kind == _NEW)
-            known.update(mine)
-            next_seq = seq
-        i = j
-    return steps, rows
+        known.setdefault(key, Held(rec.seq, rec.payload, rec.is_bytes))
+    return plan_group(items, known, base + len(buffered) + 1, lambda i, it: getattr(it, "call", -i - 1),
+                      lambda it: isinstance(it, _Barrier))
 
 
-def _outcomes(items: list[Encoded], steps: list[_Step], status: str, level: Durability, why: str) -> list[
-    Outcome
-]:
-    out: list[Outcome] = []
-    for it, st in zip(items, steps, strict=True):
-        if st.kind == _REFUSED:
-            out.append(_Conflict(f"idempotency key {st.key!r} holds another event", key=st.key or "",
-                                 holder=st.seq))
-        elif status == "ok":
-            if st.kind == _DUP:
-                out.append(Committed(st.seq, level, True, "idempotency key matched an existing record"))
-            else:
-                out.append(Committed(st.seq, level))
-        elif status == "not" and st.kind != _DUP:
-            out.append(NotCommitted(why))
-        else:
-            out.append(AckLost(st.seq, why, records.digest_of(it), it.key))
-    return out
-
+def _refused(st: Step) -> Outcome:
+    """A call whose key holds another event: its caller raises IdempotencyConflictError."""
+    return _Conflict(f"idempotency key {st.key!r} holds another event", key=st.key or "", holder=st.seq)
 
 def _raise_planned(outcomes: list[Outcome]) -> None:
     for out in outcomes:

@@ -17,16 +17,16 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import psycopg
-import xxhash
 from psycopg import sql
 
 from journal.errors import JournalFailStoppedError, JournalIOError, SequenceError
-from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import AckLost, Durability, Outcome
 from journal.record import Record
 from journal.remote import records
 from journal.remote.postgres.connection import Conn, Query, reusable
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError
 from journal.remote.postgres.writer import WriterPart
+from journal.remote.resolution import resolve_from
 
 READ_PAGE_RECORDS: Final = 512  # rows per query of read() and follow(): memory stays bounded
 FOLLOW_POLL_INTERVAL_S: Final = 0.02
@@ -189,18 +189,16 @@ class ReaderPart(WriterPart):
         if self._failed is not None:
             raise JournalFailStoppedError(self._failed)
         self._flush_own()
-        if outcome.key is not None:
-            rows = self._query(self._q.keys, (self._name, [outcome.key]))
-            if rows:
-                seq = int(rows[0][1])
-                records.record_of(bytes(rows[0][2]), seq, self._salt, self.path, self.options.record_size_bytes_max)
-                return Committed(seq, self._durable_now(), duplicate=True, reason="resolved by idempotency key")
-        rec = self.get(outcome.seq)
-        if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
-            return Committed(outcome.seq, self._durable_now(), reason="resolved: the record is in the journal")
-        if rec is None:
-            return NotCommitted("resolved: the journal ends before this record's seq")
-        return NotCommitted("resolved: another record holds this record's seq")
+
+        def by_key(key: str) -> int | None:
+            rows = self._query(self._q.keys, (self._name, [key]))
+            if not rows:
+                return None
+            seq = int(rows[0][1])
+            records.record_of(bytes(rows[0][2]), seq, self._salt, self.path, self.options.record_size_bytes_max)
+            return seq
+
+        return resolve_from(outcome, by_key, self.get, self._durable_now)
 
     def _durable_now(self) -> Durability:
         """"sync" once the server's WAL is flushed past what was just read, else "flush"."""

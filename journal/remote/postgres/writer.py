@@ -19,17 +19,18 @@ from the table (reader.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from journal.engine.encoding import check_durability, encode_event, repeated_keys, with_repeats
+from journal.engine.encoding import Encoded, check_durability, encode_event
 from journal.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     JournalClosedError,
     JournalFailStoppedError,
 )
-from journal.outcomes import Durability, NotCommitted, Outcome
+from journal.outcomes import Durability, Outcome
+from journal.remote.batching import keyed_once, runs, write_runs
 from journal.remote.postgres.commit import (
     BATCH_BYTES_MAX,
     BATCH_RECORDS_MAX,
@@ -56,21 +57,15 @@ def _check_key(key: str | None) -> None:
         ) from None
 
 
-
-def _chunks(items: list[_Item]) -> Iterator[list[_Item]]:
-    chunk: list[_Item] = []
-    size = 0
-    for it in items:
-        n = len(it.spec.stored)
-        if chunk and (len(chunk) >= BATCH_RECORDS_MAX or size + n > BATCH_BYTES_MAX):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(it)
-        size += n
-    if chunk:
-        yield chunk
+def _stored_bytes(it: Encoded) -> int:
+    """What a record adds to a transaction's size (BATCH_BYTES_MAX counts stored payloads)."""
+    return len(it.spec.stored)
 
 
+def _raised(outcomes: list[Outcome]) -> list[Outcome]:
+    """``outcomes``, once a journal's part the leader could not plan has raised its error."""
+    _raise_planned(outcomes)
+    return outcomes
 
 
 class WriterPart(JournalState):
@@ -109,30 +104,21 @@ class WriterPart(JournalState):
         if not encoded:
             return []
         keyed = any(k is not None for k in keys)
-        repeats = repeated_keys(encoded) if keyed else {}
-        unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
-        call = next(self._calls)
-        items = [_Item(enc, call, self) for enc in unique]
-        outcomes: list[Outcome] = []
-        gc = self._gc()
-        if keyed:
-            outcomes = gc.submit(list(items), level)
-            _raise_planned(outcomes)
+
+        def write(unique: list[Encoded]) -> list[Outcome]:
+            call = next(self._calls)
+            items = [_Item(enc, call, self) for enc in unique]
+            gc = self._gc()
+            if not keyed:
+                return write_runs(runs(items, _stored_bytes, BATCH_BYTES_MAX, BATCH_RECORDS_MAX),
+                                  lambda chunk: _raised(gc.submit(list(chunk), level)), lambda: self._failed)
+            outcomes = _raised(gc.submit(list(items), level))
             for out in outcomes:
                 if isinstance(out, _Conflict):
                     raise IdempotencyConflictError(out.key, out.holder)
-        else:
-            for chunk in _chunks(items):
-                if outcomes and self._failed is not None:
-                    reason = f"journal fail-stopped before this record was written: {self._failed}"
-                    outcomes.extend([NotCommitted(reason)] * len(chunk))
-                    continue
-                got = gc.submit(list(chunk), level)
-                _raise_planned(got)
-                outcomes.extend(got)
-        if repeats:
-            outcomes = with_repeats(outcomes, repeats, len(encoded))
-        return outcomes
+            return outcomes
+
+        return keyed_once(encoded, write)
 
     def flush(self) -> None:
         """Write the records this handle buffers. Raises JournalFailStoppedError."""
