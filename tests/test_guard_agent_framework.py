@@ -83,7 +83,7 @@ def build(tmp: Path, plan: KillPlan, versions: list[str], guard: AgentGuard | No
         deploy_side_effect(tmp, plan, version, guarded=guard is not None)
         return f"deployed {version}"
 
-    middleware = [guard.middleware()] if guard is not None else []
+    middleware = guard.middleware() if guard is not None else []
     return Agent(client=ScriptedClient(respond), tools=[deploy], context_providers=[history],
                  middleware=middleware)
 
@@ -243,3 +243,41 @@ def test_random_kills(tmp_path: Path) -> None:
         unit_of=lambda ask: ask["args"]["version"], result_of=lambda unit: f"deployed {unit}",
         journal_unknown=lambda tmp, out: _loads(tmp)[2], check_history=_check_history, tool_unit=str)
     random_kill_rounds(tmp_path, app, seed_offset=31, steps_max=VERSIONS_RANDOM + 2)
+
+
+async def _alife_answering(tmp: Path, versions: list[str]) -> dict[str, Any]:
+    """One process that runs the agent, answers every unknown call "happened" itself and runs it again."""
+    history = JournalHistoryProvider(tmp / "store")
+    guard = guard_for(history) if GUARD_ON else None
+    asks: list[dict[str, Any]] = []
+    try:
+        agent = build(tmp, KillPlan(None), versions, guard, history)
+        for _ in range(len(versions) + 2):
+            try:
+                result = await agent.run("continue", session=agent.create_session(session_id=SESSION))
+            except ToolOutcomeUnknownError as err:
+                assert guard is not None
+                asks.append(err.unknown.to_payload())
+                version = err.unknown.args["version"]
+                guard.answer(SESSION, err.unknown.call_id, {"answer": "happened", "result": f"deployed {version}"})
+                continue
+            return {"asks": asks, "final": result.text}
+        return {"asks": asks, "final": None}
+    finally:
+        if guard is not None:
+            guard.close()
+        history.close()
+
+
+def test_a_run_stopped_by_an_unknown_call_is_a_crash_for_the_next_run_of_the_same_process(tmp_path: Path) -> None:
+    """The run that stopped to ask handed v1's recorded result to a new call; that run's messages never
+    reached the history, so the next run (same process, after the answer) asks for v1 again under a
+    new id: it must get the recorded result again, not run the tool."""
+    versions = ["v1", "v2", "v3"]
+    killed, _ = in_child(_life, tmp_path, KillPlan("mid_tool", at=2), "deploy", versions)
+    assert killed and _deploys(tmp_path) == {"v1": 1, "v2": 1}
+    _, out = in_child(lambda: asyncio.run(_alife_answering(tmp_path, versions)))
+    assert [a["args"] for a in out["asks"]] == [{"version": "v2"}], out
+    assert out["final"] == "deployed v1, v2, v3", out
+    assert _deploys(tmp_path) == {"v1": 1, "v2": 1, "v3": 1}
+    assert _check_history(tmp_path) == versions

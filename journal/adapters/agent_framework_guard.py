@@ -7,7 +7,7 @@
     history = JournalHistoryProvider("store/")
     guard = guard_for(history, side_effects={"lookup": "read"})   # every other tool: external-write
     agent = Agent(client=..., tools=[deploy, lookup], context_providers=[history],
-                  middleware=[guard.middleware()])
+                  middleware=guard.middleware())
     try:
         await agent.run("ship v2", session=session)
     except ToolOutcomeUnknownError as err:        # a crash left a call started with no result
@@ -60,7 +60,14 @@ from typing import Any, Final
 from journal.errors import MissingExtraError
 
 try:
-    from agent_framework import Content, FunctionInvocationContext, FunctionMiddleware, HistoryProvider
+    from agent_framework import (
+        AgentContext,
+        AgentMiddleware,
+        Content,
+        FunctionInvocationContext,
+        FunctionMiddleware,
+        HistoryProvider,
+    )
     from agent_framework._middleware import MiddlewareFailure
 except ImportError as exc:  # pragma: no cover - the extra is installed in CI
     raise MissingExtraError(__name__, "Agent Framework 1.26 or later (agent-framework-core)", "agent-framework",
@@ -171,8 +178,22 @@ class AgentGuard:
         self._mine: set[tuple[str, str]] = set()  # (scope, guard call id) first requested by this process
         self._claimed: set[tuple[str, str]] = set()  # (scope, earlier call id) a call of this process stood for
 
-    def middleware(self) -> GuardMiddleware:
-        return GuardMiddleware(self)
+    def middleware(self) -> list[AgentMiddleware | FunctionMiddleware]:
+        """What goes in ``Agent(middleware=...)``: the function middleware that guards every tool call,
+        and an agent middleware that starts each run afresh (see ``begin_run``)."""
+        return [RunMiddleware(self), GuardMiddleware(self)]
+
+    def begin_run(self, session_id: str) -> None:
+        """Forget which calls of the session this process ran or matched in earlier runs.
+
+        Within one run, a call this process ran, or an earlier call another call stood for, is never
+        matched again (two identical calls in one run are two calls). A run that ended without its
+        messages reaching the history (``ToolOutcomeUnknownError``, or any other failure) is, for the
+        history, a crash: the model asked again issues those calls anew, and they must find what was
+        recorded for them, exactly as after a crash, so each run starts with nothing held."""
+        with self._lock:
+            self._mine = {k for k in self._mine if k[0] != session_id}
+            self._claimed = {k for k in self._claimed if k[0] != session_id}
 
     def scope(self, session_id: str) -> GuardScope:
         return self.guard.scope(session_id)
@@ -320,6 +341,18 @@ def _present(unknown: UnknownCall | None) -> UnknownCall:
     return unknown
 
 
+class RunMiddleware(AgentMiddleware):
+    """The agent middleware that tells the guard a run of a session begins."""
+
+    def __init__(self, guard: AgentGuard) -> None:
+        self.guard = guard
+
+    async def process(self, context: AgentContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        session = context.session
+        self.guard.begin_run(session.session_id if session is not None else NO_SESSION_SCOPE)
+        await call_next()
+
+
 class GuardMiddleware(FunctionMiddleware):
     """The framework's function middleware that runs the guard around every tool call."""
 
@@ -348,6 +381,7 @@ __all__ = [
     "AgentGuard",
     "CallIdReusedError",
     "GuardMiddleware",
+    "RunMiddleware",
     "ToolOutcomeUnknownError",
     "guard_for",
 ]
