@@ -108,6 +108,7 @@ from journal.api import (
     Journal,
     JournalError,
     JournalFailStoppedError,
+    JournalIOError,
     NotCommitted,
     RecordTooLargeError,
     Store,
@@ -427,6 +428,13 @@ class JournalStore(BaseStore):
                         self._check_header(rec.event)
                     else:
                         self._fold(data, rec.seq, rec.event, check=True)
+        except OSError as exc:
+            j.close()
+            if isinstance(exc, JournalError):
+                raise
+            # A reader's file-system error that reached us untyped: the replay stopped, nothing
+            # of it is served, and the next call tries again.
+            raise JournalIOError(self.where, exc, "replaying") from exc
         except BaseException:
             j.close()
             raise
