@@ -319,3 +319,31 @@ def test_aider_file_of_several_chats(tmp_path: pathlib.Path) -> None:
     # the second chat's start ends the first chat's open turn; its edit got no outcome: closed, named
     assert [e["data"].get("chatStarted") for e in evs if e["type"] == "turn.ended"] == [None, "2025-01-02 09:00:00"]
     assert [c["callId"] for c in report["closed"]] == ["line-35"]
+
+
+def test_odd_but_valid_documents_roundtrip(tmp_path: pathlib.Path) -> None:
+    """A byte-order mark, CRLF line ends, a lone surrogate escape (a string cut mid-emoji), a
+    number past a double's range and duplicate keys: the bytes come back; the mapping reads
+    U+FFFD and null where a journal cannot store the value."""
+    text = json.dumps(gemini_doc(), indent=2).replace('"content": "list the files"',
+                                                       '"content": "cut \\ud83d", "content": "list \\ud83d"')
+    text = "\ufeff" + text.replace('"total": 12', '"total": 1e999').replace("\n", "\r\n")
+    src = tmp_path / "odd.json"
+    src.write_bytes(text.encode("utf-8"))
+    _, out = cli_roundtrip(tmp_path, "gemini", src)
+    assert out == src.read_bytes()
+    evs = events(tmp_path / "j")
+    assert next(e["data"]["text"] for e in evs if e["type"] == "user.message") == "list \ufffd"
+
+
+def test_swe_agent_history_without_actions_is_read_from_its_steps(tmp_path: pathlib.Path) -> None:
+    doc = swe_text_doc()
+    for m in doc["history"]:
+        m.pop("action", None)
+    src = tmp_path / "old.traj"
+    src.write_text(json.dumps(doc))
+    importers.import_file("swe-agent", str(src), str(tmp_path / "j"))
+    calls = [e for e in events(tmp_path / "j") if e["type"] == "tool.requested"]
+    assert [(c["toolCallId"], c["data"]["args"]) for c in calls] == [
+        (f"trajectory-{i}", {"command": s["action"]}) for i, s in enumerate(doc["trajectory"])]
+    every_call_closed(tmp_path / "j")

@@ -42,7 +42,7 @@ from journal.api import CorruptionError
 from journal.errors import JournalError
 from journal.fs import FileSystem, OsFileSystem, follow_link
 from journal.session.closers import TOOL_OUTCOME_UNKNOWN
-from journal.session.envelope import Event
+from journal.session.envelope import ID_BYTES_MAX, Event
 from journal.session.importers.base import (
     FINISHED_TYPE,
     RECORD_TYPE,
@@ -178,6 +178,9 @@ def parse_json(data: bytes, source: str) -> Any:
         line = data.count(b"\n", 0, exc.start) + 1
         raise DocumentError(source, "malformed", f"not UTF-8 ({exc.reason} at byte {exc.start})",
                             f"line {line}", line) from None
+    # A byte-order mark (some editors write one) is not JSON; the parse starts after it, and a
+    # place on line 1 is counted from the text after it.
+    text = text.removeprefix("\ufeff")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -285,7 +288,10 @@ class DocBuilder:
     def call(self, call_id: Any, name: Any, args: Any, at: str, when: Any) -> str:
         cid = _valid_id(call_id)
         if cid is None:
-            self.defect(at, "wrong-type", f"a tool call's id is a JSON {json_type(call_id)}, not an id string")
+            got = f"a string of {len(call_id.encode('utf-8', 'replace'))} bytes" if isinstance(call_id, str) \
+                else f"a JSON {json_type(call_id)}"
+            self.defect(at, "wrong-type", f"a tool call's id is {got}, where the format has an id (a non-empty "
+                                          f"string of at most {ID_BYTES_MAX} bytes)")
             raise Skip
         if cid in self.seen_calls:
             self.defect(at, "duplicate-call", f"tool call id {cid!r} is used by an earlier call")

@@ -10,8 +10,9 @@ followed are the ones each runtime writes:
   message's ``tool_calls`` (``id``, ``function.name``, ``function.arguments`` as JSON text) and
   ``role: tool`` replies naming them in ``tool_call_ids``. The older text-action form: an
   assistant message's ``action`` (a command line) answered by the next user message, the
-  observation; its call id is ``history-N`` (N the message's index). A file without ``history``
-  is read from ``trajectory``: each step a call (``trajectory-N``) answered by its observation.
+  observation; its call id is ``history-N`` (N the message's index). A file whose ``history``
+  records no action (or that has none) is read from ``trajectory``: each step a call
+  (``trajectory-N``) answered by its observation.
 * mini-swe-agent: mini-swe-agent trajectories (``*.traj.json``): an object with ``messages``
   (and ``info``, ``trajectory_format``), or a bare array of messages. An assistant message's one
   ``bash`` code block is a call (``messages-N``) answered by the next user message; a
@@ -90,6 +91,13 @@ def _tool_reply(b: DocBuilder, msg: dict[str, Any], at: str, when: Any) -> None:
             continue
 
 
+def _acts(history: Any) -> bool:
+    """Whether a SWE-agent history records the agent's actions (``tool_calls`` or ``action``)."""
+    return isinstance(history, list) and any(
+        isinstance(m, dict) and m.get("role") == "assistant" and (m.get("tool_calls") or m.get("action"))
+        for m in history)
+
+
 def _end_by_info(b: DocBuilder, doc: Any) -> None:
     info = doc.get("info") if isinstance(doc, dict) else None
     status = info.get("exit_status") if isinstance(info, dict) else None
@@ -116,10 +124,10 @@ class SweAgentFormat(_Json):
             doc = b.want(doc, dict, "/", "the trajectory")
         except Skip:
             return
-        if doc.get("history"):
+        if doc.get("trajectory") and not _acts(doc.get("history")):
+            self._steps(doc["trajectory"], b)  # a history of messages only: the steps hold the actions
+        elif doc.get("history") is not None:
             self._history(doc["history"], b)
-        elif doc.get("trajectory") is not None:
-            self._steps(doc["trajectory"], b)
         _end_by_info(b, doc)
 
     def _history(self, history: Any, b: DocBuilder) -> None:
