@@ -158,6 +158,7 @@ ADAPTERS = {
     "openai_agents": ("agents", "openai-agents"),
     "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
     "strands": ("strands", "strands"),
+    "strands_guard": ("strands", "strands"),
 }
 
 

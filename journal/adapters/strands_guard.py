@@ -69,6 +69,7 @@ try:
         HookProvider,
         HookRegistry,
     )
+    from strands.tools._tool_helpers import generate_missing_tool_result_content
     from strands.tools.tools import PythonAgentTool
     from strands.types.tools import ToolResult, ToolSpec, ToolUse
 except ImportError as exc:  # pragma: no cover - the extra is installed in CI
@@ -260,6 +261,10 @@ class GuardHooks(HookProvider):
         state = getattr(agent, "_interrupt_state", None)
         if state is not None and getattr(state, "activated", False):
             return  # answering an interrupt: the tool hook acts on it
+        # A call whose real result the conversation holds was delivered (only the guard's record of
+        # it was lost, a result being written at "flush"): the model has it, nothing is pending.
+        delivered = _delivered_tool_use_ids(agent.messages)
+        pending = [u for u in pending if u.call_id not in delivered]
         waiting = _pending_tool_use_ids(agent.messages) if not event.messages else set()
         if all(u.call_id in waiting for u in pending):
             return  # a resume (no new prompt): Strands runs the calls again, and the tool hook asks
@@ -305,6 +310,21 @@ def _pending_tool_use_ids(messages: list[Any]) -> set[str]:
         return set()
     return {guard_call_id(str(block["toolUse"].get("toolUseId"))) for block in messages[-1].get("content") or []
             if isinstance(block, Mapping) and isinstance(block.get("toolUse"), Mapping)}
+
+
+def _delivered_tool_use_ids(messages: list[Any]) -> set[str]:
+    """The guard call ids of the toolResults the conversation holds, but Strands' own closers of
+    calls it found without a result (its "Tool was interrupted." error: nothing was delivered)."""
+    out: set[str] = set()
+    for m in messages:
+        for block in m.get("content") or [] if isinstance(m, Mapping) else []:
+            res = block.get("toolResult") if isinstance(block, Mapping) else None
+            if not isinstance(res, Mapping):
+                continue
+            tool_use_id = str(res.get("toolUseId"))
+            if dict(res) != generate_missing_tool_result_content([tool_use_id])[0]["toolResult"]:
+                out.add(guard_call_id(tool_use_id))
+    return out
 
 
 def guard_for(manager: Any, **options: Any) -> GuardHooks:
