@@ -85,7 +85,7 @@ try:  # the framework comes with the claude-agent-sdk extra; without it, say so
         SessionSummaryEntry,
     )
 except ImportError as exc:
-    raise MissingExtraError(__name__, "the Claude Agent SDK 0.1.65 or later (claude-agent-sdk)", "claude-agent-sdk",
+    raise MissingExtraError(__name__, "the Claude Agent SDK 0.1.66 or later (claude-agent-sdk)", "claude-agent-sdk",
                             exc) from exc
 
 import journal
