@@ -39,6 +39,7 @@ from tests.guard_harness import (
     kill_hooks,
     missing_framework_reason,
     random_kill_rounds,
+    run_example_demo,
     same_on_every_load,
     tool_runs,
     truthful_answer,
@@ -281,3 +282,10 @@ def test_a_run_stopped_by_an_unknown_call_is_a_crash_for_the_next_run_of_the_sam
     assert out["final"] == "deployed v1, v2, v3", out
     assert _deploys(tmp_path) == {"v1": 1, "v2": 1, "v3": 1}
     assert _check_history(tmp_path) == versions
+
+
+def test_the_example_demo(tmp_path: Path) -> None:
+    """examples/agent_framework_crash_safe_tool.py, as the docs show it: killed, asked, answered, finished."""
+    if not GUARD_ON:
+        pytest.skip("the example always has its guard")
+    run_example_demo("agent_framework_crash_safe_tool.py", tmp_path)
