@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import types
 from typing import Any
 
 import pytest
@@ -256,3 +257,13 @@ def test_a_refusal_is_a_document_error_with_its_place(tmp_path: pathlib.Path) ->
     with pytest.raises(DocumentError) as err:
         importers.import_file("gemini", str(src), str(tmp_path / "j"))
     assert err.value.lineno == 2 and err.value.at == "line 2, column 19" and err.value.defect == "malformed"
+
+
+def test_a_document_of_too_many_values_is_refused_before_it_is_parsed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(documents, "VALUES_MAX", 1000)
+    parsed: list[str] = []
+    monkeypatch.setattr(documents, "json", types.SimpleNamespace(loads=parsed.append,
+                                                                 JSONDecodeError=json.JSONDecodeError))
+    got = refused(tmp_path, "openhands", "[" + ",".join(["[]"] * 600) + "," + ",".join(['""'] * 900) + "]", code=1)
+    assert "holds up to 1501 JSON containers and strings" in got["error"] and parsed == []

@@ -59,6 +59,11 @@ from journal.session.importers.lines import NESTING_DEPTH_MAX, MalformedLineErro
 # Far above any real session document (the largest trajectories are tens of MiB) and below what
 # the importer can hold at once: the bytes, the parsed value and the events are all in memory.
 DOCUMENT_BYTES_MAX = 256 * 1024 * 1024
+# Parsed JSON costs far more than its text where values are tiny (``[]`` is 2 bytes of source
+# and 56 of Python list; ``{}`` over 200): a document may hold at most this many containers and
+# strings (counted from its brackets and quotes before it is parsed, an upper bound), about
+# 2 GiB of Python objects at worst and thousands of times what a real session holds.
+VALUES_MAX = 8_000_000
 # A chunk's JSON escape is at most 6 bytes per source byte (a control character as \u0001), so a
 # chunk of 1 MiB stays under the journal's default record limit (16 MiB) whatever it holds.
 CHUNK_BYTES = 1024 * 1024
@@ -85,12 +90,14 @@ class DocumentError(MalformedLineError):
 
 
 class DocumentTooLargeError(UnstorableLineError):
-    """A document larger than the importer reads whole (DOCUMENT_BYTES_MAX)."""
+    """A document larger than the importer reads whole (DOCUMENT_BYTES_MAX), or holding more
+    JSON values than it builds at once (VALUES_MAX)."""
 
-    def __init__(self, source: str, limit_bytes: int) -> None:
-        JournalError.__init__(self, f"{source} is larger than {limit_bytes} bytes, the largest document the importer "
-                                    "reads whole; nothing was written. Split the session, or import a copy cut at a "
-                                    "message boundary")
+    def __init__(self, source: str, limit_bytes: int, values: int = 0) -> None:
+        what = (f"holds up to {values} JSON containers and strings, more than the {VALUES_MAX} the importer builds"
+                if values else f"is larger than {limit_bytes} bytes, the largest document the importer reads whole")
+        JournalError.__init__(self, f"{source} {what}; nothing was written. Split the session, or import a copy cut "
+                                    "at a message boundary")
         self.lineno = 0
         self.limit_bytes = limit_bytes
 
@@ -171,7 +178,11 @@ def _ends_open(text: str, exc: json.JSONDecodeError) -> bool:
 
 def parse_json(data: bytes, source: str) -> Any:
     """The one JSON value ``data`` holds, made storable (lines.checked); DocumentError naming
-    the line and column, or the JSON path, of what it refuses."""
+    the line and column, or the JSON path, of what it refuses; DocumentTooLargeError for more
+    values than VALUES_MAX."""
+    values = data.count(b"{") + data.count(b"[") + data.count(b'"') // 2
+    if values > VALUES_MAX:
+        raise DocumentTooLargeError(source, len(data), values)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
