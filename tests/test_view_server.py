@@ -209,3 +209,39 @@ def test_the_listing_json_names_each_session_once(server: ViewerServer) -> None:
     body = json.loads(c.getresponse().read())
     ids = [s["sessionId"] for s in body["sessions"]]
     assert len(ids) == len(set(ids)) == 3
+
+
+def test_the_command_prints_a_token_url_on_127_0_0_1_and_stops_on_ctrl_c(built: Built, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    proc = subprocess.Popen([sys.executable, "-m", "journal", "view", built.root, "--no-browser",
+                             "--cache-dir", str(tmp_path / "cache")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = urlsplit(proc.stdout.readline().strip())
+        assert url.hostname == "127.0.0.1" and url.query.startswith("token=") and len(url.query) > 40
+        c = http.client.HTTPConnection("127.0.0.1", url.port, timeout=30)
+        c.request("GET", "/?" + url.query, headers={"Host": url.netloc})
+        assert c.getresponse().status == 303
+        c = http.client.HTTPConnection("127.0.0.1", url.port, timeout=30)
+        c.request("GET", "/", headers={"Host": url.netloc})
+        assert c.getresponse().status == 403
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "read-only" in err and str(tmp_path / "cache") in err
+
+
+def test_the_command_refuses_what_is_neither_a_store_nor_a_journal(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "empty").mkdir()
+    got = subprocess.run([sys.executable, "-m", "journal", "view", str(tmp_path / "empty"), "--no-browser"],
+                         capture_output=True, text=True, timeout=60)
+    assert got.returncode != 0 and "neither a session store" in got.stderr

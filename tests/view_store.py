@@ -46,8 +46,9 @@ def _turn(s: Session, n: int, tool_output: str = "ok", args: dict[str, Any] | No
     s.append("turn.ended", {"reason": "completed"}, turn_id=tid)
 
 
-def build_store(root: str) -> Built:
-    store = SessionStore(root)
+def build_store(root: str | Any) -> Built:
+    """The sessions in a store directory ``root``, or in a session store object (a server's)."""
+    store = SessionStore(root) if isinstance(root, str) else root
     with store.create(workspace={"path": "/repo/app"}) as s:
         clean = s.store_id
         s.append("user.message", {"text": "Please list the files in the repository"})
@@ -68,7 +69,7 @@ def build_store(root: str) -> Built:
         Session.close(s)
     with store.open(crashed):
         pass
-    return Built(root, clean, child, crashed, fork_seq)
+    return Built(root if isinstance(root, str) else "", clean, child, crashed, fork_seq)
 
 
 def build_many(root: str, sessions: int, events_each: int = 12, seed: int = 0) -> SessionStore:

@@ -89,6 +89,7 @@ class SearchIndex:
                 except FileNotFoundError:
                     pass
         self.write_lock = threading.Lock()
+        self.version = 0  # bumped by every update this process commits: readers' caches key on it
         with self.connect() as c:
             c.execute("PRAGMA journal_mode=WAL")
             c.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
@@ -105,7 +106,18 @@ class SearchIndex:
     def connect(self) -> sqlite3.Connection:
         c = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         c.execute("PRAGMA busy_timeout=30000")
+        # A derived cache: a power loss may cost its last updates (they are made again from the
+        # journals), never its consistency (WAL), so commits skip the fsync.
+        c.execute("PRAGMA synchronous=NORMAL")
         return c
+
+    def summary(self, sid: str) -> Summary | None:
+        with self.connect() as c:
+            got = c.execute("SELECT summary FROM sessions WHERE sid=?", (sid,)).fetchone()
+        try:
+            return Summary.from_json(json.loads(got[0]), None) if got is not None else None
+        except (ValueError, TypeError):
+            return None
 
     def summaries(self) -> dict[str, Summary]:
         with self.connect() as c:
@@ -173,6 +185,7 @@ class SearchIndex:
                     c.execute("INSERT OR REPLACE INTO sessions VALUES(?,?,?,?,?)",
                               (sid, jkey, s.last_seq, json.dumps(s.to_json(), default=str), s.gate_state))
                     c.execute("COMMIT")
+                    self.version += 1
                 except BaseException:
                     c.execute("ROLLBACK")
                     raise

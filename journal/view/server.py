@@ -92,6 +92,7 @@ class Viewer:
         self._lock = threading.Lock()
         self._contexts: OrderedDict[str, tuple[threading.Lock, Context]] = OrderedDict()
         self._verify: dict[tuple[str, int], dict[str, Any] | None] = {}
+        self._summaries: tuple[int, dict[str, Summary]] = (-1, {})
         self.stop = threading.Event()
         self.indexer = Indexer(self.index, source, self.entries)
         if index_in_background:
@@ -106,9 +107,16 @@ class Viewer:
                 self._entries = (now, self.source.entries())
             return self._entries[1]
 
+    def summaries(self) -> dict[str, Summary]:
+        """Every session's summary, read again only after the index changed."""
+        version = self.index.version
+        if self._summaries[0] != version:
+            self._summaries = (version, self.index.summaries())
+        return self._summaries[1]
+
     def listing(self, q: dict[str, str]) -> dict[str, Any]:
         entries = self.entries()
-        sums = self.index.summaries()
+        sums = self.summaries()
         status, agent = q.get("status", ""), q.get("agent", "")
         text = q.get("text", "").casefold()
         rows: list[tuple[Entry, Summary | None]] = []
@@ -165,7 +173,17 @@ class Viewer:
         t0 = time.perf_counter()
         hits = self.index.search(text, SEARCH_LIMIT)
         took_ms = (time.perf_counter() - t0) * 1000
-        sums = self.index.summaries() if hits else {}
+        # A fork holds its parent's records up to its fork point: the parent's hit stands for both.
+        entries = self.entries()
+        found = {(h.session_id, h.seq) for h in hits}
+
+        def inherited(sid: str, seq: int) -> bool:
+            e = entries.get(sid)
+            p, at = (e.info.parent, e.info.fork_seq) if e is not None else (None, None)
+            return p is not None and isinstance(at, int) and seq <= at and (p, seq) in found
+
+        hits = [h for h in hits if not inherited(h.session_id, h.seq)]
+        sums = self.summaries() if hits else {}
         rows = []
         for h in hits:
             snip = esc(h.snippet).replace(SNIPPET_OPEN, "<mark>").replace(SNIPPET_CLOSE, "</mark>")
@@ -338,7 +356,7 @@ class Viewer:
         entry = entries.get(sid)
         if entry is None:
             raise UnknownSessionError(sid)
-        cached = self.index.summaries().get(sid)
+        cached = self.index.summary(sid)
         children = self.children_at(sid)
         first = self.events(sid, 0, None, "", children)
         title = (cached.title if cached and cached.title else None) or sid

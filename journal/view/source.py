@@ -88,6 +88,31 @@ class Source(Protocol):
     def segment_bases(self, session_id: str) -> list[int]: ...
 
 
+def _held_flocks() -> set[str]:
+    """The files ("maj:min:inode") some process holds an exclusive flock on, from Linux's
+    /proc/locks, read once for a whole listing (``journal.fs.flock_holder`` reads it per file).
+    Looking takes no lock, so a writer opening at that moment is never turned away."""
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    out = set()
+    for line in lines:
+        fields = line.split()
+        if "->" not in line and len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE":
+            out.add(fields[5])
+    return out
+
+
+def _file_id(path: str) -> str | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+
+
 def _segment_bases(path: str) -> list[int]:
     """The first seqs of a journal directory's segments, from their names (20 digits + .seg)."""
     try:
@@ -199,13 +224,13 @@ class FileStore:
         on_disk = {sid: "active" for sid in self._ids(SESSIONS_DIR)}
         on_disk.update({sid: "archived" for sid in self._ids(ARCHIVE_DIR)})
         out: dict[str, Entry] = {}
+        held = _held_flocks()
         for sid, status in on_disk.items():
             info = idx.get(sid)
             in_index = info is not None and info.status == status
             if info is None or info.status != status:
                 info = self._header_info(sid, status)
-            path = self._journal_dir(sid, status)
-            live = status == "active" and flock_holder(os.path.join(path, "LOCK")) is not None
+            live = status == "active" and _file_id(os.path.join(self._journal_dir(sid, status), "LOCK")) in held
             out[sid] = Entry(info, live, in_index)
         return out
 
