@@ -35,6 +35,9 @@ from journal.adapters.strands import JournalSessionManager, JournalSessionReposi
 MODULES = ("test_file_session_manager", "test_repository_session_manager")
 _MADE: list[JournalSessionRepository] = []
 _STORES: dict[str, str] = {}  # storage directory -> server store URL (server runs only)
+# Server stores emptied after the test that used them, for the next test to reuse: making a
+# store on a server (a stream of 3 replicas) costs far more than deleting its few journals.
+_FREE: list[str] = []
 
 
 def _where(storage_dir: str) -> str:
@@ -44,7 +47,8 @@ def _where(storage_dir: str) -> str:
         return storage_dir
     if storage_dir not in _STORES:
         token = hashlib.blake2b(f"{os.getpid()}:{storage_dir}".encode(), digest_size=6).hexdigest()
-        _STORES[storage_dir] = server.replace("{store}", os.environ.get("JOURNAL_STRANDS_STORE_PREFIX", "st") + token)
+        fresh = server.replace("{store}", os.environ.get("JOURNAL_STRANDS_STORE_PREFIX", "st") + token)
+        _STORES[storage_dir] = _FREE.pop() if _FREE else fresh
     return _STORES[storage_dir]
 
 
@@ -82,10 +86,10 @@ def _journals_for_strands_stores(request: pytest.FixtureRequest, monkeypatch: py
         import journal
 
         for url in _STORES.values():
-            for sub in ("",):
-                store = journal.store(url + sub)
-                for name in store.names():
-                    store.delete(name)
+            store = journal.store(url)
+            for name in store.names():
+                store.delete(name)
+            _FREE.append(url)  # empty again: the next test starts from nothing
         _STORES.clear()
 
 
