@@ -13,7 +13,7 @@ import pytest
 
 from journal.engine.encoding import Encoded, encode_event
 from journal.engine.options import Options
-from journal.errors import InvariantError
+from journal.errors import InvalidArgumentError, InvariantError
 from journal.outcomes import AckLost, Committed, NotCommitted, Outcome
 from journal.record import Record
 from journal.remote.batching import (
@@ -23,6 +23,7 @@ from journal.remote.batching import (
     REFUSED,
     Held,
     Step,
+    events_and_keys,
     keyed_once,
     outcomes_of,
     plan_group,
@@ -164,3 +165,10 @@ def test_resolve_from_by_key_by_seq_and_digest_or_not_committed() -> None:
         "resolved: the journal ends before this record's seq"
     )
     assert levels == ["asked", "asked"]  # the durability is asked only of what was found
+
+
+def test_events_and_keys_pairs_them_or_refuses_a_count_that_differs() -> None:
+    assert events_and_keys(iter([{"a": 1}, {"b": 2}]), None) == ([{"a": 1}, {"b": 2}], [None, None])
+    assert events_and_keys([{"a": 1}], iter(["k"])) == ([{"a": 1}], ["k"])
+    with pytest.raises(InvalidArgumentError, match=r"one entry per event \(1 keys for 2 events\); nothing was written"):
+        events_and_keys([{"a": 1}, {"b": 2}], ["k"])

@@ -1,6 +1,7 @@
 """Cutting records into batches and planning a group write: what every server backend does the same way.
 
-A call's records reach the server in runs: an unkeyed append_many is cut into runs that fit one
+A call's events and their keys are paired first (``events_and_keys``: one key, or None, per
+event). A call's records reach the server in runs: an unkeyed append_many is cut into runs that fit one
 transaction or one message (``runs``) and written one run after another, and once the journal
 has fail-stopped the runs not yet sent are NotCommitted without being tried (``write_runs``). A
 key repeated inside one call is written once, its repeats answered as duplicates of the first
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from journal.engine.encoding import Encoded, repeated_keys, same_event, with_repeats
-from journal.errors import InvariantError
+from journal.errors import InvalidArgumentError, InvariantError
 from journal.outcomes import Committed, Durability, NotCommitted, Outcome
 from journal.remote.resolution import ack_lost
 
@@ -33,6 +34,21 @@ REFUSED: Final = "refused"  # its call carries a key held by another event: noth
 BARRIER: Final = "barrier"  # no record (a flush or sync marker): nothing to write, nothing to answer
 
 Fate = Literal["ok", "not", "lost"]
+
+
+def events_and_keys(
+    events: Iterable[Any], idempotency_keys: Iterable[str | None] | None
+) -> tuple[list[Any], list[str | None]]:
+    """An append_many's events and one idempotency key (or None) per event; InvalidArgumentError,
+    before anything is encoded or written, when the counts differ."""
+    listed = list(events)
+    keys: list[str | None] = list(idempotency_keys) if idempotency_keys is not None else [None] * len(listed)
+    if len(keys) != len(listed):
+        raise InvalidArgumentError(
+            f"idempotency_keys must have one entry per event ({len(keys)} keys for {len(listed)} events); "
+            "nothing was written"
+        )
+    return listed, keys
 
 
 def runs(

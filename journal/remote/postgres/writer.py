@@ -30,7 +30,7 @@ from journal.errors import (
     JournalFailStoppedError,
 )
 from journal.outcomes import Durability, Outcome
-from journal.remote.batching import keyed_once, runs, write_runs
+from journal.remote.batching import events_and_keys, keyed_once, runs, write_runs
 from journal.remote.postgres.commit import (
     BATCH_BYTES_MAX,
     BATCH_RECORDS_MAX,
@@ -89,13 +89,7 @@ class WriterPart(JournalState):
         transactions of at most BATCH_RECORDS_MAX records and BATCH_BYTES_MAX bytes."""
         level = check_durability(durability)
         self._check_writable()
-        events = list(events)
-        keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
-        if len(keys) != len(events):
-            raise InvalidArgumentError(
-                f"idempotency_keys must have one entry per event ({len(keys)} keys for {len(events)} events); "
-                "nothing was written"
-            )
+        events, keys = events_and_keys(events, idempotency_keys)
         for k in keys:
             _check_key(k)
         encoded = [encode_event(e, k, synthetic, self.options) for e, k in zip(events, keys, strict=True)]
