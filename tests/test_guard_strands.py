@@ -41,6 +41,7 @@ from tests.guard_harness import (
     kill_hooks,
     missing_framework_reason,
     random_kill_rounds,
+    run_example_demo,
     same_on_every_load,
     tool_runs,
     truthful_answer,
@@ -276,3 +277,8 @@ def test_random_kill_rounds(tmp_path: Path) -> None:
         result_of=lambda unit: f"deployed {unit}", journal_unknown=_unknown_in_journal,
         check_history=_check_history, tool_unit=str)
     random_kill_rounds(tmp_path, app, seed_offset=31, steps_max=2 * VERSIONS_RANDOM + 2)
+
+
+def test_the_example_tells_its_story(tmp_path: Path) -> None:
+    out = run_example_demo("strands_crash_safe_tool.py", tmp_path)
+    assert "deploy said: deployed v2 (checked by hand)" in out, out
