@@ -469,3 +469,57 @@ def test_the_store_names_hold_no_dot_and_are_one_to_one() -> None:
     names = {escaped_name(x) for x in ["a", "a.b", "a/b", "", "%", "a%2Eb", "é", "x" * 500, "y" * 500]}
     assert len(names) == 9 and not any("." in n or "/" in n for n in names)
     assert json.dumps(sorted(names))  # all str
+
+
+def test_every_acknowledged_write_was_fdatasynced_and_a_resent_checkpoint_writes_nothing(tmp_path: Path) -> None:
+    """What FileCheckpointStorage does not do: a save returns only after its record is on disk."""
+    fs = FaultyFileSystem(OsFileSystem())
+
+    async def main() -> None:
+        s = JournalCheckpointStorage(tmp_path / "c", fs=fs)
+        p = JournalHistoryProvider(tmp_path / "h", fs=fs)
+        a = cp(cid="a", state={"k": 1})
+        for call in (lambda: s.save(a), lambda: s.delete("a"), lambda: s.save(a),
+                     lambda: p.save_messages("s", [Message(role="user", contents=["x"])])):
+            synced = fs.calls["fdatasync"]
+            await call()
+            assert fs.calls["fdatasync"] > synced
+        writes = fs.calls["pwrite"]
+        assert await s.save(a) == "a"  # the same checkpoint again: nothing written
+        assert fs.calls["pwrite"] == writes
+        changed = cp(cid="a", state={"k": 2})
+        await s.save(changed)  # another checkpoint under the id: overwritten, in its place
+        assert (await s.load("a")).state == {"k": 2}
+        s.close()
+        p.close()
+
+    run(main())
+
+
+def test_concurrent_saves_are_each_whole_and_in_seq_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with JournalHistoryProvider(tmp_path) as p:
+            await asyncio.gather(*(p.save_messages("s", [Message(role="user", contents=[f"{k}:{i}"]) for i in range(5)])
+                                   for k in range(20)))
+            texts = [m.text for m in await p.get_messages("s")]
+        assert len(texts) == 100
+        for start in range(0, 100, 5):  # each call's five messages together, in their order
+            (k,) = {t.split(":")[0] for t in texts[start:start + 5]}
+            assert [t.split(":")[1] for t in texts[start:start + 5]] == ["0", "1", "2", "3", "4"], k
+        async with JournalHistoryProvider(tmp_path) as p:
+            assert [m.text for m in await p.get_messages("s")] == texts  # the order is the stored one
+
+    run(main())
+
+
+def test_a_cancelled_save_still_completes_before_the_caller_hears(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with JournalHistoryProvider(tmp_path) as p:
+            task = asyncio.ensure_future(p.save_messages("s", [Message(role="user", contents=["x"], message_id="1")]))
+            await asyncio.sleep(0)  # the save has started in its worker thread
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert [m.message_id for m in await p.get_messages("s")] == ["1"]
+
+    run(main())

@@ -300,6 +300,7 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         self.sessions_open_max = sessions_open_max
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._lock = threading.Lock()  # the map of open sessions
+        self._opening: dict[str, threading.Lock] = {}  # a lock per session id being opened
         self._closed = False
 
     @staticmethod
@@ -309,7 +310,10 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
     # -- sessions ----------------------------------------------------------------------------
 
     def _session(self, session_id: str | None) -> _Session:
-        """The open session, opened and read if it is not (in a worker thread); its lock is held."""
+        """The open session, opened and read if it is not (in a worker thread); its lock is held.
+
+        One opener per session id at a time (``_opening``): two first uses at once would both open
+        the journal, and the second would find it locked by the first."""
         sid = session_id or DEFAULT_SESSION
         while True:
             with self._lock:
@@ -318,14 +322,25 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
                 s = self._sessions.get(sid)
                 if s is not None:
                     self._sessions.move_to_end(sid)
-            if s is None:
-                s = self._open_session(sid)
-                with self._lock:
-                    if self._closed or sid in self._sessions:  # another thread opened it meanwhile: impossible,
-                        s.journal.close()                       # the journal's lock refused it; kept for safety
-                        continue
-                    self._sessions[sid] = s
-                    self._evict()
+                opening = self._opening.setdefault(sid, threading.Lock()) if s is None else None
+            if opening is not None:
+                with opening:
+                    with self._lock:
+                        s = self._sessions.get(sid)
+                    if s is None:
+                        try:
+                            s = self._open_session(sid)
+                        finally:
+                            with self._lock:
+                                self._opening.pop(sid, None)
+                        with self._lock:
+                            if self._closed:
+                                s.journal.close()
+                                raise StoreClosedError(repr(self))
+                            self._sessions[sid] = s
+                            self._evict()
+            if s is None:  # pragma: no cover - set on every path above
+                continue
             s.lock.acquire()
             if not s.closed:
                 return s
