@@ -75,7 +75,14 @@ from __future__ import annotations
 from journal.remote.jetstream.claim import _claim_of
 from journal.remote.jetstream.connection import _ack_of, _Conn, _Loop, _servers_of, _Slot
 from journal.remote.jetstream.consumer import _Diverged, _LeaderCheck, _OrderedReader, _records_after
-from journal.remote.jetstream.errors import ClaimHeldError, SyncNeedsReplicasError, _io_error, _Lost, _Refused
+from journal.remote.jetstream.errors import (
+    ClaimHeldError,
+    SingleNodeSyncWarning,
+    SyncNeedsReplicasError,
+    _io_error,
+    _Lost,
+    _Refused,
+)
 from journal.remote.jetstream.headers import (
     ERR_NO_MESSAGE,
     ERR_STREAM_NOT_FOUND,
@@ -134,14 +141,14 @@ from journal.remote.jetstream.writer import present
 __all__ = [
     "ACK_TIMEOUT_S_DEFAULT", "CATCH_UP_GETS_MAX", "CLAIM_CAS_TRIES_MAX", "CLAIM_POLL_S",
     "CLAIM_REFRESHES_PER_TTL", "CLAIM_TTL_S_DEFAULT", "CONNECT_TIMEOUT_S_DEFAULT", "DUPLICATE_WINDOW_S",
-    "ERR_NO_MESSAGE", "ERR_STREAM_NOT_FOUND", "ERR_WRONG_LAST_SEQ", "FENCE_TRIES_MAX",
-    "FOLLOW_POLL_INTERVAL_S", "FORMAT", "HEADERS_ROOM_BYTES", "H_COUNT", "H_EXPECT_LAST_SEQ",
-    "H_EXPECT_STREAM", "H_EXPECT_SUBJECT_SEQ", "H_KIND", "H_MSG_ID", "H_PREV", "H_SEQ", "H_WRITER",
-    "KIND_FENCE", "OPTIONS", "PREV_NONE", "RECOVERY_NOTES_MAX", "REPLICAS_DEFAULT", "SCAN_CHUNK_BYTES",
-    "SCAN_CHUNK_MSGS", "SHARED_LOCK_TIMEOUT_S_DEFAULT", "STREAM_DEFAULT", "SYNC_REPLICAS_MIN", "WRITER_MODES",
-    "WRITER_SHARED", "ClaimHeldError", "JetStreamJournal", "Settings", "SyncNeedsReplicasError", "_Conn",
-    "_Diverged", "_LeaderCheck", "_Loop", "_Lost", "_OrderedReader", "_Refused", "_Slot", "_StoredMsg",
+    "ERR_NO_MESSAGE", "ERR_STREAM_NOT_FOUND", "ERR_WRONG_LAST_SEQ", "FENCE_TRIES_MAX", "FOLLOW_POLL_INTERVAL_S",
+    "FORMAT", "HEADERS_ROOM_BYTES", "H_COUNT", "H_EXPECT_LAST_SEQ", "H_EXPECT_STREAM", "H_EXPECT_SUBJECT_SEQ",
+    "H_KIND", "H_MSG_ID", "H_PREV", "H_SEQ", "H_WRITER", "KIND_FENCE", "OPTIONS", "PREV_NONE",
+    "RECOVERY_NOTES_MAX", "REPLICAS_DEFAULT", "SCAN_CHUNK_BYTES", "SCAN_CHUNK_MSGS",
+    "SHARED_LOCK_TIMEOUT_S_DEFAULT", "STREAM_DEFAULT", "SYNC_REPLICAS_MIN", "WRITER_MODES", "WRITER_SHARED",
+    "ClaimHeldError", "JetStreamJournal", "Settings", "SingleNodeSyncWarning", "SyncNeedsReplicasError",
+    "_Conn", "_Diverged", "_LeaderCheck", "_Loop", "_Lost", "_OrderedReader", "_Refused", "_Slot", "_StoredMsg",
     "_ack_of", "_chained_on", "_check_stream_name", "_claim_of", "_io_error", "_lost_race", "_number",
-    "_records_after", "_servers_of", "_span_of", "chain_headers", "chain_id", "message_digest",
-    "name_of_token", "open_journal", "present", "settings_of", "subject_base", "subject_token",
+    "_records_after", "_servers_of", "_span_of", "chain_headers", "chain_id", "message_digest", "name_of_token",
+    "open_journal", "present", "settings_of", "subject_base", "subject_token",
 ]

@@ -18,9 +18,10 @@ from journal.remote.jetstream.limits import SYNC_REPLICAS_MIN
 
 
 class SyncNeedsReplicasError(DurabilityError):
-    """``"sync"`` on a stream of fewer than 3 replicas: JetStream 2.9 cannot make one server's
-    store durable per write, so only a majority of 3 or more servers makes a record survive a
-    power loss (docs/REMOTE.md, "Durability")."""
+    """``"sync"`` on a stream of fewer than 3 replicas of a cluster: JetStream 2.9 cannot make one
+    server's store durable per write, so only a majority of 3 or more servers makes a record
+    survive a power loss (docs/REMOTE.md, "Durability"). A server that is not clustered has no
+    more to give, and takes "sync" as its one disk (SingleNodeSyncWarning)."""
 
     def __init__(self, stream: str, replicas: int) -> None:
         JournalError.__init__(
@@ -28,9 +29,16 @@ class SyncNeedsReplicasError(DurabilityError):
             f"durability 'sync' needs a stream of {SYNC_REPLICAS_MIN} or more replicas; stream {stream!r} has "
             f"{replicas}. nats-server 2.9 syncs its file store on an interval, so a single server's ack does not "
             f"survive a power loss: use replicas={SYNC_REPLICAS_MIN} on a cluster (a new stream, or update this "
-            "one), or durability='flush'. Nothing was written",
+            "one), or durability='flush'. (On a single server that is not clustered, 'sync' is accepted and "
+            "means that server's disk.) Nothing was written",
         )
         self.durability = "sync"
+
+
+class SingleNodeSyncWarning(UserWarning):
+    """A writer opened on a NATS server that is not clustered, without ``replicas=1``: "sync" is
+    accepted there, and means one server's disk (docs/REMOTE.md, "One server, for
+    development"). Given once per journal and process (``journal.warn_single_node``)."""
 
 
 class ClaimHeldError(JournalLockedError):

@@ -4,7 +4,9 @@ writers, reader, retention), its open and close, and open_journal.
 
 from __future__ import annotations
 
+import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from journal.api import Journal, RecoveryReport, Retention
@@ -16,7 +18,7 @@ from journal.errors import (
 from journal.remote.jetstream.catch_up import _CatchUp
 from journal.remote.jetstream.claim import _Claim, _SharedClaim
 from journal.remote.jetstream.connection import _Conn
-from journal.remote.jetstream.errors import _io_error, _Lost, _Refused
+from journal.remote.jetstream.errors import SingleNodeSyncWarning, _io_error, _Lost, _Refused
 from journal.remote.jetstream.limits import HEADERS_ROOM_BYTES, WRITER_MODES
 from journal.remote.jetstream.reader import _Reader
 from journal.remote.jetstream.retention import _Retention
@@ -81,6 +83,8 @@ class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim
         )
         if not self._readonly:
             self._keep_claim()
+            if not self._clustered and not self._single_node_meant:
+                warn_single_node(self._parsed.server, self._stream, self._name, self._where)
         self._opened = True
 
     def _abandon(self, clean: bool = False) -> None:
@@ -132,7 +136,7 @@ class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim
 
     @property
     def replicas(self) -> int:
-        """The stream's replica count (``"sync"`` needs 3 or more)."""
+        """The stream's replica count (``"sync"`` needs 3 or more on a cluster)."""
         return self._replicas
 
     def __enter__(self) -> JetStreamJournal:
@@ -166,6 +170,31 @@ class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim
             task = self._claim_task
             if task is not None:
                 task.cancel()
+
+
+_warned_mu = threading.Lock()
+_warned: set[tuple[str, str, str]] = set()  # (servers, stream, journal) a SingleNodeSyncWarning was given for
+
+
+def warn_single_node(servers: str, stream: str, name: str, where: str) -> None:
+    """SingleNodeSyncWarning for a writer's open of journal ``name`` of ``stream`` on ``servers``
+    (a server that is not clustered), once per journal and process: a handle opened again, or a
+    store's many opens of one journal, say it once."""
+    with _warned_mu:
+        if (servers, stream, name) in _warned:
+            return
+        _warned.add((servers, stream, name))
+    warnings.warn(
+        f"{where}: the NATS server is not clustered, so durability 'sync' on stream {stream!r} (1 replica) means "
+        "this one server's disk: an ack says the server wrote the record to its operating system, which the "
+        "server syncs to disk on its own policy, JetStream's sync_interval (2 minutes by default; nats-server "
+        "2.10 and later take sync_interval: always). A crash of the server process loses nothing acknowledged; "
+        "a power loss within that interval can. Fine for development; in production use a cluster of 3 and "
+        "replicas=3. Pass replicas=1 (in the URL or as a keyword) to say one server is meant, which silences "
+        "this warning",
+        SingleNodeSyncWarning,
+        stacklevel=3,
+    )
 
 
 def open_journal(

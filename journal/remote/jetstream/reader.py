@@ -19,7 +19,7 @@ from journal.remote.jetstream.client import nats
 from journal.remote.jetstream.consumer import _Diverged, _LeaderCheck, _OrderedReader, _records_after
 from journal.remote.jetstream.errors import _io_error, _Lost, _Refused
 from journal.remote.jetstream.headers import _StoredMsg
-from journal.remote.jetstream.limits import FOLLOW_POLL_INTERVAL_S, SCAN_CHUNK_BYTES, SCAN_CHUNK_MSGS, SYNC_REPLICAS_MIN
+from journal.remote.jetstream.limits import FOLLOW_POLL_INTERVAL_S, SCAN_CHUNK_BYTES, SCAN_CHUNK_MSGS
 from journal.remote.jetstream.state import _State
 
 
@@ -173,7 +173,7 @@ class _Reader(_State):
 
     def _resolved(self, outcome: AckLost) -> Outcome:
         """What the journal, as this handle knows it, says of ``outcome``."""
-        level: Durability = "sync" if self._replicas >= SYNC_REPLICAS_MIN else "flush"
+        level: Durability = "sync" if self._sync_ok() else "flush"
         if outcome.key is not None:
             known = self._keys.get(outcome.key)
             if known is not None:

@@ -35,6 +35,9 @@ class Settings:
     claim_ttl_s: float
     options: Options
     shared_lock_timeout_s: float = SHARED_LOCK_TIMEOUT_S_DEFAULT
+    # ``replicas`` given (URL or keyword) rather than defaulted: replicas=1 given says that one
+    # server is meant, which silences SingleNodeSyncWarning on a server that is not clustered.
+    replicas_given: bool = False
 
 
 def settings_of(parsed: RemoteURL, options: dict[str, Any]) -> Settings:
@@ -61,7 +64,8 @@ def settings_of(parsed: RemoteURL, options: dict[str, Any]) -> Settings:
         opts.check()
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(str(exc)) from None
-    return Settings(stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s, opts, shared_lock_timeout_s)
+    return Settings(stream, int(replicas), connect_timeout_s, ack_timeout_s, claim_ttl_s, opts, shared_lock_timeout_s,
+                    replicas_given="replicas" in merged)
 
 
 def _number(options: dict[str, Any], name: str, default: float, kind: type, low: float, high: float) -> Any:

@@ -23,7 +23,7 @@ from journal.record import Record
 from journal.remote.group import GroupCommit
 from journal.remote.jetstream.connection import _T, _Conn, _Loop
 from journal.remote.jetstream.headers import _StoredMsg, subject_base, subject_token
-from journal.remote.jetstream.limits import RECOVERY_NOTES_MAX
+from journal.remote.jetstream.limits import RECOVERY_NOTES_MAX, SYNC_REPLICAS_MIN
 from journal.remote.jetstream.settings import Settings
 from journal.remote.url import RemoteURL
 
@@ -63,6 +63,10 @@ class _State:
         self._conn: _Conn | None = None
         self._shares_conn = False  # a reference to a shared connection (_Conn.shared), given back at close
         self._replicas = 0
+        # Whether the stream's server is part of a cluster (its STREAM.INFO names one): taken as
+        # clustered until the stream says otherwise, so "sync" is refused rather than weakened.
+        self._clustered = True
+        self._single_node_meant = settings.replicas_given and settings.replicas == 1
         self._payload_max = 0
         self._journal_id = b""
         self._salt = 0
@@ -127,6 +131,11 @@ class _State:
         with self._mu:
             if self._failed is None:
                 self._failed = why
+
+    def _sync_ok(self) -> bool:
+        """Whether "sync" is taken: a stream of SYNC_REPLICAS_MIN replicas or more on a cluster, or
+        any stream of a server that is not clustered (there it means that server's disk)."""
+        return self._replicas >= SYNC_REPLICAS_MIN or not self._clustered
 
     def _check_open(self) -> None:
         if self._closed:

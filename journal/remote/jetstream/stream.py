@@ -69,6 +69,9 @@ class _Stream(_State):
                 f"{self._subjects}; name another stream (?stream=S) for journals"
             )
         self._replicas = int(config.get("num_replicas", 1))
+        # A server in a cluster names it in every stream's info; a server on its own gives none.
+        cluster = info.get("cluster")
+        self._clustered = isinstance(cluster, dict) and bool(cluster.get("name"))
 
     def _create_stream(self) -> dict[str, Any]:
         config = {

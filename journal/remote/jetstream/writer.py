@@ -33,7 +33,6 @@ from journal.remote.jetstream.headers import (
     chain_id,
     message_digest,
 )
-from journal.remote.jetstream.limits import SYNC_REPLICAS_MIN
 from journal.remote.jetstream.state import _State
 
 
@@ -52,7 +51,7 @@ class _Writer(_State):
             raise ReadOnlyError("append")
         if self._failed is not None:
             raise JournalFailStoppedError(self._failed)
-        if level == "sync" and self._replicas < SYNC_REPLICAS_MIN:
+        if level == "sync" and not self._sync_ok():
             raise SyncNeedsReplicasError(self._stream, self._replicas)
 
     def _encode(self, event: Any, key: str | None, synthetic: bool) -> Encoded:
@@ -358,7 +357,7 @@ class _Writer(_State):
         self._check_open()
         if self._readonly:
             return
-        if self._replicas < SYNC_REPLICAS_MIN:
+        if not self._sync_ok():
             raise SyncNeedsReplicasError(self._stream, self._replicas)
         self._drain("sync")
 
