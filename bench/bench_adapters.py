@@ -971,6 +971,7 @@ def workloads(sz: Sizes) -> list[Workload]:
                  lambda r: check_tools(r, [f"c{k}" for k in range(sz.tool_runs)], sz.tool_calls),
                  ["pydantic_ai", "journal.adapters.pydantic_ai"], ["ours", SHIPPED, UNGUARDED],
                  "JournalConversationStore, no guard"),
+        *claude_sdk_workloads(sz),
     ]
 
 
@@ -1144,6 +1145,69 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w") as f:
             f.write(text)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Claude Agent SDK: its reference stores are examples, not shipped; the peer is what the SDK's
+# Claude Code writes without a store, its local transcript: each batch's entries appended to a
+# .jsonl file as compact JSON lines (open, append, close, as Node's appendFile does), no fsync.
+
+CAS_ENTRIES_PER_APPEND = 4  # entries in one append call (the SDK's mirror sends a turn's few lines at once)
+CAS_JSONL_DURABILITY = "JSONL file: lines appended per batch, does not sync (Claude Code's own transcript write)"
+
+
+def _cas_entry(i: int, k: int) -> dict[str, Any]:
+    return {"type": "assistant" if k % 2 else "user", "uuid": f"e{i}-{k}", "parentUuid": f"e{i}-{k - 1}" if k else None,
+            "sessionId": "bench", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/repo",
+            "message": {"role": "assistant" if k % 2 else "user", "content": [{"type": "text", "text": "x" * 400}]}}
+
+
+def cas_sequential(store: str, where: str, appends: int) -> Run:
+    """``appends`` append calls of CAS_ENTRIES_PER_APPEND entries to one session, one after another."""
+    import json
+
+    batches: Any = [[_cas_entry(i, k) for k in range(CAS_ENTRIES_PER_APPEND)] for i in range(appends)]
+    if store == SHIPPED:
+        path = os.path.join(where, "bench.jsonl")
+        t0 = time.perf_counter()
+        for batch in batches:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in batch))
+        seconds = time.perf_counter() - t0
+        with open(path, encoding="utf-8") as f:
+            stored = [json.loads(line)["uuid"] for line in f]
+        return Run(appends, seconds, dir_bytes(where), CAS_JSONL_DURABILITY, {"uuids": stored})
+
+    from journal.adapters.claude_agent_sdk import JournalSessionStore
+
+    key: Any = {"project_key": "bench", "session_id": "bench"}
+
+    async def go() -> Run:
+        async with JournalSessionStore(where) as cas:
+            t0 = time.perf_counter()
+            for batch in batches:
+                await cas.append(key, batch)
+            seconds = time.perf_counter() - t0
+            got = await cas.load(key) or []
+        return Run(appends, seconds, dir_bytes(where), OURS_DURABILITY + " for the transcript, the index's at flush",
+                   {"uuids": [e["uuid"] for e in got]})
+
+    return asyncio.run(go())
+
+
+def check_cas(run: Run, appends: int) -> None:
+    want = [f"e{i}-{k}" for i in range(appends) for k in range(CAS_ENTRIES_PER_APPEND)]
+    if run.stored["uuids"] != want:
+        raise AssertionError(f"Claude Agent SDK: {len(run.stored['uuids'])} entries stored, {len(want)} appended, "
+                             "or not in order")
+
+
+def claude_sdk_workloads(sz: Sizes) -> list[Workload]:
+    appends = max(1, sz.items // 4)
+    return [Workload(f"Claude Agent SDK: {appends} append calls of {CAS_ENTRIES_PER_APPEND} transcript entries, "
+                     "one session", "appends/s", "JournalSessionStore", "JSONL transcript file",
+                     lambda s, d: cas_sequential(s, d, appends), lambda r: check_cas(r, appends),
+                     ["claude_agent_sdk", "journal.adapters.claude_agent_sdk"], ["ours", SHIPPED])]
 
 
 if __name__ == "__main__":

@@ -532,3 +532,26 @@ def test_export_refuses_a_crafted_batch(tmp_path: pathlib.Path) -> None:
     assert got.returncode == 3, got
     assert b"batch is not a list of JSON objects" in got.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_bench_workload_stores_what_it_claims(tmp_path: pathlib.Path) -> None:
+    """bench/bench_adapters.py's Claude Agent SDK workload at a small size, on the store and on
+    the JSONL peer: every entry stored, in order (it asserts no speed)."""
+    import importlib.util
+
+    name = "bench_adapters_claude_sdk"
+    spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).resolve().parents[1] / "bench" /
+                                                  "bench_adapters.py")
+    assert spec is not None and spec.loader is not None
+    ba = importlib.util.module_from_spec(spec)
+    sys.modules[name] = ba  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(ba)
+    for store in ("ours", ba.SHIPPED):
+        where = tmp_path / store
+        where.mkdir()
+        run_ = ba.cas_sequential(store, str(where), 7)
+        ba.check_cas(run_, 7)
+        assert run_.ops == 7 and run_.bytes > 0
+    wrong = ba.Run(1, 1.0, 1, "", {"uuids": ["e0-1", "e0-0"]})
+    with pytest.raises(AssertionError):
+        ba.check_cas(wrong, 1)

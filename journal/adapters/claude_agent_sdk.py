@@ -39,6 +39,10 @@ Why each rule (docs/ADAPTERS.md):
 - The summary is the SDK's ``fold_session_summary`` of the stored entries, kept verbatim and
   stamped with the write's time (epoch ms, strictly increasing per store): it rides in the
   transcript's record (so it is exactly as new as the entries) and in the index.
+- The index is a cache of the transcripts: its record of an append is written after the batch
+  is synced and before the call returns, at "flush" (a process kill keeps it; a power loss may
+  leave the index behind the transcripts, never ahead). An index entry newer than its
+  transcript therefore means acknowledged data was lost: ``TranscriptDamagedError``.
 - Listing reads the project's index journal (folded in memory once, then kept up to date), and
   the store's list of names to find journals the index lacks (a crash between a transcript's
   write and its index record) or that are gone (a crash inside ``delete``); it never reads a
@@ -107,6 +111,11 @@ from journal.fs import FileSystem
 
 FORMAT_VERSION: Final = 1
 DURABILITY: Final = "sync"
+# The index is a cache of the transcripts (which are synced first): its records survive a process
+# kill ("flush"), and a power loss can leave it behind the transcripts, never ahead of them; a
+# listing then enters the transcripts it lacks and the next append of a key (or rebuild_index)
+# brings a lagging entry up to date. One fdatasync per append instead of two.
+INDEX_DURABILITY: Final = "flush"
 # The names of the importer's layout (journal/session/importers/base.py; tests hold them equal):
 # its format name for Claude Code transcripts, its kept-line and end-of-import event types.
 SOURCE_FORMAT: Final = "claude"
@@ -717,7 +726,7 @@ class JournalSessionStore(SessionStore):
             raise JournalNotFoundError(idx.name)
         what = f"the index record of project {idx.project!r}"
         try:
-            out = j.append(record, durability=DURABILITY)
+            out = j.append(record, durability=INDEX_DURABILITY)
         except JournalFailStoppedError as exc:
             self._forget_index(idx)
             raise OutcomeUnknownError(what, None, str(exc)) from exc
