@@ -555,3 +555,25 @@ def test_bench_workload_stores_what_it_claims(tmp_path: pathlib.Path) -> None:
     wrong = ba.Run(1, 1.0, 1, "", {"uuids": ["e0-1", "e0-0"]})
     with pytest.raises(AssertionError):
         ba.check_cas(wrong, 1)
+
+
+def test_example_plays_a_corpus_transcript_through_the_sdk(tmp_path: pathlib.Path) -> None:
+    """examples/claude_agent_sdk_store.py, as its doc shows it: the SDK's import, twice (lines with
+    a uuid stored once), its listing from the index, its messages, and the export it names is the
+    file byte for byte once the uuid-less lines the second import appended are left aside."""
+    path = corpus_files()[0]
+    lines = path.read_bytes().splitlines()
+    with_uuid = sum(1 for line in lines if "uuid" in json.loads(line))
+    example = pathlib.Path(__file__).resolve().parents[1] / "examples" / "claude_agent_sdk_store.py"
+    env = {**os.environ, "PYTHONPATH": str(example.parents[1])}
+    got = subprocess.run([sys.executable, str(example), str(path), str(tmp_path / "store")], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path, env=env)
+    assert got.returncode == 0, got.stderr
+    out = got.stdout.splitlines()
+    assert out[0] == f"import 1: {len(lines)} entries stored"
+    assert out[1] == f"import 2: {2 * len(lines) - with_uuid} entries stored"
+    assert out[2].startswith(f"listed: {json.loads(lines[-1])['sessionId']} ")
+    exported = tmp_path / "out.jsonl"
+    target = out[-1].split()[3]
+    assert journal_cli("export", str(tmp_path / target), str(exported)).returncode == 0
+    assert exported.read_bytes().splitlines()[: len(lines)] == lines
