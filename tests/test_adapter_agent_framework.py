@@ -52,7 +52,7 @@ from journal.adapters.agent_framework import (
     WriteNotCommittedError,
     escaped_name,
 )
-from journal.api import CorruptionError, JournalError
+from journal.api import CorruptionError, JournalIOError
 from journal.crashsim.faults import FaultyFileSystem
 from journal.fs import OsFileSystem
 from tests.backends import FileBackend
@@ -384,9 +384,28 @@ def test_read_faults_are_typed(tmp_path: Path, kind: str) -> None:
             async with JournalCheckpointStorage(tmp_path, fs=fs) as s:
                 await s.load("a")
 
-    with pytest.raises(JournalError):
+    with pytest.raises(JournalIOError, match="injected"):
         run(read())
     assert fs.injected, "no read reached the file layer"
+
+
+def test_a_read_fault_after_opening_is_typed(tmp_path: Path) -> None:
+    """load reads the checkpoint's record by seq after the index was built: a failed read there too."""
+    fs = FaultyFileSystem(OsFileSystem())
+
+    async def main() -> None:
+        s = JournalCheckpointStorage(tmp_path, fs=fs)
+        await s.save(cp(cid="a", state={"k": 1}))
+        s.close()
+        s = JournalCheckpointStorage(tmp_path, fs=fs)
+        fs.fail("pread", errno.EIO, after=fs.calls["pread"], times=-1)
+        with pytest.raises(JournalIOError):
+            await s.load("a")
+        fs.clear()
+        assert (await s.load("a")).state == {"k": 1}
+        s.close()
+
+    run(main())
 
 
 def _segment(tmp_path: Path, name: str) -> Path:

@@ -84,6 +84,7 @@ from journal.api import (
     EventNotSerializableError,
     JournalError,
     JournalFailStoppedError,
+    JournalIOError,
     NotCommitted,
     Outcome,
     RecordTooLargeError,
@@ -378,8 +379,13 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
                 self._append(j, {"op": "af-history", "v": FORMAT_VERSION, "session_id": sid},
                              f"the header of session {sid!r}", 0)
                 return s
-            for rec in j.read(0):
-                self._fold(s, rec.seq, rec.event)
+            try:
+                for rec in j.read(0):
+                    self._fold(s, rec.seq, rec.event)
+            except JournalError:
+                raise
+            except OSError as exc:  # a read's failure reaching here untyped: give it the journal's type
+                raise JournalIOError(self.where(name), exc, doing="reading") from exc
             return s
         except BaseException:
             j.close()
@@ -560,8 +566,13 @@ class JournalCheckpointStorage(_Journaled):
             if j.last_seq == 0:
                 self._append(j, {"op": "af-checkpoints", "v": FORMAT_VERSION, "name": self.name},
                              f"the header of checkpoint storage {self.name!r}", 0)
-            for rec in j.read(0):
-                self._fold(index, rec.seq, rec.event)
+            try:
+                for rec in j.read(0):
+                    self._fold(index, rec.seq, rec.event)
+            except JournalError:
+                raise
+            except OSError as exc:  # a read's failure reaching here untyped: give it the journal's type
+                raise JournalIOError(self.where(self.journal_name), exc, doing="reading") from exc
         except BaseException:
             j.close()
             raise
@@ -631,7 +642,12 @@ class JournalCheckpointStorage(_Journaled):
         return WorkflowCheckpoint.from_dict(decoded)
 
     def _read(self, j: JournalHandle, seq: int) -> dict[str, Any]:
-        rec = j.get(seq)
+        try:
+            rec = j.get(seq)
+        except JournalError:
+            raise
+        except OSError as exc:  # a point read's failure reaches here untyped: give it the journal's type
+            raise JournalIOError(self.where(self.journal_name), exc, doing="reading") from exc
         if rec is None or not isinstance(rec.event, dict) or not isinstance(rec.event.get("checkpoint"), dict):
             raise CheckpointFormatError(self.where(self.journal_name), seq, "a checkpoint record the index names is "
                                                                             "missing or not a save")
