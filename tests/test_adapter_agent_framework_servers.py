@@ -53,3 +53,47 @@ def test_history_and_checkpoints_round_and_reopen(server: Backend) -> None:
 
     asyncio.run(first())
     asyncio.run(second())
+
+
+def test_the_guard_on_a_server_asks_about_a_call_left_unknown(server: Backend) -> None:
+    """The guard's journal lives in the history's store on the server: a call started with no result
+    (what a crash inside the tool leaves) stops the next run with the question, and runs nothing."""
+    from agent_framework import Agent, tool
+
+    from journal.adapters.agent_framework_guard import ToolOutcomeUnknownError, guard_for
+    from tests.af_scripted import ScriptedClient, function_call, results_of, text
+
+    store = server.store_location()
+    ran: list[str] = []
+
+    @tool
+    def deploy(version: str) -> str:
+        """Deploy."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    def respond(messages: list[Message]) -> list[Message]:
+        if results_of(messages, "deploy"):
+            return [text("done")]
+        return [function_call("deploy", {"version": "v1"}, f"call-{len(ran)}-{len(messages)}")]
+
+    async def main() -> None:
+        async with JournalHistoryProvider(store) as history:
+            guard = guard_for(history)
+            # What a process killed inside deploy left: the intent synced, no result.
+            d = guard.scope("s").before("call-dead", "deploy", {"version": "v1"})
+            assert d.run
+            guard.close()
+        async with JournalHistoryProvider(store) as history:
+            guard = guard_for(history)
+            agent = Agent(client=ScriptedClient(respond), tools=[deploy], context_providers=[history],
+                          middleware=guard.middleware())
+            with pytest.raises(ToolOutcomeUnknownError) as err:
+                await agent.run("continue", session=agent.create_session(session_id="s"))
+            assert err.value.unknown.call_id == "call-dead" and ran == []
+            guard.answer("s", "call-dead", "abandon")
+            result = await agent.run("continue", session=agent.create_session(session_id="s"))
+            assert result.text == "done" and ran == []
+            guard.close()
+
+    asyncio.run(main())
