@@ -99,6 +99,7 @@ def test_a_wrong_type_at_a_path_is_named(tmp_path: pathlib.Path, fmt: str, doc: 
     got = refused(tmp_path, fmt, json.dumps(doc(), indent=2))
     assert got["defect"] == "wrong-type"
     assert f": {path}: wrong-type: " in got["error"] and what in got["error"], got["error"]
+    assert got["at"] == path  # the place as a field of its own, not only inside the message
 
 
 ORPHANS: list[tuple[str, Any, str]] = [
