@@ -282,3 +282,41 @@ def test_random_kill_rounds(tmp_path: Path) -> None:
 def test_the_example_tells_its_story(tmp_path: Path) -> None:
     out = run_example_demo("strands_crash_safe_tool.py", tmp_path)
     assert "deploy said: deployed v2 (checked by hand)" in out, out
+
+
+def test_a_call_whose_result_the_conversation_holds_is_not_pending(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard's result is written at "flush": a power loss may lose it while the session's later
+    synced message with the tool's real result survives. The call then reads unknown to the guard,
+    but the model has its result: a new prompt is not refused."""
+    replies = iter([tool_reply(("c1", "deploy", {"version": "v1"})), text_reply("deployed v1"), text_reply("ok")])
+    ran: list[str] = []
+
+    @tool
+    def deploy(version: str) -> str:
+        """Deploy a version."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    manager = JournalSessionManager(SESSION, tmp_path / "sessions")
+    guard = guard_for(manager)
+    with monkeypatch.context() as m:
+        m.setattr(ToolGuard, "close", lambda self: None)  # the result record never reaches the journal
+        m.setattr("journal.session.toolguard.GuardScope.after", lambda *a, **k: None)
+        agent = Agent(agent_id=AGENT, model=ScriptedModel(lambda _m: next(replies)), tools=[deploy],
+                      session_manager=manager, hooks=[guard], callback_handler=None)
+        agent("deploy")
+    for scope_, _ in list(guard.guard._scopes.values()):
+        scope_.journal.close()
+    manager.close()
+    manager = JournalSessionManager(SESSION, tmp_path / "sessions")
+    again = guard_for(manager)
+    try:
+        agent = Agent(agent_id=AGENT, model=ScriptedModel(lambda _m: next(replies)), tools=[deploy],
+                      session_manager=manager, hooks=[again], callback_handler=None)
+        assert [u.call_id for u in again.unknown(agent)] == ["c1"]  # the guard lost the result
+        out = agent("anything else?")
+        assert out.message["content"][0]["text"] == "ok" and ran == ["v1"]
+    finally:
+        again.close()
+        manager.close()
