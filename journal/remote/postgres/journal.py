@@ -59,14 +59,6 @@ class PostgresJournal(ReaderPart, RetentionPart, ClaimPart):
     # --- the protocol's properties -------------------------------------------------------
 
     @property
-    def readonly(self) -> bool:
-        return self._readonly
-
-    @property
-    def recovery(self) -> RecoveryReport:
-        return self._recovery
-
-    @property
     def last_seq(self) -> int:
         """The highest seq handed out (buffered records of this handle included); a shared
         writer's or a reader's: the highest it has seen."""
@@ -79,10 +71,6 @@ class PostgresJournal(ReaderPart, RetentionPart, ClaimPart):
         session an operator would end with pg_terminate_backend to take the journal away."""
         w = self._writer
         return None if w is None or w.conn.closed else int(w.conn.info.backend_pid)
-
-    @property
-    def writer_mode(self) -> str:
-        return "shared" if self._shared else "exclusive"
 
     # --- opening -------------------------------------------------------------------------
 
@@ -198,12 +186,6 @@ class PostgresJournal(ReaderPart, RetentionPart, ClaimPart):
                     pass
         if self._failed is not None and failed_before is None:
             raise JournalFailStoppedError(self._failed)
-
-    def __enter__(self) -> PostgresJournal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresJournal({self.path!r}, {self.writer_mode}{', readonly' if self._readonly else ''})"

@@ -17,13 +17,14 @@ from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.errors import InvalidArgumentError, JournalClosedError, JournalFailStoppedError, ReadOnlyError
 from journal.remote.group import GroupCommit
+from journal.remote.handle import ServerHandle
 from journal.remote.postgres.commit import StoreWriter, _Writer
 from journal.remote.postgres.connection import Conn, _hash64, _Queries, connect, writer_lock_key
 from journal.remote.postgres.errors import _words
 from journal.remote.url import RemoteURL
 
 
-class JournalState:
+class JournalState(ServerHandle):
     """The state of a journal in a PostgreSQL table (journal.py composes the parts over it)."""
 
     def __init__(
