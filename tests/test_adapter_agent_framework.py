@@ -542,3 +542,78 @@ def test_a_cancelled_save_still_completes_before_the_caller_hears(tmp_path: Path
             assert [m.message_id for m in await p.get_messages("s")] == ["1"]
 
     run(main())
+
+
+_HISTORY_HEADER = {"op": "af-history", "v": 1, "session_id": "s"}
+_CHECKPOINTS_HEADER = {"op": "af-checkpoints", "v": 1, "name": "checkpoints"}
+_DEEP: Any = {}
+for _ in range(500):
+    _DEEP = {"x": _DEEP}
+_CRAFTED_HISTORY = [
+    [{"op": "af-history", "v": 2, "session_id": "s"}],
+    [{"op": "af-history", "v": 1, "session_id": "other"}],
+    [{"op": "ledger"}],
+    [_HISTORY_HEADER, b"raw bytes"],
+    [_HISTORY_HEADER, {"op": "pop"}],
+    [_HISTORY_HEADER, {"op": "save", "messages": {"role": "user"}}],
+    [_HISTORY_HEADER, {"op": "save", "messages": ["text"]}],
+    [_HISTORY_HEADER, {"op": "save", "messages": [{"role": 10**30, "contents": []}]}],
+    [_HISTORY_HEADER, {"op": "save", "messages": [{"role": "user", "contents": _DEEP}]}],
+    [_HISTORY_HEADER, {"op": "save", "messages": [{"role": "user", "contents": [{"type": "os.system"}]}]}],
+]
+_GOOD_SAVE: dict[str, Any] = {"op": "save", "id": "a", "workflow": "w", "timestamp": "2026-01-01T00:00:00+00:00",
+                              "previous": None, "checkpoint": {}}
+_CRAFTED_CHECKPOINTS = [
+    [{"op": "af-checkpoints", "v": 9, "name": "checkpoints"}],
+    [{"op": "af-checkpoints", "v": 1, "name": "another"}],
+    [_CHECKPOINTS_HEADER, b"raw"],
+    [_CHECKPOINTS_HEADER, {"op": "save"}],
+    [_CHECKPOINTS_HEADER, {**_GOOD_SAVE, "id": 7}],
+    [_CHECKPOINTS_HEADER, {**_GOOD_SAVE, "workflow": ["w"]}],
+    [_CHECKPOINTS_HEADER, {**_GOOD_SAVE, "timestamp": 1.5}],
+    [_CHECKPOINTS_HEADER, {**_GOOD_SAVE, "previous": {"id": "x"}}],
+    [_CHECKPOINTS_HEADER, {**_GOOD_SAVE, "checkpoint": "pickle"}],
+    [_CHECKPOINTS_HEADER, {"op": "rewrite", "id": "a"}],
+]
+
+
+@pytest.mark.parametrize("records", _CRAFTED_HISTORY, ids=range(len(_CRAFTED_HISTORY)))
+def test_a_crafted_history_journal_is_refused_with_the_typed_error(tmp_path: Path, records: list[Any]) -> None:
+    j = journal.store(str(tmp_path)).open(JournalHistoryProvider.journal_name("s"), create=True)
+    for r in records:
+        j.append(r)
+    j.close()
+
+    async def read() -> None:
+        async with JournalHistoryProvider(tmp_path) as p:
+            await p.get_messages("s")
+
+    with pytest.raises(HistoryFormatError):
+        run(read())
+
+
+@pytest.mark.parametrize("records", _CRAFTED_CHECKPOINTS, ids=range(len(_CRAFTED_CHECKPOINTS)))
+def test_a_crafted_checkpoint_journal_is_refused_with_the_typed_error(tmp_path: Path, records: list[Any]) -> None:
+    j = journal.store(str(tmp_path)).open("af-checkpoints-checkpoints", create=True)
+    for r in records:
+        j.append(r)
+    j.close()
+    with pytest.raises(CheckpointFormatError):
+        JournalCheckpointStorage(tmp_path)
+
+
+def test_a_crafted_checkpoint_value_is_a_typed_error_on_load(tmp_path: Path) -> None:
+    """The record's shape is right but the value is not a checkpoint: refused when loaded, not served."""
+    j = journal.store(str(tmp_path)).open("af-checkpoints-checkpoints", create=True)
+    j.append(_CHECKPOINTS_HEADER)
+    j.append({**_GOOD_SAVE, "checkpoint": {"unexpected": "fields"}})
+    j.append({**_GOOD_SAVE, "id": "b", "checkpoint": {"__pickled__": "not base64 !", "__type__": "builtins:int"}})
+    j.close()
+
+    async def main() -> None:
+        async with JournalCheckpointStorage(tmp_path) as s:
+            for cid in ("a", "b"):
+                with pytest.raises((CheckpointFormatError, WorkflowCheckpointException)):
+                    await s.load(cid)
+
+    run(main())

@@ -200,6 +200,20 @@ def _json_text(value: Any, what: str) -> str:
         raise NotSerializableError(what, str(exc)) from exc
 
 
+def _read_back(item: dict[str, Any]) -> tuple[Message | None, str | None]:
+    """The message a stored dict stands for, if it is one this adapter stores: what
+    ``Message.from_dict`` builds from it must give back the same dict (every save checks this of
+    what it writes, so a dict failing it was written by someone else). Else (None, why)."""
+    try:  # the framework's own model, from JSON: it builds its declared classes only
+        message = Message.from_dict(item)
+        again = json.loads(_json_text(message.to_dict(), "a stored message"))
+    except Exception as exc:  # from_dict raises whatever a field's type raises
+        return None, f"the framework cannot read it: {_short(exc)}"
+    if again != item:
+        return None, "the framework reads it as another message"
+    return message, None
+
+
 def _short(exc: BaseException, chars_max: int = 300) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
@@ -413,10 +427,9 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         for item in stored:
             if not isinstance(item, dict):
                 raise HistoryFormatError(where, seq, "a message that is not a JSON object")
-            try:  # the framework's own model, from JSON; what it refuses this adapter did not write
-                message = Message.from_dict(item)
-            except Exception as exc:  # from_dict raises whatever a field's type raises
-                raise HistoryFormatError(where, seq, f"a message the framework cannot read ({_short(exc)})") from None
+            message, why = _read_back(item)
+            if message is None:
+                raise HistoryFormatError(where, seq, f"a message this adapter would not have stored ({why})")
             s.messages.append(message)
             s.texts.append(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
 
@@ -456,6 +469,10 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         what = f"save_messages of {len(incoming)} messages to session {sid!r}"
         dicts = [m.to_dict() for m in incoming]
         texts = [_json_text(d, what) for d in dicts]
+        for text in texts:  # what a reopen would refuse is refused before it is written
+            _, why = _read_back(json.loads(text))
+            if why is not None:
+                raise NotSerializableError(what, f"a message the framework does not read back as it is ({why})")
 
         def write() -> None:
             s = self._session(session_id)
