@@ -226,14 +226,9 @@ class _Writer:
         eff: Durability = "flush" if self.no_buffer and level == "buffered" else level
         for i, it in enumerate(items):
             if isinstance(it, _Op) and it.before:
-                try:
-                    it.result = it.fn(conn)
-                except BaseException as exc:
-                    it.error = exc
-                    if not reusable(conn):
-                        self.lose(_unusable(conn, exc))
-                    if not isinstance(exc, Exception):
-                        raise
+                exc = self._run_op(it, conn)
+                if exc is not None and not isinstance(exc, Exception):
+                    raise exc  # an interrupt: every caller of the batch hears of it (group.py)
                 out[i] = Committed(0, eff)
         groups: dict[int, tuple[Member, list[int]]] = {}
         for i, it in enumerate(items):
@@ -459,12 +454,19 @@ class _Writer:
             if self.failed is not None or conn.closed or conn.broken:
                 op.error = JournalFailStoppedError(self.failed or "the writer's connection is closed")
                 continue
-            try:
-                op.result = op.fn(conn)
-            except BaseException as exc:
-                op.error = exc
-                if not reusable(conn):
-                    self.lose(_unusable(conn, exc))
+            self._run_op(op, conn)
+
+    def _run_op(self, op: _Op, conn: Conn) -> BaseException | None:
+        """Run ``op`` on the writer's connection: its result, or its error (returned too); a
+        connection it leaves unusable fail-stops every journal on it."""
+        try:
+            op.result = op.fn(conn)
+        except BaseException as exc:
+            op.error = exc
+            if not reusable(conn):
+                self.lose(_unusable(conn, exc))
+            return exc
+        return None
 
 
 class StoreWriter:
