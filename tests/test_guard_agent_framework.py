@@ -289,3 +289,42 @@ def test_the_example_demo(tmp_path: Path) -> None:
     if not GUARD_ON:
         pytest.skip("the example always has its guard")
     run_example_demo("agent_framework_crash_safe_tool.py", tmp_path)
+
+
+def test_with_the_frameworks_in_memory_history_a_delivered_call_is_settled(tmp_path: Path) -> None:
+    """The guard reads which results the history holds from the provider the agent uses, with the
+    provider's own slice of the session state: after a run whose result reached the history, the same
+    request is a new call and runs."""
+    if not GUARD_ON:
+        pytest.skip("a guard decision: there is none without the guard")
+    from agent_framework import InMemoryHistoryProvider
+
+    async def main() -> list[str]:
+        history = InMemoryHistoryProvider()
+        guard = guard_for(history, store=journal.store(str(tmp_path / "guards")))
+        ran: list[str] = []
+
+        @tool
+        def deploy(version: str) -> str:
+            """Deploy."""
+            ran.append(version)
+            return f"deployed {version}"
+
+        def respond(messages: list[Message]) -> list[Message]:
+            asked = sum(1 for m in messages if m.role == "user")
+            done = results_of(messages, "deploy")
+            if len(done) < asked:
+                return [function_call("deploy", {"version": "v1"}, f"call-{len(messages)}")]
+            return [text("done")]
+
+        try:
+            agent = Agent(client=ScriptedClient(respond), tools=[deploy], context_providers=[history],
+                          middleware=guard.middleware())
+            session = agent.create_session(session_id=SESSION)
+            await agent.run("deploy v1", session=session)
+            await agent.run("deploy v1 again", session=session)
+            return ran
+        finally:
+            guard.close()
+
+    assert asyncio.run(main()) == ["v1", "v1"]

@@ -291,8 +291,9 @@ class AgentGuard:
         if not await asyncio.to_thread(self._refuse_reuse, scope_id, guard_id, fw_id, tool, digest):
             # The common case (no earlier process asked for this call) reads no history.
             if await asyncio.to_thread(self._any_earlier, scope_id, tool, digest):
-                state = session.state if session is not None else None
-                delivered = await self._delivered(scope_id, state)
+                # The provider's own slice of the session state, as the agent hands it to the provider.
+                state = session.state.get(self.history.source_id) if session is not None and self.history else None
+                delivered = await self._delivered(scope_id, state if isinstance(state, dict) else None)
                 earlier = await asyncio.to_thread(self._match, scope_id, tool, digest, delivered)
         call_id = earlier.call_id if earlier is not None else guard_id
 
