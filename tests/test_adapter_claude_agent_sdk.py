@@ -577,3 +577,32 @@ def test_example_plays_a_corpus_transcript_through_the_sdk(tmp_path: pathlib.Pat
     target = out[-1].split()[3]
     assert journal_cli("export", str(tmp_path / target), str(exported)).returncode == 0
     assert exported.read_bytes().splitlines()[: len(lines)] == lines
+
+
+def test_index_is_compacted_and_reads_its_entries_not_its_history(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hundreds of appends to a few sessions: the index journal is snapshotted and its older
+    records dropped, so a new store reads a few records to list; what it lists is unchanged."""
+    from journal.adapters import claude_agent_sdk as adapter
+
+    monkeypatch.setattr(adapter, "INDEX_COMPACT_RECORDS_MIN", 16)
+    where = backend.store_location()
+
+    async def main() -> list[Any]:
+        async with JournalSessionStore(where) as store:
+            for n in range(120):
+                await store.append({"project_key": "p", "session_id": f"s{n % 3}"}, [entry(n, customTitle=f"t{n}")])
+            listed = sorted((e["session_id"], e["mtime"]) for e in await store.list_sessions("p"))
+            summaries = sorted((s["session_id"], s["data"]["custom_title"]) for s in
+                               await store.list_session_summaries("p"))
+        assert summaries == [("s0", "t117"), ("s1", "t118"), ("s2", "t119")]
+        with journal.store(where).open("ci.p", readonly=True) as j:
+            held = list(j.read())
+        assert len(held) < 40, len(held)  # the 120 puts are not all there: a snapshot and what came after
+        async with JournalSessionStore(where) as store:
+            assert sorted((e["session_id"], e["mtime"]) for e in await store.list_sessions("p")) == listed
+            got = await store.load({"project_key": "p", "session_id": "s1"})
+            assert got is not None and [e["n"] for e in got] == list(range(1, 120, 3))
+        return listed
+
+    assert len(run(main())) == 3

@@ -104,6 +104,7 @@ from journal.api import (
     NotCommitted,
     RecordTooLargeError,
     RecoveryReport,
+    Retention,
     Store,
 )
 from journal.errors import ForeignRecordError
@@ -132,7 +133,13 @@ RECORD_SIZE_BYTES_MAX_DEFAULT: Final = 16 * 1024 * 1024
 # the least recently used one past this is closed and reopened (its history read) when used.
 OPEN_TRANSCRIPTS_MAX: Final = 64
 _SAFE_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-_INDEX_OPS: Final = frozenset({"put", "del"})
+_INDEX_OPS: Final = frozenset({"put", "del", "snap"})
+# The index holds a record per append; once it holds more than INDEX_LOG_SHARE times as many
+# records since its last snapshot as it has entries (and at least INDEX_COMPACT_RECORDS_MIN), a
+# snapshot of every entry is appended and the records before it dropped (journal.api.Retention),
+# so reading an index costs its entries, not the project's history of appends.
+INDEX_COMPACT_RECORDS_MIN: Final = 256
+INDEX_LOG_SHARE: Final = 4
 
 _T = TypeVar("_T")
 _Key = tuple[str, str, str | None]  # (project_key, session_id, subpath)
@@ -382,11 +389,24 @@ class _Index:
     name: str
     journal: Journal | None  # None until the first write (a read of a project never written makes nothing)
     entries: dict[tuple[str, str | None], _Entry] = field(default_factory=dict)
+    since_snap: int = 0  # records read or written after the last snapshot
+    compact_after: int = 0  # INDEX_COMPACT_RECORDS_MIN, raised when a snapshot did not fit in a record
 
     def fold(self, seq: int, ev: Any) -> None:
         path = self.journal.path if self.journal is not None else self.name
         if not isinstance(ev, dict) or ev.get("op") not in _INDEX_OPS or ev.get("project") != self.project:
             raise TranscriptFormatError(path, seq, f"not an index record of project {self.project!r}")
+        if ev["op"] == "snap":
+            rows = ev.get("entries")
+            if not isinstance(rows, list):
+                raise TranscriptFormatError(path, seq, "a snapshot without a list of entries")
+            self.entries, self.since_snap = {}, 0
+            for row in rows:
+                if not isinstance(row, dict):
+                    raise TranscriptFormatError(path, seq, "a snapshot entry that is not a map")
+                self._put(path, seq, row)
+            return
+        self.since_snap += 1
         session, sub = ev.get("session"), ev.get("subpath")
         if not isinstance(session, str) or not (sub is None or isinstance(sub, str)):
             raise TranscriptFormatError(path, seq, "its session or subpath is not a str")
@@ -397,12 +417,22 @@ class _Index:
             else:
                 self.entries.pop((session, sub), None)
             return
+        self._put(path, seq, ev)
+
+    def _put(self, path: str, seq: int, ev: dict[str, Any]) -> None:
+        session, sub = ev.get("session"), ev.get("subpath")
         name, mtime, summary, acked = ev.get("journal"), ev.get("mtime"), ev.get("summary"), ev.get("acked")
-        if not (isinstance(name, str) and isinstance(mtime, int) and (summary is None or isinstance(summary, dict))
+        if not (isinstance(session, str) and (sub is None or isinstance(sub, str)) and isinstance(name, str)
+                and isinstance(mtime, int) and (summary is None or isinstance(summary, dict))
                 and isinstance(acked, bool)):
-            raise TranscriptFormatError(path, seq, "a put without a journal name, an int mtime, a summary map and "
-                                                   "a bool acked")
+            raise TranscriptFormatError(path, seq, "a put without str session and subpath, a journal name, an int "
+                                                   "mtime, a summary map and a bool acked")
         self.entries[(session, sub)] = _Entry(name, mtime, summary, acked)
+
+    def snapshot(self) -> dict[str, Any]:
+        rows = [{"session": s, "subpath": sub, "journal": e.journal, "mtime": e.mtime, "summary": e.summary,
+                 "acked": e.acked} for (s, sub), e in self.entries.items()]
+        return {"op": "snap", "project": self.project, "entries": rows}
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -676,7 +706,8 @@ class JournalSessionStore(SessionStore):
             if not isinstance(project, str):
                 raise InvalidSessionKeyError("project_key must be a str")
             name = _index_name(project)
-            idx = _Index(project, name, self._open(name, create=False) if self._store.exists(name) else None)
+            idx = _Index(project, name, self._open(name, create=False) if self._store.exists(name) else None,
+                         compact_after=INDEX_COMPACT_RECORDS_MIN)
             try:
                 if idx.journal is not None:
                     for rec in idx.journal.read():
@@ -732,11 +763,36 @@ class JournalSessionStore(SessionStore):
             raise OutcomeUnknownError(what, None, str(exc)) from exc
         if isinstance(out, Committed):
             idx.fold(out.seq, record)
+            if idx.since_snap > max(idx.compact_after, INDEX_LOG_SHARE * len(idx.entries)):
+                self._compact(idx, j)
             return
         if isinstance(out, NotCommitted):
             raise WriteNotCommittedError(what, out.reason, out)
         self._forget_index(idx)
         raise OutcomeUnknownError(what, out)
+
+    def _compact(self, idx: _Index, j: Journal) -> None:
+        """Seal, append a snapshot of every entry at "sync", drop what is before it. Until the
+        drop the older records are all there and the snapshot repeats what they say, so a crash
+        at any point changes nothing a reader folds."""
+        if not isinstance(j, Retention):
+            idx.compact_after = idx.since_snap * 2  # a backend without retention: the index only grows
+            return
+        j.seal()
+        try:
+            out = j.append(idx.snapshot(), durability=DURABILITY)
+        except RecordTooLargeError:
+            idx.compact_after = idx.since_snap * 2  # over one record: try again when the log has doubled
+            return
+        except JournalFailStoppedError as exc:
+            self._forget_index(idx)
+            raise OutcomeUnknownError(f"the index snapshot of project {idx.project!r}", None, str(exc)) from exc
+        if isinstance(out, AckLost):
+            self._forget_index(idx)
+            raise OutcomeUnknownError(f"the index snapshot of project {idx.project!r}", out)
+        if isinstance(out, Committed):
+            idx.since_snap = 0
+            j.drop_prefix(out.seq)
 
     def _forget_index(self, idx: _Index) -> None:
         self._indexes.pop(idx.project, None)
