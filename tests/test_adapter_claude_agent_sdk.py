@@ -601,7 +601,7 @@ def test_index_is_compacted_and_reads_its_entries_not_its_history(
         assert len(held) < 40, len(held)  # the 120 puts are not all there: a snapshot and what came after
         async with JournalSessionStore(where) as store:
             assert sorted((e["session_id"], e["mtime"]) for e in await store.list_sessions("p")) == listed
-            got = await store.load({"project_key": "p", "session_id": "s1"})
+            got: Any = await store.load({"project_key": "p", "session_id": "s1"})
             assert got is not None and [e["n"] for e in got] == list(range(1, 120, 3))
         return listed
 
