@@ -617,3 +617,35 @@ def test_a_crafted_checkpoint_value_is_a_typed_error_on_load(tmp_path: Path) -> 
                     await s.load(cid)
 
     run(main())
+
+
+def test_open_sessions_are_bounded_and_an_evicted_one_reads_back(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with JournalHistoryProvider(tmp_path, sessions_open_max=2) as p:
+            for k in range(5):
+                await p.save_messages(f"s{k}", [Message(role="user", contents=[f"m{k}"], message_id=f"{k}")])
+                assert p.open_sessions() <= 2
+            for k in range(5):  # the closed ones are read again from their journals
+                assert [m.text for m in await p.get_messages(f"s{k}")] == [f"m{k}"]
+                await p.save_messages(f"s{k}", [Message(role="user", contents=[f"m{k}"], message_id=f"{k}")])
+                assert p.open_sessions() <= 2
+        async with JournalHistoryProvider(tmp_path) as p:
+            assert [[m.text for m in await p.get_messages(f"s{k}")] for k in range(5)] == [[f"m{k}"] for k in range(5)]
+
+    run(main())
+
+
+def test_a_second_writer_of_a_session_is_refused_with_the_lock_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with JournalHistoryProvider(tmp_path) as first, JournalHistoryProvider(tmp_path) as second:
+            await first.save_messages("s", [Message(role="user", contents=["a"])])
+            with pytest.raises(journal.JournalLockedError):
+                await second.get_messages("s")
+        held = JournalCheckpointStorage(tmp_path / "c")
+        try:
+            with pytest.raises(journal.JournalLockedError):
+                JournalCheckpointStorage(tmp_path / "c")
+        finally:
+            held.close()
+
+    run(main())
