@@ -649,3 +649,90 @@ def test_a_second_writer_of_a_session_is_refused_with_the_lock_error(tmp_path: P
             held.close()
 
     run(main())
+
+
+KILL_ROUNDS = int(os.environ.get("JOURNAL_GUARD_ROUNDS", "20"))
+BATCHES = 6  # save calls per round's child, three messages (or one checkpoint) each
+
+
+class _KillingFileSystem(FaultyFileSystem):
+    """Its ``at``-th pwrite of a segment writes half its bytes, then the process is SIGKILLed: a torn write."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(OsFileSystem())
+        self.at, self.seen = at, 0
+
+    def _wrap(self, f: Any) -> Any:
+        fs = self
+        inner = super()._wrap(f)
+
+        class Killing:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            def pwrite(self, data: bytes | memoryview, offset: int) -> int:
+                if f.path.endswith(".seg"):
+                    fs.seen += 1
+                    if fs.seen == fs.at:
+                        inner.pwrite(memoryview(data)[: max(1, len(data) // 2)], offset)
+                        os.kill(os.getpid(), 9)
+                return int(inner.pwrite(data, offset))
+
+        return Killing()
+
+
+def _acked(where: Path) -> list[int]:
+    path = where / "acked"
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _saving_child(where: Path, kind: str, at: int) -> dict[str, Any]:
+    async def main() -> None:
+        fs = _KillingFileSystem(at)
+        store: Any = JournalHistoryProvider(where / "s", fs=fs) if kind == "history" else \
+            JournalCheckpointStorage(where / "s", fs=fs)
+        for b in range(BATCHES):
+            if kind == "history":
+                await store.save_messages("s", [Message(role="user", contents=[f"{b}.{i}"], message_id=f"{b}.{i}")
+                                                for i in range(3)])
+            else:
+                await store.save(cp(cid=f"c{b}", state={"b": b, "pad": "x" * 300}))
+            with open(where / "acked", "a") as f:  # after the call returned: acknowledged
+                f.write(f"{b}\n")
+        store.close()
+
+    asyncio.run(main())
+    return {}
+
+
+@pytest.mark.parametrize("kind", ["history", "checkpoints"])
+def test_sigkill_mid_append_leaves_whole_calls_in_order(tmp_path: Path, kind: str) -> None:
+    from tests.guard_harness import crash_rng, in_child
+
+    rng = crash_rng(33)
+    killed_rounds = 0
+    for r in range(KILL_ROUNDS):
+        where = tmp_path / f"r{r}"
+        where.mkdir()
+        killed, _ = in_child(_saving_child, where, kind, rng.randint(1, BATCHES + 1))
+        killed_rounds += killed
+
+        async def read(where: Path) -> list[int]:
+            if kind == "history":
+                async with JournalHistoryProvider(where / "s") as p:
+                    ids = [str(m.message_id) for m in await p.get_messages("s")]
+                batches = sorted({int(i.split(".")[0]) for i in ids})
+                assert ids == [f"{b}.{i}" for b in batches for i in range(3)], ids  # whole calls, in order
+                return batches
+            async with JournalCheckpointStorage(where / "s") as s:
+                got = list(await s.list_checkpoint_ids(workflow_name="w"))
+                for cid in got:
+                    assert (await s.load(cid)).state["b"] == int(cid[1:])
+                return [int(c[1:]) for c in got]
+
+        batches = run(read(where))
+        acked = _acked(where)
+        assert batches == list(range(len(batches))), batches  # a prefix: nothing after a lost call
+        assert batches == acked, (acked, batches)  # the call torn mid-write was never acknowledged: gone whole
+    assert killed_rounds >= KILL_ROUNDS // 2, killed_rounds
+    report_count(f"agent-framework {kind} SIGKILL mid-append rounds", f"{killed_rounds} killed of {KILL_ROUNDS}")
