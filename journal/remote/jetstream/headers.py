@@ -9,6 +9,8 @@ from typing import Final
 
 import xxhash
 
+from journal.engine import format as fmt
+from journal.engine.encoding import Encoded
 from journal.errors import (
     InvalidArgumentError,
 )
@@ -146,6 +148,11 @@ def _lost_race(m: _StoredMsg, prev_sseq: int) -> bool:
 
 
 _DIGESTED: Final = (H_SEQ, H_COUNT, H_KIND, H_WRITER, H_EXPECT_SUBJECT_SEQ, H_MSG_ID, H_PREV)
+
+
+def frame_size(item: Encoded) -> int:
+    """The bytes record ``item``'s frame takes in a message's body (the frames, one after the other)."""
+    return fmt.FRAME_HEADER_SIZE_BYTES + len(item.spec.stored)
 
 
 def message_digest(headers: dict[str, str], body: bytes) -> str:

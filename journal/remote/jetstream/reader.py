@@ -8,12 +8,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-import xxhash
-
 from journal.errors import (
     JournalFailStoppedError,
 )
-from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import AckLost, Durability, NotCommitted, Outcome
 from journal.record import Record
 from journal.remote.jetstream.client import nats
 from journal.remote.jetstream.consumer import _Diverged, _LeaderCheck, _OrderedReader, _records_after
@@ -21,6 +19,7 @@ from journal.remote.jetstream.errors import _io_error, _Lost, _Refused
 from journal.remote.jetstream.headers import _StoredMsg
 from journal.remote.jetstream.limits import FOLLOW_POLL_INTERVAL_S, SCAN_CHUNK_BYTES, SCAN_CHUNK_MSGS
 from journal.remote.jetstream.state import _State
+from journal.remote.resolution import resolve_from
 
 
 class _Reader(_State):
@@ -174,13 +173,9 @@ class _Reader(_State):
     def _resolved(self, outcome: AckLost) -> Outcome:
         """What the journal, as this handle knows it, says of ``outcome``."""
         level: Durability = "sync" if self._sync_ok() else "flush"
-        if outcome.key is not None:
-            known = self._keys.get(outcome.key)
-            if known is not None:
-                return Committed(known[0], level, duplicate=True, reason="resolved by idempotency key")
-        rec = self.get(outcome.seq)
-        if rec is not None and xxhash.xxh64_intdigest(rec.payload) == outcome.digest and rec.key == outcome.key:
-            return Committed(outcome.seq, level, reason="resolved: the record is in the journal")
-        if rec is None:
-            return NotCommitted("resolved: the journal ends before this record's seq")
-        return NotCommitted("resolved: another record holds this record's seq")
+        return resolve_from(outcome, self._seq_of_key, self.get, lambda: level)
+
+    def _seq_of_key(self, key: str) -> int | None:
+        """The seq of the record this handle knows to hold idempotency key ``key``, or None."""
+        known = self._keys.get(key)
+        return known[0] if known is not None else None

@@ -7,15 +7,16 @@ from __future__ import annotations
 import errno
 import time
 
-from journal.engine import format as fmt
-from journal.engine.encoding import Encoded, same_event
+from journal.engine.encoding import Encoded
 from journal.errors import (
     IdempotencyConflictError,
     JournalError,
 )
 from journal.outcomes import Committed, Durability, NotCommitted, Outcome
+from journal.remote.batching import Held, runs
 from journal.remote.jetstream.client import nats
 from journal.remote.jetstream.errors import _Lost, _Refused
+from journal.remote.jetstream.headers import frame_size
 from journal.remote.jetstream.limits import CLAIM_POLL_S
 from journal.remote.jetstream.state import _State
 
@@ -99,27 +100,19 @@ class _SharedWriter(_State):
                 rest.append(i)
                 continue
             seq, digest = known
-            if digest != it.digest:  # the same event in another key order, or another event
+            if not Held(seq, digest=digest).holds(it):  # the same event in another key order, or another event
                 try:
                     rec = self._peek(seq)
                 except JournalError as exc:
                     out[i] = NotCommitted(f"not written: the record holding idempotency key {it.key!r} (seq {seq}) "
                                           f"could not be read to compare ({exc})")
                     continue
-                if rec is None or rec.key != it.key or not same_event(rec.payload, rec.is_bytes, it):
+                if rec is None or rec.key != it.key or not Held(seq, rec.payload, rec.is_bytes).holds(it):
                     out[i] = NotCommitted(f"not written: {IdempotencyConflictError(it.key, seq)}")
                     continue
             out[i] = Committed(seq, reported, True, "idempotency key matched a record another writer wrote")
         return rest
 
     def _run_of(self, items: list[Encoded], pending: list[int]) -> list[int]:
-        """The first of ``pending`` whose frames fit one message (at least one)."""
-        run: list[int] = []
-        size = 0
-        for i in pending:
-            n = fmt.FRAME_HEADER_SIZE_BYTES + len(items[i].spec.stored)
-            if run and size + n > self._payload_max:
-                break
-            run.append(i)
-            size += n
-        return run
+        """The first of ``pending`` (not empty) whose frames fit one message (at least one)."""
+        return next(runs(pending, lambda i: frame_size(items[i]), self._payload_max))

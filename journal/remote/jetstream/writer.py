@@ -5,11 +5,10 @@ group commit's batches published as messages chained on the last one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from journal.engine import format as fmt
-from journal.engine.encoding import Encoded, check_durability, encode_event, repeated_keys, same_event, with_repeats
+from journal.engine.encoding import Encoded, check_durability, encode_event, same_event
 from journal.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
@@ -18,8 +17,9 @@ from journal.errors import (
     ReadOnlyError,
     RecordTooLargeError,
 )
-from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
+from journal.outcomes import Committed, Durability, NotCommitted, Outcome
 from journal.remote import records
+from journal.remote.batching import keyed_once, runs, write_runs
 from journal.remote.jetstream.client import nats
 from journal.remote.jetstream.connection import _T
 from journal.remote.jetstream.errors import SyncNeedsReplicasError, _Lost, _Refused
@@ -31,9 +31,11 @@ from journal.remote.jetstream.headers import (
     H_SEQ,
     chain_headers,
     chain_id,
+    frame_size,
     message_digest,
 )
 from journal.remote.jetstream.state import _State
+from journal.remote.resolution import ack_lost
 
 
 def present(value: _T | None) -> _T:
@@ -56,7 +58,7 @@ class _Writer(_State):
 
     def _encode(self, event: Any, key: str | None, synthetic: bool) -> Encoded:
         enc = encode_event(event, key, synthetic, self._options)
-        size = fmt.FRAME_HEADER_SIZE_BYTES + len(enc.spec.stored)
+        size = frame_size(enc)
         if size > self._payload_max:
             raise RecordTooLargeError(size, self._payload_max)
         return enc
@@ -99,36 +101,14 @@ class _Writer(_State):
         encoded = [self._encode(e, k, synthetic) for e, k in zip(events, keys, strict=True)]
         if not any(k is not None for k in keys):
             return self._write_unkeyed(encoded, level)
-        repeats = repeated_keys(encoded)
-        unique = [it for i, it in enumerate(encoded) if i not in repeats] if repeats else encoded
-        outcomes = self._write_keyed(unique, level)
-        return with_repeats(outcomes, repeats, len(encoded)) if repeats else outcomes
-
-    def _chunks(self, items: list[Encoded]) -> Iterator[list[Encoded]]:
-        """``items`` in runs whose frames fit one message."""
-        run: list[Encoded] = []
-        size = 0
-        for it in items:
-            n = fmt.FRAME_HEADER_SIZE_BYTES + len(it.spec.stored)
-            if run and size + n > self._payload_max:
-                yield run
-                run, size = [], 0
-            run.append(it)
-            size += n
-        if run:
-            yield run
+        return keyed_once(encoded, lambda unique: self._write_keyed(unique, level))
 
     def _write_unkeyed(self, items: list[Encoded], level: Durability) -> list[Outcome]:
         if level == "buffered":
             return self._buffer_items(items)
-        outcomes: list[Outcome] = []
-        for chunk in self._chunks(items):
-            if outcomes and self._failed is not None:
-                reason = f"journal fail-stopped before this record was written: {self._failed}"
-                outcomes.extend([NotCommitted(reason)] * len(chunk))
-                continue
-            outcomes.extend(self._group.submit(chunk, level))
-        return outcomes
+        # In runs whose frames fit one message.
+        return write_runs(runs(items, frame_size, self._payload_max), lambda chunk: self._group.submit(chunk, level),
+                          lambda: self._failed)
 
     def _buffer_items(self, items: list[Encoded]) -> list[Outcome]:
         outcomes: list[Outcome] = []
@@ -140,7 +120,7 @@ class _Writer(_State):
                 seq = self._next_seq
                 self._next_seq += 1
                 self._buffer.append((seq, it))
-                self._buffer_bytes += fmt.FRAME_HEADER_SIZE_BYTES + len(it.spec.stored)
+                self._buffer_bytes += frame_size(it)
                 if it.key is not None:
                     self._keys[it.key] = (seq, it.digest)
                 outcomes.append(Committed(seq, "buffered"))
@@ -222,8 +202,7 @@ class _Writer(_State):
                 continue
             seq = dups[i][0]
             if level != "buffered" and seq > self._stored_seq:
-                outcomes.append(AckLost(seq, f"the record this key names was not written: {self._failed}",
-                                        it.digest, it.key))
+                outcomes.append(ack_lost(seq, it, f"the record this key names was not written: {self._failed}"))
             else:
                 outcomes.append(Committed(seq, level, True, "idempotency key matched an existing record"))
         return outcomes
@@ -254,17 +233,7 @@ class _Writer(_State):
         fail-stop the handle."""
         outcomes: list[Outcome] = []
         reported = self._reported(level)
-        at = 0
-        while at < len(batch):
-            run: list[tuple[int, Encoded]] = []
-            size = 0
-            while at < len(batch):
-                n = fmt.FRAME_HEADER_SIZE_BYTES + len(batch[at][1].spec.stored)
-                if run and size + n > self._payload_max:
-                    break
-                run.append(batch[at])
-                size += n
-                at += 1
+        for run in runs(batch, lambda row: frame_size(row[1]), self._payload_max):
             if self._failed is not None:
                 outcomes.extend(NotCommitted(f"not written: {self._failed}") for _ in run)
                 continue
@@ -306,7 +275,7 @@ class _Writer(_State):
         except (_Lost, nats.errors.Error, OSError) as exc:
             why = f"the publish's ack was lost ({exc}); the server may or may not hold these records"
             self._fail(why)
-            return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+            return [ack_lost(seq, enc, why) for seq, enc in run]
         if ack.get("duplicate"):
             # Another writer's message is chained where this one would go (chain_id): this one
             # was not stored. The journal never publishes one message twice, so it is not ours.
@@ -321,7 +290,7 @@ class _Writer(_State):
         if ack.get("stream") != self._stream or sseq <= self._last_sseq:
             why = f"the publish was acknowledged by stream {ack.get('stream')!r} at {sseq}, not as expected"
             self._fail(why)
-            return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+            return [ack_lost(seq, enc, why) for seq, enc in run]
         if self._shared:
             # Other writers publish at the same moment, and the server may store two messages
             # chained on one (_lost_race): this one is the journal's only if it came first.
@@ -331,7 +300,7 @@ class _Writer(_State):
                 why = (f"the publish was acknowledged, but whether it came before another writer's could not be "
                        f"read ({exc}); the journal may or may not hold these records")
                 self._fail(why)
-                return [AckLost(seq, why, enc.digest, enc.key) for seq, enc in run]
+                return [ack_lost(seq, enc, why) for seq, enc in run]
             if not won:
                 self._lost_races += 1
                 return None  # stored, but not part of the journal: every reader skips it
