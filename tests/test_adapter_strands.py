@@ -603,3 +603,37 @@ def test_read_faults_are_typed_errors(tmp_path: Path) -> None:
         fs.fail(op, errno.EIO, after=0, times=-1)
         with JournalSessionRepository(tmp_path, fs=fs) as repo, pytest.raises(journal.JournalError):
             repo.read_session("s")
+
+
+def test_opening_one_session_never_holds_up_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A journal is opened (recovery, the index read, a wait for another process's lock) under its
+    own session's lock: a slow open of one session leaves every other session usable."""
+    import threading
+
+    with JournalSessionRepository(tmp_path) as repo:
+        new_session(repo, "slow")
+        new_session(repo, "quick")
+    entered, release = threading.Event(), threading.Event()
+    real_open = JournalSessionRepository._open
+
+    def held_open(self: JournalSessionRepository, key: Any, session_id: str, create: bool) -> Any:
+        if session_id == "slow":
+            entered.set()
+            assert release.wait(60), "the test never released the slow open"
+        return real_open(self, key, session_id, create)
+
+    monkeypatch.setattr(JournalSessionRepository, "_open", held_open)
+    with JournalSessionRepository(tmp_path) as repo:
+        got: list[Any] = []
+        slow = threading.Thread(target=lambda: got.append(repo.read_agent("slow", "a")))
+        slow.start()
+        assert entered.wait(60)
+        assert repo.read_agent("quick", "a") is not None  # while "slow" is still being opened
+        second = threading.Thread(target=lambda: got.append(repo.read_session("slow")))
+        second.start()  # waits for the one open of "slow", never opens it a second time
+        release.set()
+        slow.join(60)
+        second.join(60)
+        assert len(got) == 2 and all(g is not None for g in got)
+        entry = adapter._REGISTRY[repo._key("slow")]
+        assert entry.users == 1  # one repository, one use, whatever the threads

@@ -291,20 +291,19 @@ class _Open:
 
 _REGISTRY_LOCK = threading.Lock()
 _REGISTRY: dict[tuple[str, str, int], _Open] = {}
+_OPENING: dict[tuple[str, str, int], threading.Lock] = {}  # a session's journal being opened
 
 
-def _release(keys: set[tuple[str, str, int]]) -> None:
-    """Let go of the sessions a repository holds; the last user closes a journal."""
+def _release(held: dict[tuple[str, str, int], _Open]) -> None:
+    """Let go of the sessions a repository holds; the last user of a journal closes it."""
     closing: list[_Open] = []
     with _REGISTRY_LOCK:
-        for key in list(keys):
-            keys.discard(key)
-            entry = _REGISTRY.get(key)
-            if entry is None:
-                continue
+        for key, entry in list(held.items()):
+            del held[key]
             entry.users -= 1
-            if entry.users <= 0:
-                del _REGISTRY[key]
+            if entry.users <= 0 and not entry.forgotten:
+                if _REGISTRY.get(key) is entry:
+                    del _REGISTRY[key]
                 closing.append(entry)
     for entry in closing:
         with entry.lock:
@@ -344,7 +343,8 @@ class JournalSessionRepository(SessionRepository):
             self._store = journal.store(os.path.join(self.path, SESSIONS_DIR), **({"fs": fs} if fs is not None else {}))
         # Handles are shared per store and file layer: an injected fs (the fault tests) gets its own.
         self._fs_key = id(fs) if fs is not None else 0
-        self._held: set[tuple[str, str, int]] = set()
+        # The sessions this repository uses, each with the open journal it holds a use of.
+        self._held: dict[tuple[str, str, int], _Open] = {}
         self._closed = False
         self._finalizer = weakref.finalize(self, _release, self._held)
 
@@ -368,32 +368,56 @@ class JournalSessionRepository(SessionRepository):
 
     def _session(self, session_id: str, create: bool = False) -> _Open | None:
         """The open session's journal (opened and indexed on first use), or None if it has no
-        journal and ``create`` is False. Shared with this process's other repositories."""
+        journal and ``create`` is False. Shared with this process's other repositories.
+
+        A journal is opened (recovery, the index read, a wait for another process's lock) under a
+        lock of its own session, never the registry's: other sessions go on meanwhile."""
         if self._closed:
             raise RepositoryClosedError(self.path)
         key = self._key(session_id)
         with _REGISTRY_LOCK:
-            entry = _REGISTRY.get(key)
-            if entry is not None and not entry.forgotten:
-                if key not in self._held:
-                    entry.users += 1
-                    self._held.add(key)
-                return entry
-            if entry is not None:  # forgotten: whoever held it lets go; a fresh handle is made
-                del _REGISTRY[key]
-            self._held.discard(key)
+            found = self._hold(key)
+            if found is not None:
+                return found
+            opening = _OPENING.setdefault(key, threading.Lock())
+        with opening:
+            with _REGISTRY_LOCK:
+                found = self._hold(key)  # opened by another caller while this one waited
+                if found is not None:
+                    return found
             try:
                 entry = self._open(key, session_id, create)
             except OSError as exc:  # the engine's own I/O errors are typed already (JournalIOError)
                 if isinstance(exc, JournalError):
                     raise
                 raise ReadFailedError(f"the journal of session {session_id!r}", exc) from exc
+            finally:
+                with _REGISTRY_LOCK:
+                    if _OPENING.get(key) is opening:
+                        del _OPENING[key]  # a caller still waiting on it finds the registry's answer
             if entry is None:
                 return None
-            entry.users = 1
-            _REGISTRY[key] = entry
-            self._held.add(key)
+            with _REGISTRY_LOCK:
+                entry.users = 1
+                _REGISTRY[key] = entry
+                self._held[key] = entry
             return entry
+
+    def _hold(self, key: tuple[str, str, int]) -> _Open | None:
+        """The registry's open journal of ``key``, now held by this repository too; None if there
+        is none (a forgotten one is dropped: the next open reads the disk). Under _REGISTRY_LOCK."""
+        entry = _REGISTRY.get(key)
+        if entry is not None and not entry.forgotten:
+            if self._held.get(key) is not entry:
+                stale = self._held.get(key)
+                if stale is not None:
+                    stale.users -= 1  # a journal forgotten (closed) since: this use of it ends
+                entry.users += 1
+                self._held[key] = entry
+            return entry
+        if entry is not None:
+            del _REGISTRY[key]
+        return None
 
     def _open(self, key: tuple[str, str, int], session_id: str, create: bool) -> _Open | None:
         """Open a session's journal and index it (None if absent and not ``create``)."""
@@ -504,7 +528,6 @@ class JournalSessionRepository(SessionRepository):
             with _REGISTRY_LOCK:
                 if _REGISTRY.get(entry.key) is entry:
                     del _REGISTRY[entry.key]
-            self._held.discard(entry.key)
             self._store.delete(entry.key[1])
 
     # -- agents ------------------------------------------------------------------------------
