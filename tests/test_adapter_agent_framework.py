@@ -736,3 +736,14 @@ def test_sigkill_mid_append_leaves_whole_calls_in_order(tmp_path: Path, kind: st
         assert batches == acked, (acked, batches)  # the call torn mid-write was never acknowledged: gone whole
     assert killed_rounds >= KILL_ROUNDS // 2, killed_rounds
     report_count(f"agent-framework {kind} SIGKILL mid-append rounds", f"{killed_rounds} killed of {KILL_ROUNDS}")
+
+
+def test_a_read_of_a_session_never_written_makes_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with JournalHistoryProvider(tmp_path) as p:
+            assert await p.get_messages("nobody") == [] and await p.get_messages(None) == []
+            assert p.store.names() == []
+            await p.save_messages("somebody", [Message(role="user", contents=["a"])])
+            assert p.store.names() == [JournalHistoryProvider.journal_name("somebody")]
+
+    run(main())

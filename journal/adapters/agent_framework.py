@@ -89,6 +89,7 @@ from journal.api import (
     Outcome,
     RecordTooLargeError,
     Store,
+    present,
 )
 from journal.api import Journal as JournalHandle
 from journal.errors import ForeignRecordError
@@ -324,8 +325,10 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def _session(self, session_id: str | None) -> _Session:
+    def _session(self, session_id: str | None, create: bool = True) -> _Session | None:
         """The open session, opened and read if it is not (in a worker thread); its lock is held.
+        None, with no lock held, for a session never written to when ``create`` is False: a read
+        makes no journal.
 
         One opener per session id at a time (``_opening``): two first uses at once would both open
         the journal, and the second would find it locked by the first."""
@@ -342,6 +345,8 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
                 with opening:
                     with self._lock:
                         s = self._sessions.get(sid)
+                    if s is None and not create and not self._store.exists(self.journal_name(sid)):
+                        return None
                     if s is None:
                         try:
                             s = self._open_session(sid)
@@ -441,7 +446,9 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         """The session's stored messages, oldest first (new objects on every call)."""
 
         def read() -> list[str]:
-            s = self._session(session_id)
+            s = self._session(session_id, create=False)
+            if s is None:
+                return []
             try:
                 return list(s.texts)
             finally:
@@ -475,7 +482,7 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
                 raise NotSerializableError(what, f"a message the framework does not read back as it is ({why})")
 
         def write() -> None:
-            s = self._session(session_id)
+            s = present(self._session(session_id), "a session opened with create=True")
             try:
                 new = filter_new_messages(s.messages, incoming)
                 if not new:
