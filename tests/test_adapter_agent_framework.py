@@ -742,7 +742,7 @@ def test_a_read_of_a_session_never_written_makes_nothing(tmp_path: Path) -> None
     async def main() -> None:
         async with JournalHistoryProvider(tmp_path) as p:
             assert await p.get_messages("nobody") == [] and await p.get_messages(None) == []
-            assert p.store.names() == []
+            assert p.store.names() == [] and p._opening == {}  # nothing kept for a session read and not there
             await p.save_messages("somebody", [Message(role="user", contents=["a"])])
             assert p.store.names() == [JournalHistoryProvider.journal_name("somebody")]
 

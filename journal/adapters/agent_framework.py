@@ -346,6 +346,8 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
                     with self._lock:
                         s = self._sessions.get(sid)
                     if s is None and not create and not self._store.exists(self.journal_name(sid)):
+                        with self._lock:
+                            self._opening.pop(sid, None)  # kept only while an opener holds it
                         return None
                     if s is None:
                         try:
