@@ -637,3 +637,17 @@ def test_opening_one_session_never_holds_up_another(tmp_path: Path, monkeypatch:
         assert len(got) == 2 and all(g is not None for g in got)
         entry = adapter._REGISTRY[repo._key("slow")]
         assert entry.users == 1  # one repository, one use, whatever the threads
+
+
+def test_another_process_gets_a_typed_lock_error(tmp_path: Path) -> None:
+    with JournalSessionRepository(tmp_path) as repo:
+        new_session(repo)
+        assert repo.read_session("s") is not None  # this process holds the session's journal
+        code = ("import sys, journal\nfrom journal.adapters.strands import JournalSessionRepository\n"
+                f"repo = JournalSessionRepository({str(tmp_path)!r})\n"
+                "try:\n    repo.read_session('s')\nexcept journal.JournalLockedError as exc:\n"
+                "    print('locked', isinstance(exc, journal.JournalError))\nelse:\n    print('opened')\n")
+        got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert got.stdout.split() == ["locked", "True"], got.stdout + got.stderr
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert got.stdout.split() == ["opened"], got.stdout + got.stderr  # closed here: the other process may open it
