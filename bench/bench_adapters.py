@@ -972,6 +972,7 @@ def workloads(sz: Sizes) -> list[Workload]:
                  ["pydantic_ai", "journal.adapters.pydantic_ai"], ["ours", SHIPPED, UNGUARDED],
                  "JournalConversationStore, no guard"),
         *claude_sdk_workloads(sz),
+        *strands_workloads(sz),
     ]
 
 
@@ -1208,6 +1209,93 @@ def claude_sdk_workloads(sz: Sizes) -> list[Workload]:
                      "one session", "appends/s", "JournalSessionStore", "JSONL transcript file",
                      lambda s, d: cas_sequential(s, d, appends), lambda r: check_cas(r, appends),
                      ["claude_agent_sdk", "journal.adapters.claude_agent_sdk"], ["ours", SHIPPED])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Strands Agents: the peer is the store Strands ships, FileSessionManager: one JSON file per
+# message (a temp file and os.replace, no fsync), listed by os.listdir. Both are driven through
+# the SessionRepository interface the way RepositorySessionManager drives them.
+
+STRANDS_FILE_DURABILITY = "one JSON file per message, temp file + os.replace, does not sync (FileSessionManager)"
+
+
+def _strands_message(i: int) -> Any:
+    from strands.types.session import SessionMessage
+
+    role = "assistant" if i % 2 else "user"
+    return SessionMessage({"role": role, "content": [{"text": "x" * 400}]}, i)
+
+
+def _strands_repo(store: str, where: str) -> Any:
+    if store == SHIPPED:
+        from strands.session.file_session_manager import FileSessionManager
+
+        return FileSessionManager("bench", storage_dir=os.path.join(where, "files"))
+    from journal.adapters.strands import JournalSessionManager
+
+    return JournalSessionManager("bench", os.path.join(where, "journals"))
+
+
+def strands_messages(store: str, where: str, messages: int) -> Run:
+    """create_message of ``messages`` messages to one agent of one session, one after another."""
+    from strands.types.session import SessionAgent
+
+    repo = _strands_repo(store, where)
+    try:
+        repo.create_agent("bench", SessionAgent("a", {}, {}))
+        batch = [_strands_message(i) for i in range(messages)]
+        t0 = time.perf_counter()
+        for m in batch:
+            repo.create_message("bench", "a", m)
+        seconds = time.perf_counter() - t0
+        ids = [m.message_id for m in repo.list_messages("bench", "a")]
+    finally:
+        if store != SHIPPED:
+            repo.close()
+    durability = STRANDS_FILE_DURABILITY if store == SHIPPED else OURS_DURABILITY
+    return Run(messages, seconds, dir_bytes(where), durability, {"ids": ids})
+
+
+def strands_restore(store: str, where: str, messages: int, restores: int) -> Run:
+    """``restores`` times: a new repository lists the ``messages`` messages of the agent (what
+    RepositorySessionManager.initialize does when an agent is restored in a new process)."""
+    from strands.types.session import SessionAgent
+
+    repo = _strands_repo(store, where)
+    repo.create_agent("bench", SessionAgent("a", {}, {}))
+    for i in range(messages):
+        repo.create_message("bench", "a", _strands_message(i))
+    if store != SHIPPED:
+        repo.close()
+    ids: list[int] = []
+    t0 = time.perf_counter()
+    for _ in range(restores):
+        again = _strands_repo(store, where)
+        ids = [m.message_id for m in again.list_messages("bench", "a")]
+        if store != SHIPPED:
+            again.close()
+    seconds = time.perf_counter() - t0
+    durability = STRANDS_FILE_DURABILITY if store == SHIPPED else OURS_DURABILITY
+    return Run(restores * messages, seconds, dir_bytes(where), durability, {"ids": ids})
+
+
+def check_strands(run: Run, messages: int) -> None:
+    if run.stored["ids"] != list(range(messages)):
+        raise AssertionError(f"Strands: {len(run.stored['ids'])} messages listed, {messages} written, or not in order")
+
+
+def strands_workloads(sz: Sizes) -> list[Workload]:
+    messages = max(1, sz.items // 4)
+    restored = max(1, sz.events // 5)
+    needs = ["strands", "journal.adapters.strands"]
+    return [
+        Workload(f"Strands: create_message x {messages}, one agent of one session", "messages/s",
+                 "JournalSessionManager", "FileSessionManager", lambda s, d: strands_messages(s, d, messages),
+                 lambda r: check_strands(r, messages), needs, ["ours", SHIPPED]),
+        Workload(f"Strands: restore (a new repository's list_messages) of {restored} messages x 20", "messages/s",
+                 "JournalSessionManager", "FileSessionManager", lambda s, d: strands_restore(s, d, restored, 20),
+                 lambda r: check_strands(r, restored), needs, ["ours", SHIPPED]),
+    ]
 
 
 if __name__ == "__main__":
