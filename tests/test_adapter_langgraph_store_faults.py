@@ -6,6 +6,7 @@ sweep, the sweeper thread)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import pathlib
@@ -212,9 +213,10 @@ def test_corrupt_committed_data_is_reported_never_served(tmp_path: pathlib.Path)
     {"op": "batch", "t": 1, "r": [], "w": [[["a"], "k", {"v": 1}, "10", {}]]},
     {"op": "batch", "t": 1, "r": [], "w": [[["a"], "k", {"v": 1}, None, {"$": ["x"]}]]},
     {"op": "batch", "t": 1, "r": [["a", "k", 5]], "w": []},
+    {"op": "batch", "t": 10**19, "r": [], "w": [[["a"], "k", {"v": 1}, None, {}]]},
     {"op": "unknown"},
     b"not json",
-], ids=["time", "key", "value", "ttl", "vector", "refresh", "op", "bytes"])
+], ids=["time", "key", "value", "ttl", "vector", "refresh", "time-range", "op", "bytes"])
 def test_a_foreign_record_is_reported_and_nothing_of_it_served(tmp_path: pathlib.Path, record: Any) -> None:
     with JournalStore(tmp_path) as store:
         fill(store, 2)
@@ -269,6 +271,19 @@ def test_one_store_per_journal_and_close(tmp_path: pathlib.Path) -> None:
     got = second.get(("a",), "k")
     assert got is not None and got.value == {"v": 1}
     second.close()
+
+
+def test_concurrent_abatch_calls_each_land_whole(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        with JournalStore(tmp_path) as store:
+            await asyncio.gather(*(store.abatch([PutOp(("c", str(i % 4)), f"k{i}-{j}", {"i": i, "j": j})
+                                                 for j in range(3)]) for i in range(40)))
+            assert store.last_seq == 1 + 40  # the header, then one record per batch
+
+    asyncio.run(main())
+    with JournalStore(tmp_path) as store:
+        items = store.search(("c",), limit=1000)
+        assert sorted((i.value["i"], i.value["j"]) for i in items) == [(i, j) for i in range(40) for j in range(3)]
 
 
 def test_returned_values_are_copies(tmp_path: pathlib.Path) -> None:

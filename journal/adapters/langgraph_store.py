@@ -130,6 +130,10 @@ _HEADER_OP: Final = "langgraph-store"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US: Final = timedelta(microseconds=1)
 _US_PER_MINUTE: Final = 60_000_000
+# The times a datetime can hold, in microseconds since the epoch: a record's time outside them
+# could not be handed back as created_at (a crafted one is refused when read).
+_T_MIN_US: Final = (datetime.min.replace(tzinfo=timezone.utc) - _EPOCH) // _US
+_T_MAX_US: Final = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // _US
 
 _Ns = tuple[str, ...]
 
@@ -525,6 +529,8 @@ class JournalStore(BaseStore):
             return f"not a batch record (op {ev.get('op') if isinstance(ev, dict) else type(ev).__name__!r})"
         if type(ev.get("t")) is not int or not isinstance(ev.get("r"), list) or not isinstance(ev.get("w"), list):
             return "a batch record without its time, refreshes or writes"
+        if not _T_MIN_US <= ev["t"] <= _T_MAX_US:
+            return f"a batch time ({ev['t']} us) no datetime can hold"
 
         def ns_key_ok(ns: Any, key: Any) -> bool:
             return isinstance(ns, list) and all(type(label) is str for label in ns) and type(key) is str
