@@ -51,14 +51,14 @@ time{color:var(--dim);font-size:.85rem;font-variant-numeric:tabular-nums}
 .pager{display:flex;gap:10px;align-items:center;margin:12px 0;color:var(--dim);font-size:.9rem}
 .results{margin:0 0 16px;padding:0;list-style:none}
 .results li{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:8px 12px;margin-bottom:6px}
-.results .snip{font-family:var(--mono);font-size:.84rem;white-space:pre-wrap;word-break:break-word}
+.results .snip{font-family:var(--mono);font-size:.84rem;white-space:pre-line;word-break:break-word;max-height:4.6em;overflow:hidden}
 mark{background:color-mix(in srgb,#ffd54a 55%,transparent);color:inherit;border-radius:2px}
 .layout{display:grid;grid-template-columns:minmax(0,1fr) 300px;gap:22px}
 @media (max-width:900px){.layout{grid-template-columns:1fr}}
 aside section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px;margin-bottom:14px}
 aside h2,section.gate h2,.damage-banner h2{font-size:.95rem;margin:0 0 6px}
 section.gate{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--ok);border-radius:8px;padding:10px 14px;margin-bottom:14px}
-section.gate.paused{border-left-color:var(--warn)}section.gate .verdict{text-transform:uppercase}
+section.gate.paused{border-left-color:var(--warn)}section.gate.grant{border-left-color:var(--accent)}section.gate .verdict{text-transform:uppercase}
 section.gate.paused .verdict{color:var(--warn)}
 .reasons{margin:0;padding-left:18px;font-size:.88rem}.reasons .options{color:var(--dim);margin:2px 0 6px}
 .sev-info{color:var(--dim)}

@@ -271,6 +271,8 @@ def gate_panel(s: Summary, live: bool) -> str:
                 "</section>")
     decision = g.get("decision", "?")
     cls = "paused" if decision == "paused" else "ok"
+    if decision == "paused" and not g.get("paused"):
+        cls, decision = "grant", "paused until authorized"  # the grant every session with side effects needs
     rows = []
     for r in g.get("reasons") or []:
         opts = "".join(f"<li>{esc(o)}</li>" for o in r.get("options") or [])

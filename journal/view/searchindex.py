@@ -27,10 +27,11 @@ from journal.api import JournalError
 from journal.view.model import Folder, Summary, output_of, text_of
 from journal.view.source import Entry, Source
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 DOC_CHARS_MAX = 64 * 1024  # of one event's text in the index: a huge tool output is cut, not refused
 BATCH_DOCS = 2000  # rows inserted per executemany
 QUERY_TERMS_MAX = 16
+PREFIX_CHARS_MIN = 3  # the last word is a prefix from this length (FTS5 keeps a prefix index of 3)
 RESULTS_MAX = 200
 TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 SNIPPET_OPEN, SNIPPET_CLOSE = "\x02", "\x03"  # markers no event text is shown with (escaped, then <mark>)
@@ -70,7 +71,8 @@ def fts_query(text: str) -> str | None:
     if not words:
         return None
     terms = [f'"{w}"' for w in words]
-    terms[-1] += "*"
+    if len(words[-1]) >= PREFIX_CHARS_MIN:
+        terms[-1] += "*"
     return " ".join(terms)
 
 
@@ -101,7 +103,7 @@ class SearchIndex:
             c.execute("CREATE TABLE IF NOT EXISTS sessions(sid TEXT PRIMARY KEY, jkey TEXT, last_seq INTEGER, "
                       "summary TEXT, gate_state BLOB)")
             c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(text, tool, sid UNINDEXED, "
-                      "seq UNINDEXED, kind UNINDEXED, tokenize='unicode61')")
+                      "seq UNINDEXED, kind UNINDEXED, tokenize='unicode61', prefix='3')")
 
     def connect(self) -> sqlite3.Connection:
         c = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
@@ -148,10 +150,12 @@ class SearchIndex:
                 return row[2]
             with source.open_journal(sid) as j:
                 last = j.last_seq
-                if row is not None and (row[0] != jkey or row[1] > last):
-                    row = None  # another journal under this id now: index it from its start
-                if row is None:
+                stale = row is not None and (row[0] != jkey or row[1] > last)
+                if stale:  # another journal under this id now: index it from its start
+                    # (a scan of the whole table, sid being no key of it: only when needed)
                     c.execute("DELETE FROM docs WHERE sid=?", (sid,))
+                    row = None
+                if row is None:
                     folder, after = Folder(), 0
                 else:
                     if row[1] == last:
@@ -196,8 +200,10 @@ class SearchIndex:
         if q is None:
             return []
         limit = max(1, min(limit, RESULTS_MAX))
+        # Newest first (rowid order, which FTS5 walks and stops at the limit) rather than by
+        # rank, which scores every match: a word in every session would cost the whole index.
         sql = ("SELECT sid, seq, kind, tool, snippet(docs, 0, ?, ?, '…', 16) FROM docs WHERE docs MATCH ?"
-               + (" AND sid = ?" if session_id else "") + " ORDER BY rank LIMIT ?")
+               + (" AND sid = ?" if session_id else "") + " ORDER BY rowid DESC LIMIT ?")
         args: list[Any] = [SNIPPET_OPEN, SNIPPET_CLOSE, q] + ([session_id] if session_id else []) + [limit]
         with self.connect() as c:
             try:
@@ -247,7 +253,10 @@ class Indexer(threading.Thread):
         while not self.stop.is_set():
             self._wake.clear()
             self.idle.clear()
-            self.one_pass()
+            try:
+                self.one_pass()
+            except Exception as exc:  # the store's listing failed: said on the page, tried again when kicked
+                self.errors[""] = f"{type(exc).__name__}: {exc}"
             self.passes += 1
             self.idle.set()
             self._wake.wait()

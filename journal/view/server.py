@@ -281,7 +281,9 @@ class Viewer:
             read_error = {"message": s.damage}
         facts = [("status", " ".join(s.status(live))), ("agent", s.agent or "-"), ("events", f"{s.events:,}"),
                  ("turns", str(s.turns)), ("tool calls", f"{s.tool_calls} ({s.tool_errors} not ok)"),
-                 ("synthetic closers", str(s.closers)), ("first", s.first_time or "-"), ("last", s.last_time or "-")]
+                 ("synthetic closers", str(s.closers)),
+                 ("first", (s.first_time or "-").replace("T", " ")[:19]),
+                 ("last", (s.last_time or "-").replace("T", " ")[:19])]
         if s.usage:
             facts.append(("usage", ", ".join(f"{k} {v:,.4g}" for k, v in s.usage.items())))
         facts_html = "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts) + "</dl>"

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +39,14 @@ from journal.session.store import (
     SessionInfo,
     info_from_journal,
 )
+
+_loads: Callable[[bytes], Any] = json.loads
+try:
+    from orjson import loads as _orjson_loads  # the index of a large store parses several times faster
+
+    _loads = _orjson_loads
+except ImportError:  # not CPython: the standard library's
+    pass
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(SessionInfo))
 _INDEX_MAGIC = b"journal-session-index"
@@ -122,7 +130,17 @@ def _segment_bases(path: str) -> list[int]:
     return sorted(int(n[:20]) for n in names if len(n) == 24 and n.endswith(".seg") and n[:20].isdigit())
 
 
+def _typed(f: dict[str, Any]) -> bool:
+    """Whether every field has the type the store writes (the index's bytes may be crafted)."""
+    return (isinstance(f.get("workspace"), dict) and type(f.get("last_seq")) is int
+            and isinstance(f.get("status"), str) and isinstance(f.get("open"), bool)
+            and all(f.get(k) is None or isinstance(f.get(k), str) for k in ("created", "updated", "parent"))
+            and (f.get("fork_seq") is None or type(f.get("fork_seq")) is int))
+
+
 def _info(sid: str, fields: dict[str, Any]) -> SessionInfo:
+    if fields.keys() == _FIELDS and fields.get("session_id") == sid and _typed(fields):
+        return SessionInfo(**fields)  # as the store wrote it
     known = {k: v for k, v in fields.items() if k in _FIELDS}
     known["session_id"] = sid
     known.setdefault("status", "active")
@@ -132,6 +150,16 @@ def _info(sid: str, fields: dict[str, Any]) -> SessionInfo:
     known.setdefault("last_seq", 0)
     if not isinstance(known["workspace"], dict):
         known["workspace"] = {}
+    if type(known["last_seq"]) is not int:
+        known["last_seq"] = 0
+    if not isinstance(known["status"], str):
+        known["status"] = "active"
+    for k in ("created", "updated", "parent"):
+        if not isinstance(known.get(k), str):
+            known[k] = None
+    if type(known.get("fork_seq")) is not int:
+        known["fork_seq"] = None
+    known["open"] = known.get("open") is True
     return SessionInfo(**known)
 
 
@@ -164,6 +192,34 @@ class FileStore:
         self.fs = OsFileSystem()
         self._lock = threading.Lock()
         self._header_cache: dict[tuple[str, str, int], SessionInfo] = {}
+        self._index_cache: tuple[Any, dict[str, SessionInfo] | None] | None = None
+
+    def _index_key(self) -> Any:
+        """What the index's files look like now (names, sizes, times): the parsed index is kept
+        while this stays the same, so a page load on a store nobody writes parses nothing."""
+        key: list[tuple[str, str, int, int, int]] = []
+        with os.scandir(self.root) as it:
+            for e in it:
+                if e.name == INDEX_FILE or e.name.startswith(INDEX_LOG_PREFIX):
+                    st = e.stat(follow_symlinks=False)
+                    key.append((e.name, "", st.st_ino, st.st_size, st.st_mtime_ns))
+                    if e.is_dir(follow_symlinks=False):
+                        with os.scandir(e.path) as segs:
+                            for g in segs:
+                                gst = g.stat(follow_symlinks=False)
+                                key.append((e.name, g.name, gst.st_ino, gst.st_size, gst.st_mtime_ns))
+        return tuple(sorted(key))
+
+    def _index(self) -> dict[str, SessionInfo] | None:
+        key = self._index_key()
+        with self._lock:
+            cached = self._index_cache
+        if cached is not None and cached[0] == key:
+            return dict(cached[1]) if cached[1] is not None else None
+        got = self._load_index()
+        with self._lock:
+            self._index_cache = (key, got)
+        return dict(got) if got is not None else None
 
     def _read_snapshot(self) -> tuple[int, dict[str, SessionInfo]] | None:
         try:
@@ -180,7 +236,7 @@ class FileStore:
         if data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
             return None  # torn or damaged: the index is rebuilt from the journals, here in memory only
         try:
-            body = json.loads(data[first: cut - 1])
+            body = _loads(data[first: cut - 1])
             if body.get("version") not in INDEX_VERSIONS or not isinstance(body.get("sessions"), dict):
                 return None
             return generation, {k: _info(k, v) for k, v in body["sessions"].items() if isinstance(v, dict)}
@@ -210,17 +266,17 @@ class FileStore:
 
     def _ids(self, where: str) -> list[str]:
         try:
-            names = os.listdir(os.path.join(self.root, where))
+            with os.scandir(os.path.join(self.root, where)) as it:
+                # A link is no session the store made: not listed (the file type comes with the listing).
+                return [e.name for e in it if SESSION_ID_RE.fullmatch(e.name) and ".." not in e.name
+                        and not e.is_symlink()]
         except FileNotFoundError:
             return []
-        return [n for n in names if SESSION_ID_RE.fullmatch(n) and ".." not in n
-                and not os.path.islink(os.path.join(self.root, where, n))]
 
     def entries(self) -> dict[str, Entry]:
         """The index, made to agree with the directories in memory (two listings, and a header
         read for each session the index lacks); the store itself is never written."""
-        loaded = self._load_index()
-        idx = dict(loaded or {})
+        idx = self._index() or {}
         on_disk = {sid: "active" for sid in self._ids(SESSIONS_DIR)}
         on_disk.update({sid: "archived" for sid in self._ids(ARCHIVE_DIR)})
         out: dict[str, Entry] = {}
@@ -230,7 +286,10 @@ class FileStore:
             in_index = info is not None and info.status == status
             if info is None or info.status != status:
                 info = self._header_info(sid, status)
-            live = status == "active" and _file_id(os.path.join(self._journal_dir(sid, status), "LOCK")) in held
+            # A writer through the store marks its entry open; one that is not (or an entry the index
+            # lacks) is asked of /proc/locks: a stat each, only where a writer can be.
+            live = (status == "active" and bool(held) and (info.open or not in_index)
+                    and _file_id(os.path.join(self._journal_dir(sid, status), "LOCK")) in held)
             out[sid] = Entry(info, live, in_index)
         return out
 
