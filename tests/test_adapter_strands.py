@@ -651,3 +651,54 @@ def test_another_process_gets_a_typed_lock_error(tmp_path: Path) -> None:
         assert got.stdout.split() == ["locked", "True"], got.stdout + got.stderr
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert got.stdout.split() == ["opened"], got.stdout + got.stderr  # closed here: the other process may open it
+
+
+@pytest.mark.parametrize("crafted", [
+    {"op": "message", "agent_id": "a", "message": {"message_id": 0, "message": {"role": "user", "content": "x"}}},
+    {"op": "message", "agent_id": "a", "message": {"message_id": 0, "message": {"role": 1, "content": []}}},
+    {"op": "message", "agent_id": "a", "message": {"message_id": 0, "message": {"role": "user", "content": [1]}}},
+    {"op": "message", "agent_id": "a", "message": {"message_id": 0, "message": {"role": "user", "content": []},
+                                                   "redact_message": "gone"}},
+    {"op": "message", "agent_id": "ghost", "message": {"message_id": 0, "message": {"role": "user", "content": []}}},
+    {"op": "message", "agent_id": "a", "message": {"message_id": True, "message": {"role": "user", "content": []}}},
+    {"op": "agent", "agent": {"agent_id": "a", "state": [], "conversation_manager_state": {}}},
+    {"op": "agent", "agent": {"agent_id": 7}},
+    {"op": "multi_agent", "id": "m", "state": "x"},
+    {"op": "strands", "v": 1, "session_id": "s", "session": {}},
+    {"op": "delete"},
+])
+def test_crafted_records_are_refused_whole(tmp_path: Path, crafted: Any) -> None:
+    with JournalSessionRepository(tmp_path) as repo:
+        new_session(repo)
+    with journal.open(tmp_path / "sessions" / "s") as j:
+        j.append(crafted)
+    with JournalSessionRepository(tmp_path) as repo, pytest.raises(SessionFormatError) as info:
+        repo.read_session("s")
+    assert isinstance(info.value, SessionException) and isinstance(info.value, journal.JournalError)
+
+
+@pytest.mark.parametrize("field,value,refused", [
+    ("message", {"role": "user", "content": [{"image": {"__bytes_encoded__": True, "data": "%%%not base64"}}]},
+     True),
+    ("created_at", {"not": "a str, but Strands' dataclass takes it"}, False),
+    ("extra", 1, False),
+])
+def test_a_record_strands_cannot_read_is_refused_when_read(tmp_path: Path, field: str, value: Any,
+                                                           refused: bool) -> None:
+    """A record whose shape the index accepts but Strands' from_dict refuses (bytes that are not
+    base64) is SessionFormatError when read, never a stray exception; what from_dict takes (it
+    ignores unknown fields and checks no types) is served as it reads it."""
+    with JournalSessionRepository(tmp_path) as repo:
+        new_session(repo)
+    body: dict[str, Any] = {"message_id": 0, "message": {"role": "user", "content": []}, field: value}
+    with journal.open(tmp_path / "sessions" / "s") as j:
+        j.append({"op": "message", "agent_id": "a", "message": body})
+    with JournalSessionRepository(tmp_path) as repo:
+        if refused:
+            with pytest.raises(SessionFormatError, match="Strands cannot read it"):
+                repo.read_message("s", "a", 0)
+            with pytest.raises(SessionFormatError):
+                repo.list_messages("s", "a")
+        else:
+            got = repo.read_message("s", "a", 0)
+            assert got is not None and got.message_id == 0

@@ -220,6 +220,12 @@ def _check_message_id(message_id: Any) -> int:
     return message_id
 
 
+def _is_message(value: Any) -> bool:
+    """Whether ``value`` has a Strands message's shape: a str role and a list of object blocks."""
+    return (isinstance(value, dict) and isinstance(value.get("role"), str) and isinstance(value.get("content"), list)
+            and all(isinstance(block, dict) for block in value["content"]))
+
+
 @dataclass
 class _Fold:
     """The index of one session's journal: seqs of the current records, never their bodies."""
@@ -253,16 +259,20 @@ class _Fold:
             raise SessionFormatError(path, seq, "a record before the session header")
         elif op == "agent":
             agent = ev.get("agent")
-            if not isinstance(agent, dict) or not isinstance(agent.get("agent_id"), str):
-                raise SessionFormatError(path, seq, "an agent record without a str agent_id")
+            if not isinstance(agent, dict) or not isinstance(agent.get("agent_id"), str) \
+                    or not all(isinstance(agent.get(k, {}), dict) for k in ("state", "conversation_manager_state",
+                                                                             "_internal_state")):
+                raise SessionFormatError(path, seq, "an agent record without a str agent_id and object states")
             self.agents[agent["agent_id"]] = seq
         elif op == "message":
             agent_id, message = ev.get("agent_id"), ev.get("message")
             if not isinstance(agent_id, str) or agent_id not in self.agents:
                 raise SessionFormatError(path, seq, "a message of an agent the journal never created")
             mid = message.get("message_id") if isinstance(message, dict) else None
-            if type(mid) is not int or not isinstance(message, dict) or not isinstance(message.get("message"), dict):
-                raise SessionFormatError(path, seq, "a message record without an int message_id and a message")
+            if type(mid) is not int or not isinstance(message, dict) or not _is_message(message.get("message")) \
+                    or not (message.get("redact_message") is None or _is_message(message["redact_message"])):
+                raise SessionFormatError(path, seq, "a message record without an int message_id and a message "
+                                                    "(a role and a list of content blocks)")
             ids = self.messages.setdefault(agent_id, {})
             if mid not in ids:
                 insort(self.order.setdefault(agent_id, []), mid)
@@ -488,7 +498,7 @@ class JournalSessionRepository(SessionRepository):
             if not isinstance(body, dict):
                 raise TypeError("not an object")
             return make(body)
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
             raise SessionFormatError(entry.journal.path, seq, f"Strands cannot read it ({type(exc).__name__}: "
                                                               f"{str(exc)[:200]})") from None
 
