@@ -140,6 +140,11 @@ def test_a_session_page_shows_a_repaired_crashs_closers_and_a_paused_gate(page: 
     gate.wait_for()
     assert "TOOL_OUTCOME_UNKNOWN" in gate.inner_text() and "do not retry" in gate.inner_text()
     page.screenshot(path=str(screens / "session-repaired.png"), full_page=True)
+    light = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    page.emulate_media(color_scheme="dark")  # prefers-color-scheme: the dark palette
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") != light
+    page.screenshot(path=str(screens / "session-repaired-dark.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
     # Keyboard: j focuses the first event, c jumps to the next closer.
     page.keyboard.press("j")
     assert page.evaluate("document.activeElement.dataset.seq") == "1"
@@ -202,6 +207,8 @@ def test_a_damaged_journal_shows_its_damage(browser: Any, tmp_path: Path, screen
         assert "segment 00000000000000000001.seg" in text if how == "corrupt" else "torn tail" in text
         assert "offset" in text
         assert pg.locator("#e1").count() == 1  # what can be read is shown
+        pg.locator("#facts dl").wait_for()
+        assert f"verify: {how}" in pg.inner_text("#facts")
         if how == "corrupt":
             stop = pg.locator("article.damage")
             assert "seq" in stop.inner_text() and "offset" in stop.inner_text()

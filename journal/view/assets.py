@@ -59,7 +59,7 @@ aside section{background:var(--card);border:1px solid var(--line);border-radius:
 aside h2,section.gate h2,.damage-banner h2{font-size:.95rem;margin:0 0 6px}
 section.gate{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--ok);border-radius:8px;padding:10px 14px;margin-bottom:14px}
 section.gate.paused{border-left-color:var(--warn)}section.gate.grant{border-left-color:var(--accent)}section.gate .verdict{text-transform:uppercase}
-section.gate.paused .verdict{color:var(--warn)}
+section.gate.paused .verdict{color:var(--warn)}section.gate h2 .dim{font-weight:400}
 .reasons{margin:0;padding-left:18px;font-size:.88rem}.reasons .options{color:var(--dim);margin:2px 0 6px}
 .sev-info{color:var(--dim)}
 .damage-banner{border:1px solid var(--err);border-left:5px solid var(--err);background:color-mix(in srgb,var(--err) 8%,var(--card));
@@ -155,13 +155,17 @@ function sessionPage(){
     es=new EventSource(base+"/stream?"+p);
     es.addEventListener("items",e=>{const d=JSON.parse(e.data);body.dataset.last=d.last;
       if(done)tl.appendChild(frag(d.html));else pending.push(d.html);
-      $("#last").textContent=String(d.last);});
+      $("#last").textContent=String(d.last);
+      clearTimeout(sumTimer);sumTimer=setTimeout(summary,1000);});
     es.addEventListener("open",()=>$("#live").hidden=false);
     es.addEventListener("error",()=>{$("#live").hidden=true;});
   }
   form.addEventListener("change",()=>{tl.replaceChildren();next=0;done=false;pending=[];body.dataset.last=body.dataset.start;page().then(live);});
-  getJSON(base+"/summary").then(d=>{$("#gate").replaceChildren(frag(d.gate_html));$("#facts").replaceChildren(frag(d.facts_html));
-    body.dataset.summary="1";}).catch(e=>{$("#gate").textContent=String(e);});
+  function summary(){getJSON(base+"/summary").then(d=>{$("#gate").replaceChildren(frag(d.gate_html));$("#facts").replaceChildren(frag(d.facts_html));
+    const h=$("header.top h1");if(d.summary.title&&h.textContent==sid){h.textContent=d.summary.title;document.title=d.summary.title+" · journal view";}
+    body.dataset.summary="1";}).catch(e=>{$("#gate").textContent=String(e);});}
+  let sumTimer=null;
+  summary();
   let want=null;
   function target(){const m=location.hash.match(/^#e(\d+)$/);if(!m)return;want=+m[1];
     const a=document.getElementById("e"+m[1]);

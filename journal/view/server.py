@@ -279,7 +279,11 @@ class Viewer:
         report = self.verify(sid)
         if s.damage and read_error is None:
             read_error = {"message": s.damage}
-        facts = [("status", " ".join(s.status(live))), ("agent", s.agent or "-"), ("events", f"{s.events:,}"),
+        statuses = s.status(live)
+        verdict = (report or {}).get("verdict")
+        if verdict not in (None, "clean"):  # what the read-only verification found, beside the reader's
+            statuses = [f"verify: {verdict}", *[x for x in statuses if x != "clean"]]
+        facts = [("status", " ".join(statuses)), ("agent", s.agent or "-"), ("events", f"{s.events:,}"),
                  ("turns", str(s.turns)), ("tool calls", f"{s.tool_calls} ({s.tool_errors} not ok)"),
                  ("synthetic closers", str(s.closers)),
                  ("first", (s.first_time or "-").replace("T", " ")[:19]),
