@@ -1,7 +1,7 @@
-"""One NATS server for development (docs/REMOTE.md, "One server"): a journal opens on a server
-that is not clustered with the defaults, warns once (SingleNodeSyncWarning) what "sync" means
-there, and ``replicas=1`` says the one server is meant (no warning). On a cluster "sync" still
-needs a stream of 3 replicas (SyncNeedsReplicasError).
+"""One NATS server for development (docs/REMOTE.md, "One server (development)"): a journal
+opens on a server that is not clustered with the defaults, warns once (SingleNodeSyncWarning)
+what "sync" means there, and ``replicas=1`` says the one server is meant (no warning). On a
+cluster "sync" still needs a stream of 3 replicas (SyncNeedsReplicasError).
 
 The single server is the one at 127.0.0.1:4222 (JOURNAL_NATS_SINGLE overrides it), which must
 not be clustered; the cluster is the test session's 3-node one (tests/nats_cluster.py).

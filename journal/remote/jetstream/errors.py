@@ -37,8 +37,8 @@ class SyncNeedsReplicasError(DurabilityError):
 
 class SingleNodeSyncWarning(UserWarning):
     """A writer opened on a NATS server that is not clustered, without ``replicas=1``: "sync" is
-    accepted there, and means one server's disk (docs/REMOTE.md, "One server, for
-    development"). Given once per journal and process (``journal.warn_single_node``)."""
+    accepted there, and means one server's disk (docs/REMOTE.md, "One server (development)").
+    Given once per journal and process (``journal.warn_single_node``)."""
 
 
 class ClaimHeldError(JournalLockedError):

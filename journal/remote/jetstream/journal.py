@@ -115,14 +115,6 @@ class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim
         return self._parsed.url
 
     @property
-    def readonly(self) -> bool:
-        return self._readonly
-
-    @property
-    def recovery(self) -> RecoveryReport:
-        return self._recovery
-
-    @property
     def last_seq(self) -> int:
         return self._next_seq - 1
 
@@ -131,19 +123,9 @@ class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim
         return self._first_seq
 
     @property
-    def writer_mode(self) -> str:
-        return "shared" if self._shared else "exclusive"
-
-    @property
     def replicas(self) -> int:
         """The stream's replica count (``"sync"`` needs 3 or more on a cluster)."""
         return self._replicas
-
-    def __enter__(self) -> JetStreamJournal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         if self._closed:
@@ -208,7 +190,8 @@ def open_journal(
     """Open (with ``create``, make) the journal a nats:// URL names; see docs/REMOTE.md.
 
     Options (URL parameters or keyword arguments; keywords win): ``stream`` (default JOURNAL),
-    ``replicas`` (the stream's and the lock bucket's replicas when this call creates them),
+    ``replicas`` (the stream's and the lock bucket's replicas when this call creates them; given as 1
+    on a server that is not clustered, it says one server is meant: no SingleNodeSyncWarning),
     ``connect_timeout_s`` (10), ``ack_timeout_s`` (10: how long a publish's ack is awaited before
     its records are AckLost), ``claim_ttl_s`` (30: the lock bucket's max_age when this call creates
     it; a dead writer's claim expires that long after its last refresh), ``record_size_bytes_max``

@@ -21,6 +21,7 @@ from journal.errors import (
 from journal.outcomes import Durability, Outcome
 from journal.record import Record
 from journal.remote.group import GroupCommit
+from journal.remote.handle import ServerHandle
 from journal.remote.jetstream.connection import _T, _Conn, _Loop
 from journal.remote.jetstream.headers import _StoredMsg, subject_base, subject_token
 from journal.remote.jetstream.limits import RECOVERY_NOTES_MAX, SYNC_REPLICAS_MIN
@@ -28,8 +29,9 @@ from journal.remote.jetstream.settings import Settings
 from journal.remote.url import RemoteURL
 
 
-class _State:
-    """A journal handle's state; the parts of JetStreamJournal are its subclasses."""
+class _State(ServerHandle):
+    """A journal handle's state; the parts of JetStreamJournal are its subclasses. readonly,
+    recovery, writer_mode and ``with`` come from ServerHandle (both server backends' own)."""
 
     def __init__(
         self,

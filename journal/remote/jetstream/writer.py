@@ -11,7 +11,6 @@ from typing import Any
 from journal.engine.encoding import Encoded, check_durability, encode_event, same_event
 from journal.errors import (
     IdempotencyConflictError,
-    InvalidArgumentError,
     InvariantError,
     JournalFailStoppedError,
     ReadOnlyError,
@@ -19,7 +18,7 @@ from journal.errors import (
 )
 from journal.outcomes import Committed, Durability, NotCommitted, Outcome
 from journal.remote import records
-from journal.remote.batching import keyed_once, runs, write_runs
+from journal.remote.batching import events_and_keys, keyed_once, runs, write_runs
 from journal.remote.jetstream.client import nats
 from journal.remote.jetstream.connection import _T
 from journal.remote.jetstream.errors import SyncNeedsReplicasError, _Lost, _Refused
@@ -91,14 +90,8 @@ class _Writer(_State):
     ) -> list[Outcome]:
         level = self._level(durability)
         self._check_append(level)
-        events = list(events)
-        keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(events)
-        if len(keys) != len(events):
-            raise InvalidArgumentError(
-                f"idempotency_keys must have one entry per event ({len(keys)} keys for {len(events)} events); "
-                "nothing was written"
-            )
-        encoded = [self._encode(e, k, synthetic) for e, k in zip(events, keys, strict=True)]
+        listed, keys = events_and_keys(events, idempotency_keys)
+        encoded = [self._encode(e, k, synthetic) for e, k in zip(listed, keys, strict=True)]
         if not any(k is not None for k in keys):
             return self._write_unkeyed(encoded, level)
         return keyed_once(encoded, lambda unique: self._write_keyed(unique, level))
