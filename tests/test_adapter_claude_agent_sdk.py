@@ -5,8 +5,8 @@ called) on files, PostgreSQL and JetStream; a batch re-sent after a lost acknowl
 once; the write and read paths under injected faults; corruption and foreign records refused;
 listing that never opens a transcript (the SDK's list_sessions_from_store included); Claude Code
 transcripts of the corpus exported byte for byte by ``journal export``, and imported ones loaded;
-SIGKILL in the middle of appends, 20 rounds (tests/test_adapter_claude_agent_sdk_child.py blocks a write at a
-barrier and the parent kills it there).
+SIGKILL in the middle of appends, 20 rounds (a forked child, tests/test_adapter_claude_agent_sdk_child.py,
+blocks a write at a barrier and the parent kills it there).
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ from journal.adapters.claude_agent_sdk import (
 from journal.api import Journal, Store
 from journal.crashsim.faults import FaultyFileSystem
 from journal.fs import OsFileSystem
+from tests import test_adapter_claude_agent_sdk_child as child
 from tests.backends import Backend, FileBackend, made_or_skipped
 from tests.conftest import report_count
+from tests.fork_server import PipeLines
 
 CORPUS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "corpus" / "claude-code"
 OPTIONAL = ("list_sessions", "list_session_summaries", "delete", "list_subkeys")
@@ -449,7 +451,7 @@ def test_imported_transcripts_load_through_the_store(tmp_path: pathlib.Path) -> 
 # --- SIGKILL in the middle of appends -------------------------------------------------------
 
 KILL_ROUNDS = 20
-CHILD = pathlib.Path(__file__).with_name("test_adapter_claude_agent_sdk_child.py")
+CHILD_LINE_TIMEOUT_S = 120.0  # a child that prints nothing for this long has hung: the test fails
 
 
 def test_sigkill_mid_append_leaves_whole_batches_in_order(tmp_path: pathlib.Path) -> None:
@@ -464,22 +466,30 @@ def test_sigkill_mid_append_leaves_whole_batches_in_order(tmp_path: pathlib.Path
     for round_ in range(KILL_ROUNDS):
         stop_at = rng.randint(1, 12)  # the write (counted over pwrites) the child stops in
         frac = rng.choice(("0", "0.5", "1", "sync"))
-        proc = subprocess.Popen([sys.executable, str(CHILD), str(root), str(stop_at), frac, str(round_)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(
-                                    pathlib.Path(__file__).resolve().parents[1])})
-        assert proc.stdout is not None
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            try:
+                os.close(r)
+                asyncio.run(child.main(str(root), stop_at, frac, round_, w))
+            finally:
+                os._exit(1)  # it returned or raised: the parent sees its pipe close without a barrier
+        os.close(w)
+        lines = PipeLines(r, CHILD_LINE_TIMEOUT_S, f"kill round {round_}'s child")
         acked: list[int] = []
-        for raw in proc.stdout:
-            line = raw.decode().strip()
-            if line.startswith("acked "):
-                acked.append(int(line.split()[1]))
-            elif line.startswith("barrier "):
-                where[line.split(maxsplit=1)[1].split()[0]] += 1
-                break
-        else:
-            pytest.fail(f"round {round_}: the child ended without reaching its barrier: {proc.stderr.read()!r}")  # type: ignore[union-attr]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        try:
+            while True:
+                line = lines.line()
+                if line.startswith("acked "):
+                    acked.append(int(line.split()[1]))
+                elif line.startswith("barrier "):
+                    where[line.split(maxsplit=1)[1].split()[0]] += 1
+                    break
+        finally:
+            os.kill(pid, signal.SIGKILL)  # the child waits at its barrier (or is gone): never reaped before
+            _, status = os.waitpid(pid, 0)
+            os.close(r)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
         acked_total += len(acked)
         stored = run(_load(root))
         batches = _whole_batches(stored)

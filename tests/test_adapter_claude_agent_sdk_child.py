@@ -1,4 +1,5 @@
-"""The child of tests/test_adapter_claude_agent_sdk.py's kill rounds (run as a script; no tests).
+"""The child of tests/test_adapter_claude_agent_sdk.py's kill rounds (no tests): forked by the
+test (``main``), or run as a script::
 
     python test_adapter_claude_agent_sdk_child.py ROOT STOP_AT FRAC ROUND
 
@@ -23,8 +24,11 @@ from journal.fs import File, OsFileSystem
 KEY: Any = {"project_key": "proj", "session_id": "sess"}
 
 
+OUT_FD = [1]  # where the lines go: stdout, or the pipe of a forked child
+
+
 def say(line: str) -> None:
-    os.write(1, (line + "\n").encode())  # one write per line: the parent reads whole lines
+    os.write(OUT_FD[0], (line + "\n").encode())  # one write per line: the parent reads whole lines
 
 
 class BarrierFile:
@@ -74,9 +78,10 @@ class BarrierFs(OsFileSystem):
             signal.pause()
 
 
-async def main(root: str, stop_at: int, frac: str, round_: int) -> None:
+async def main(root: str, stop_at: int, frac: str, round_: int, out_fd: int = 1) -> None:
     from journal.adapters.claude_agent_sdk import JournalSessionStore
 
+    OUT_FD[0] = out_fd
     rng = random.Random(round_)
     async with JournalSessionStore(root) as store:
         stored: Any = await store.load(KEY) or []
