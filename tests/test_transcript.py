@@ -172,3 +172,28 @@ def test_no_redact_without_a_rendered_format_is_a_usage_error(tmp_path: Path, ar
     got = _export(str(path), str(tmp_path / "o"), *args)
     assert got.returncode == 2 and "--no-redact goes with --format markdown" in got.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_html_is_one_standalone_page_redacted_with_closers_and_damage(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    _write(path)
+    open_session(path).close()  # repaired: closers for turn t1 and call c2
+    seg = sorted(path.glob("*.seg"))[-1]
+    with open(seg, "ab") as f:
+        f.write(b"\x01\x02torn")
+    before = _digest(path)
+    out = tmp_path / "s.html"
+    got = _export(str(path), str(out), "--format", "html", "--json")
+    assert got.returncode == 0, got.stderr
+    page = out.read_text()
+    assert _digest(path) == before  # read-only: the torn tail is shown, not cut
+    summary = json.loads(got.stdout)
+    assert summary["redactedByRule"] == {"openai-key": 1, "secret-field": 1}
+    assert SECRETS["openai-key"] not in page and "tok-123" not in page and "[REDACTED:openai-key]" in page
+    # Standalone: no script, nothing loaded from anywhere, every journal value escaped.
+    assert "<script" not in page.lower() and "<link" not in page.lower() and " src=" not in page
+    assert "&lt;script&gt;alert(1)" in page
+    assert "TOOL_OUTCOME_UNKNOWN" in page and "Resume gate" in page
+    assert "torn tail" in page and summary["damage"] and "torn tail" in summary["damage"][0]
+    kept = _export(str(path), str(tmp_path / "k.html"), "--format", "html", "--no-redact")
+    assert kept.returncode == 0 and SECRETS["openai-key"] in (tmp_path / "k.html").read_text()

@@ -8,7 +8,8 @@ JSONL: one stored event per line with its seq. Writes OUT atomically (temp file,
 rename, directory fsync; owner-only), or stdout when OUT is ``-`` or absent. ``--json`` prints
 the summary on stdout, so it needs OUT.
 
-``--format markdown`` writes any session, imported or not, as one document to read
+``--format markdown`` (or ``html``, one standalone page: journal/view/export_html.py) writes any
+session, imported or not, as one document to read
 or share instead (journal/session/transcript.py): opened read-only, secrets redacted unless
 ``--no-redact`` (the rules: docs/SESSIONS.md, "Exporting a transcript").
 """
@@ -20,7 +21,7 @@ import sys
 
 from journal.cli.common import OK, USAGE, configure_common, fail, record_size_limit
 
-RENDERED = ("markdown",)
+RENDERED = ("markdown", "html")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,10 +30,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="the journal directory")
     parser.add_argument("out", nargs="?", default="-", help="output file (default: stdout)")
     parser.add_argument("--format", choices=[*sorted(FORMATS), *RENDERED],
-                        help="markdown: the session as one document to read or share; an import "
+                        help="markdown or html: the session as one document to read or share; an import "
                              "format: fail unless the journal was imported from it")
     parser.add_argument("--no-redact", action="store_true",
-                        help="with --format markdown: keep secrets as written (redacted by default)")
+                        help="with --format markdown or html: keep secrets as written (redacted by default)")
     parser.add_argument("--drop-defective", action="store_true",
                         help="leave out lines an import kept verbatim with --skip-bad (malformed, torn)")
     configure_common(parser)
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format in RENDERED:
         return _rendered(args)
     if args.no_redact:
-        return fail(args, "export", USAGE, "--no-redact goes with --format markdown")
+        return fail(args, "export", USAGE, "--no-redact goes with --format markdown or html")
     lines, final_newline, rep = export_journal(args.path, args.drop_defective, record_size_limit())
     if args.format is not None and args.format != rep.format:
         return fail(args, "export", USAGE, f"{args.path} holds a {rep.format} import, not {args.format}")
@@ -67,11 +68,17 @@ def _rendered(args: argparse.Namespace) -> int:
     from journal.session.transcript import load, render_markdown
 
     redactor = Redactor(enabled=not args.no_redact)
-    src = load(args.path)
-    text = render_markdown(src, redactor)
+    if args.format == "markdown":
+        src = load(args.path)
+        text, events, damage = render_markdown(src, redactor), len(src.events), src.damage
+    else:
+        from journal.view.export_html import export_html
+
+        page = export_html(args.path, redactor)
+        text, events, damage = page.html, page.events, page.damage
     write_export(args.out, [text.rstrip("\n")], True)
-    summary = {"format": args.format, "events": len(src.events), "redacted": redactor.total,
-               "redactedByRule": dict(sorted(redactor.counts.items())), "damage": src.damage}
+    summary = {"format": args.format, "events": events, "redacted": redactor.total,
+               "redactedByRule": dict(sorted(redactor.counts.items())), "damage": damage}
     if args.json:
         sys.stdout.write(dumps({**summary, "out": args.out}) + "\n")
     elif args.out != "-":
