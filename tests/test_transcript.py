@@ -197,3 +197,10 @@ def test_html_is_one_standalone_page_redacted_with_closers_and_damage(tmp_path: 
     assert "torn tail" in page and summary["damage"] and "torn tail" in summary["damage"][0]
     kept = _export(str(path), str(tmp_path / "k.html"), "--format", "html", "--no-redact")
     assert kept.returncode == 0 and SECRETS["openai-key"] in (tmp_path / "k.html").read_text()
+
+
+def test_the_docs_list_every_redaction_rule() -> None:
+    from journal.session.redact import rules_table
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "CLI.md").read_text()
+    assert rules_table() in docs  # the docs say what the code does, rule for rule

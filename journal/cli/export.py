@@ -11,7 +11,7 @@ the summary on stdout, so it needs OUT.
 ``--format markdown`` (or ``html``, one standalone page: journal/view/export_html.py) writes any
 session, imported or not, as one document to read
 or share instead (journal/session/transcript.py): opened read-only, secrets redacted unless
-``--no-redact`` (the rules: docs/SESSIONS.md, "Exporting a transcript").
+``--no-redact`` (the rules: docs/CLI.md, "A session as a document").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A transcript exported as Markdown or HTML is made to be shared; the log under it
 must not be: an API key a tool printed, a bearer token in a request it made, a private key it
 read, a ``.env`` file it showed. ``redact`` replaces each match of the rules below with
 ``[REDACTED:<rule>]`` and counts what it replaced, so the export can say how much it took out.
-The rules are listed in docs/SESSIONS.md ("Exporting a transcript"); ``--no-redact`` turns them
+The rules are listed in docs/CLI.md ("A session as a document"); ``--no-redact`` turns them
 off. They look at text only: a secret split across two events, or encoded (base64 of a key), is
 not found, which the docs say too.
 
