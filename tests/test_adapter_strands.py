@@ -702,3 +702,23 @@ def test_a_record_strands_cannot_read_is_refused_when_read(tmp_path: Path, field
         else:
             got = repo.read_message("s", "a", 0)
             assert got is not None and got.message_id == 0
+
+
+def test_a_session_journal_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    with JournalSessionRepository(tmp_path / "elsewhere") as repo:
+        new_session(repo)
+    with JournalSessionRepository(tmp_path / "here") as repo:
+        new_session(repo, "other")
+    os.symlink(tmp_path / "elsewhere" / "sessions" / "s", tmp_path / "here" / "sessions" / "s")
+    with JournalSessionRepository(tmp_path / "here") as repo:
+        with pytest.raises(journal.JournalError):
+            repo.read_session("s")
+        assert repo.read_session("other") is not None  # the store goes on
+
+
+def test_reads_of_a_session_never_written_make_nothing(tmp_path: Path) -> None:
+    with JournalSessionRepository(tmp_path) as repo:
+        new_session(repo)
+        assert repo.read_session("nope") is None and repo.read_agent("nope", "a") is None
+        assert repo.read_message("nope", "a", 0) is None and repo.read_multi_agent("nope", "m") is None
+        assert repo.store.names() == ["s"]

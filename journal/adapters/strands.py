@@ -90,6 +90,7 @@ from journal.api import (
     Journal,
     JournalError,
     JournalFailStoppedError,
+    JournalNotFoundError,
     NotCommitted,
     RecordTooLargeError,
     Store,
@@ -431,9 +432,12 @@ class JournalSessionRepository(SessionRepository):
 
     def _open(self, key: tuple[str, str, int], session_id: str, create: bool) -> _Open | None:
         """Open a session's journal and index it (None if absent and not ``create``)."""
-        if not create and not self._store.exists(key[1]):
+        try:  # not exists() then open(): a name that is a symbolic link is refused by open, not absent
+            j = self._store.open(key[1], create=create, **self._options)
+        except JournalNotFoundError:
+            if create:
+                raise
             return None
-        j = self._store.open(key[1], create=create, **self._options)
         entry = _Open(key, session_id, j)
         try:
             for rec in j.read():

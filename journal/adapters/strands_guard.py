@@ -30,7 +30,9 @@ message: how to resume after a crash):
   the answer (``scope.answer``) before acting on it: the given result becomes the call's result,
   the tool runs once more (a new attempt; if it dies too, the next resume asks about that attempt
   under a new name, so an old answer runs nothing), or the tool is cancelled with a result saying
-  it was abandoned.
+  it was abandoned. If the process dies while an answered call runs once more, Strands restores
+  the agent still inside its interrupt (it then takes only interrupt responses): send the same
+  response again; it answered the earlier attempt, so nothing runs and the guard asks anew.
 
 A new prompt instead of a resume. Strands answers the pending ``toolUse`` itself with a generic
 "Tool was interrupted." result before any hook runs; the model, told only that, may ask for the
