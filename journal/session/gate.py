@@ -141,8 +141,8 @@ def evaluate(state: SessionState, checks: ResumeChecks | None = None) -> GateDec
             reasons.append(Reason("COMPACTION_ROLLED_BACK", "info", "an unfinished compaction was discarded; the "
                                   "history it would have replaced is intact", comp.compaction_id,
                                   ("compact again if the context is too long",)))
-    for turn_id, span in state.turns.items():
-        if span.status == "interrupted" and not any(s > span.closed_seq for s in state.resumed_seqs
+    for turn_id, span in state.interrupted_turns():
+        if not any(s > span.closed_seq for s in state.resumed_seqs
                                                     if span.closed_seq is not None):
             reasons.append(Reason("TURN_INTERRUPTED", "info", f"turn {turn_id} was interrupted", turn_id,
                                   ("start a new turn; the interrupted one stays in the log",)))

@@ -82,13 +82,15 @@ class SessionReducer:
                 state.workspace = dict(ws) if isinstance(ws, dict) else {}
                 state.lineage = dict(lin) if isinstance(lin, dict) else {}
         elif role is Role.TURN_OPEN and event.turn_id:
-            state.turns.setdefault(event.turn_id, Span(seq, turn_id=event.turn_id))
+            if state.lookup("turns", event.turn_id) is None:
+                state.insert("turns", event.turn_id, Span(seq, turn_id=event.turn_id))
         elif role is Role.TURN_CLOSE and event.turn_id:
-            _close(state.turns, event.turn_id, event, "completed")
+            _close(state, "turns", event.turn_id, event, "completed")
         elif role is Role.STEP_OPEN and event.step_id:
-            state.steps.setdefault(event.step_id, Span(seq, turn_id=event.turn_id))
+            if state.lookup("steps", event.step_id) is None:
+                state.insert("steps", event.step_id, Span(seq, turn_id=event.turn_id))
         elif role is Role.STEP_CLOSE and event.step_id:
-            _close(state.steps, event.step_id, event, "completed")
+            _close(state, "steps", event.step_id, event, "completed")
         elif role is Role.TOOL_REQUEST and event.tool_call_id:
             self._request(state, event)
         elif role is Role.TOOL_START and event.tool_call_id:
@@ -107,28 +109,30 @@ class SessionReducer:
                 call.result_synthetic = event.synthetic
                 call.output = data.get("output")
         elif role is Role.TOOL_RECONCILE and event.tool_call_id:
-            checked = state.tools.get(event.tool_call_id)
+            checked = state.lookup("tools", event.tool_call_id)
             if checked is not None:
                 checked.reconciled = _str(data.get("outcome")) or "checked"
         elif role is Role.APPROVAL_OPEN and event.approval_id:
-            state.approvals.setdefault(event.approval_id, Approval(event.approval_id, seq, event.tool_call_id))
-            if event.tool_call_id and event.tool_call_id in state.tools:
-                state.tools[event.tool_call_id].approval_id = event.approval_id
+            if state.lookup("approvals", event.approval_id) is None:
+                state.insert("approvals", event.approval_id, Approval(event.approval_id, seq, event.tool_call_id))
+            call_ = state.lookup("tools", event.tool_call_id) if event.tool_call_id else None
+            if call_ is not None:
+                call_.approval_id = event.approval_id
         elif role is Role.APPROVAL_CLOSE and event.approval_id:
-            approval = state.approvals.get(event.approval_id)
+            approval = state.lookup("approvals", event.approval_id)
             if approval is not None and approval.status == "pending":
                 decision = _str(data.get("decision")) or "denied"
                 approval.status = decision if decision in ("allowed", "denied", "expired") else "denied"
                 approval.decided_seq = seq
         elif role is Role.ATTEMPT_DELTA and event.attempt_id:
-            att = state.attempts.setdefault(event.attempt_id, Attempt(event.attempt_id, seq))
+            att = _attempt(state, event.attempt_id, seq)
             att.deltas += 1
         elif role is Role.ATTEMPT_CLOSE:
             if event.attempt_id:
-                att = state.attempts.setdefault(event.attempt_id, Attempt(event.attempt_id, seq))
+                att = _attempt(state, event.attempt_id, seq)
                 att.status = "interrupted" if event.synthetic or event.type == "attempt.interrupted" else "complete"
             if spec.model_visible:
-                state.entries.append(Entry(seq, "assistant", _str(data.get("text"))))
+                state.add_entry(Entry(seq, "assistant", _str(data.get("text"))))
         elif role is Role.COMPACTION_OPEN:
             cid = _str(data.get("compactionId"))
             if cid:
@@ -158,7 +162,7 @@ class SessionReducer:
             if job is not None and job.status == "running":
                 job.status = _str(data.get("status")) or "exited"
         elif event.type == "user.message":
-            state.entries.append(Entry(seq, "user", _str(data.get("text"))))
+            state.add_entry(Entry(seq, "user", _str(data.get("text"))))
         elif event.type == "goal.updated":
             goal = data.get("goal")
             if isinstance(goal, dict):
@@ -175,7 +179,7 @@ class SessionReducer:
         if event.tool_call_id is None:
             raise InvariantError("a tool event carries a toolCallId")
         data = event.data
-        call = state.tools.get(event.tool_call_id)
+        call: ToolCall | None = state.lookup("tools", event.tool_call_id)
         if call is None:
             call = ToolCall(
                 tool_call_id=event.tool_call_id,
@@ -187,15 +191,22 @@ class SessionReducer:
                 turn_id=event.turn_id,
                 approval_id=event.approval_id,
             )
-            state.tools[event.tool_call_id] = call
-            state.entries.append(Entry(event.seq, "tool_call", tool_call_id=event.tool_call_id))
+            state.insert("tools", event.tool_call_id, call)
+            state.add_entry(Entry(event.seq, "tool_call", tool_call_id=event.tool_call_id))
         return call
 
 
-def _close(spans: dict[str, Span], key: str, event: Event, default: str) -> None:
-    span = spans.get(key)
+def _attempt(state: SessionState, attempt_id: str, seq: int) -> Attempt:
+    att: Attempt | None = state.lookup("attempts", attempt_id)
+    if att is None:
+        att = state.insert("attempts", attempt_id, Attempt(attempt_id, seq))
+    return att
+
+
+def _close(state: SessionState, name: str, key: str, event: Event, default: str) -> None:
+    span: Span | None = state.lookup(name, key)
     if span is None:
-        span = spans[key] = Span(event.seq, turn_id=event.turn_id)
+        span = state.insert(name, key, Span(event.seq, turn_id=event.turn_id))
     if span.status == "running":
         span.status = _str(event.data.get("reason")) or default
         span.closed_seq = event.seq

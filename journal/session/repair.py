@@ -93,8 +93,14 @@ def plan(j: Journal, registry: Registry, policy: RepairPolicy) -> tuple[list[Clo
 
 def repair(j: Journal, registry: Registry, policy: RepairPolicy | None = None, dry_run: bool = False) -> RepairReport:
     """Close every dangling structure of the session in ``j`` (or, with dry_run, only say how)."""
+    return repair_dangling(j, find_dangling(load(j, registry).events), policy, dry_run)
+
+
+def repair_dangling(j: Journal, d: Dangling, policy: RepairPolicy | None = None, dry_run: bool = False) -> RepairReport:
+    """``repair`` with the open structures already found: ``d`` is what find_dangling gives for
+    every event of ``j`` (Session.open carries it in its snapshot and folds only the tail)."""
     policy = policy or RepairPolicy()
-    closers, d = plan(j, registry, policy)
+    closers = plan_closers(d, policy)
     report = RepairReport(j.recovery, dry_run or j.readonly, events_scanned=d.events, kept=_kept(d, policy, closers))
     if not closers:
         return report

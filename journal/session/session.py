@@ -21,10 +21,13 @@ import os
 import secrets
 import threading
 import time as _time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+import xxhash
 
 import journal
 from journal.api import (
@@ -35,20 +38,54 @@ from journal.api import (
     IdempotencyConflictError,
     InvariantError,
     Journal,
+    JournalError,
     Outcome,
 )
+from journal.fs import FileSystem, OsFileSystem
 from journal.outcomes import DURABILITY_RANK
 from journal.session.closers import RepairPolicy
+from journal.session.dangling import Dangling
 from journal.session.envelope import Event, check_for_append, check_session_id, decode
 from journal.session.errors import NotASessionError, ProtocolError, SessionError
 from journal.session.gate import GateDecision, ResumeChecks, evaluate
 from journal.session.reducer import Reducer, SessionReducer
 from journal.session.registry import EventType, Registry, Role
-from journal.session.repair import RepairReport, repair
-from journal.session.replay import Replayed, Snapshot, replay
+from journal.session.repair import RepairReport, repair, repair_dangling
+from journal.session.replay import Replayed, Snapshot, fold, replay
+from journal.session.snapshot import (
+    Parts,
+    SavedSession,
+    SnapshotDamagedError,
+    SnapshotMismatchError,
+    SnapshotSource,
+    no_cyclic_gc,
+    read_session,
+    save_session,
+    tail_items,
+    where_of,
+)
+from journal.session.snapshot import check as check_snapshot
 from journal.session.state import SessionState
 
 Clock = Callable[[], str]
+Items = Iterator[tuple[int, tuple[Event, EventType] | None]]
+
+# The session snapshot (snapshot.py, "the session's own snapshot"): a file in the journal
+# directory the engine leaves alone (verify, salvage and copy look only at their own names).
+SESSION_SNAPSHOT_NAME = "session.snap"
+# Events appended between two snapshot saves while a session is open: a crash costs the next
+# open at most this many events of replay. Each save syncs the journal and writes what is not
+# history (and the history added since, once): chosen so that the append path's cost moves
+# within noise (bench/README.md, "Session snapshots").
+SNAPSHOT_EVERY_EVENTS = 4096
+# At close a snapshot is saved when at least this many events were folded since the last one:
+# fewer cost the next open less than writing the file costs this close.
+SNAPSHOT_AT_CLOSE_MIN_EVENTS = 64
+
+
+class SnapshotWriteWarning(UserWarning):
+    """Saving the session snapshot failed. Nothing is lost (it is a cache): the next open replays
+    more of the log. This session saves no more snapshots; ``Session.snapshot_error`` says why."""
 
 
 def utc_now() -> str:
@@ -147,6 +184,15 @@ class Session:
         self.skipped = 0
         self._reducer = SessionReducer()
         self._state = self._reducer.initial()
+        self._dangling = Dangling()  # the open structures, folded with the state (repair needs them)
+        self._snapshot: SnapshotSource | None = None
+        self._snapshot_fs: FileSystem | None = None
+        self._snapshot_writable = False
+        self._since_snapshot = 0  # events folded since the snapshot the next open would use
+        self._closed = False
+        self.snapshot_seq = 0  # the seq this open resumed from (0: replayed from seq 1)
+        self.snapshot_reason: str | None = None  # why the open replayed from seq 1
+        self.snapshot_error: Exception | None = None  # the save that failed; no save is tried after it
 
     # --- life ---------------------------------------------------------------------------
 
@@ -164,6 +210,7 @@ class Session:
         policy: RepairPolicy | None = None,
         clock: Clock = utc_now,
         durability_floor: Durability = "buffered",
+        snapshot: SnapshotSource | bool = True,
         **journal_options: Any,
     ) -> Session:
         _check_arguments(session_id, durability_floor)  # before the journal (or its directory) exists
@@ -171,7 +218,8 @@ class Session:
         try:
             return cls.attach(j, create=create and not readonly, session_id=session_id, workspace=workspace,
                               lineage=lineage, registry=registry, repair_on_open=repair_on_open, policy=policy,
-                              clock=clock, durability_floor=durability_floor)
+                              clock=clock, durability_floor=durability_floor, snapshot=snapshot,
+                              fs=journal_options.get("fs"))
         except BaseException:
             j.close()
             raise
@@ -189,22 +237,35 @@ class Session:
         policy: RepairPolicy | None = None,
         clock: Clock = utc_now,
         durability_floor: Durability = "buffered",
+        snapshot: SnapshotSource | bool = True,
+        fs: FileSystem | None = None,
     ) -> Session:
         """A session over a journal the caller opened (a test harness's file system, a wrapper).
 
-        The session takes ownership: closing the session closes ``j``.
+        The session takes ownership: closing the session closes ``j``. ``snapshot``: True keeps
+        the session snapshot in the journal's directory (``session.snap``, when ``j`` is a
+        directory on ``fs``); a path or a SnapshotSlot keeps it there; False keeps none (every
+        open replays from seq 1). ``fs`` is the file system of ``j`` (a test harness's).
         """
         _check_arguments(session_id, durability_floor)
         s = cls(j, registry or Registry(), clock, durability_floor)
+        s._snapshot_fs = fs
+        s._snapshot = _snapshot_source(j, snapshot, fs or OsFileSystem())
+        # Only the holder of the writer lock saves, and only a writer whose state is the whole
+        # log (shared writers each see their own appends only).
+        s._snapshot_writable = not j.readonly and not getattr(j, "shared", False)
         s._load(j.path, create and not j.readonly, session_id, workspace, lineage,
                 repair_on_open and not j.readonly, policy)
         return s
 
     def _load(self, path: str, create: bool, session_id: str | None, workspace: Mapping[str, Any] | None,
               lineage: Mapping[str, Any] | None, do_repair: bool, policy: RepairPolicy | None) -> None:
+        self._resume()
         if do_repair:
-            self.repair_report = repair(self.journal, self.registry, policy)
-        self._rebuild()
+            self.repair_report = repair_dangling(self.journal, self._dangling, policy)
+            if self.repair_report.changed:
+                self._fold(self._decoded(self._state.last_seq), self._state, self._dangling, self._state.last_seq,
+                           self.skipped)
         if self._state.session_id is None:
             if self.journal.last_seq > 0:
                 raise NotASessionError(path, "its first events hold no session.started header")
@@ -223,11 +284,116 @@ class Session:
                 raise NotASessionError(path, f"it holds session {self.session_id}, not {session_id}")
 
     def _rebuild(self) -> None:
-        out = replay(self.journal, self.registry, self._reducer)
-        self._state = out.state
-        self.skipped = out.skipped
+        self._fold(self._decoded(0), self._reducer.initial(), Dangling(), 0, 0)
+
+    def _decoded(self, after_seq: int) -> Items:
+        for rec in self.journal.read(after_seq=after_seq):
+            yield rec.seq, decode(rec, self.registry)
+
+    def _fold(self, items: Items, state: SessionState, dangling: Dangling, after_seq: int, skipped: int) -> None:
+        """Fold ``items`` (the records after ``after_seq``) into the state and the open structures."""
+
+        def both() -> Items:
+            for seq, item in items:
+                if item is not None:
+                    dangling.apply(*item)
+                yield seq, item
+
+        out = fold(both(), self._reducer, state, after_seq)
+        self._state, self._dangling = out.state, dangling
+        self.skipped = skipped + out.skipped
+        self._since_snapshot += out.last_seq - after_seq
+
+    def _resume(self) -> None:
+        """The state and the open structures at the end of the log: from the session snapshot
+        and the records after it when the snapshot is verified (snapshot.check, then the digest
+        of its record and the tail's session ids while reading), else from seq 1 with the
+        reason in ``snapshot_reason``."""
+        src = self._snapshot
+        reason: str | None
+        if src is None:
+            reason = "no snapshot is kept for this journal"
+        else:
+            try:
+                saved, parts = read_session(src, self._snapshot_fs)
+            except FileNotFoundError:
+                reason = f"no snapshot at {where_of(src)!r}"
+            except SnapshotDamagedError as exc:
+                reason = exc.why
+            except OSError as exc:
+                reason = f"snapshot unreadable: {exc}"
+            else:
+                reason = self._resume_from(saved, parts)
+                if reason is None:
+                    return
+                parts.close()
+        self.snapshot_reason, self.snapshot_seq, self._since_snapshot = reason, 0, 0
+        self._fold(self._decoded(0), self._reducer.initial(), Dangling(), 0, 0)
+
+    def _resume_from(self, saved: SavedSession, parts: Parts) -> str | None:
+        head = saved.as_saved()
+        reason = check_snapshot(self.journal, head, self._reducer, digest=False)
+        if reason is not None:
+            return reason
+        try:
+            with no_cyclic_gc():
+                state = SessionState.load_split(saved.core, parts, rebuild=self._replayed_state)
+                dangling = Dangling.load(saved.dangling, self.registry)
+        except (KeyError, TypeError, ValueError, AttributeError, SessionError) as exc:
+            return f"snapshot state does not load: {exc!r}"
+        if state.last_seq != saved.last_seq or dangling.events > saved.last_seq:
+            return f"snapshot state is at seq {state.last_seq}, its header at seq {saved.last_seq}"
+        self._since_snapshot = 0
+        try:
+            self._fold(tail_items(self.journal, self.registry, head), state, dangling, saved.last_seq, saved.skipped)
+        except SnapshotMismatchError as exc:
+            return exc.why
+        self.snapshot_seq, self.snapshot_reason = saved.last_seq, None
+        return None
+
+    def _replayed_state(self) -> SessionState:
+        """The state from seq 1: what a lazily loaded history is replaced by if it does not load."""
+        return replay(self.journal, self.registry, SessionReducer()).state
+
+    def save_snapshot(self) -> bool:
+        """Save the session snapshot now (a writer only); False when none was saved.
+
+        The snapshot is a cache: a failed save loses nothing (the next open replays more) and is
+        not raised. It warns (SnapshotWriteWarning), keeps the error in ``snapshot_error`` and
+        turns saving off for this session, so a failing disk is not written again and again.
+        """
+        if self._snapshot is None or not self._snapshot_writable or self.snapshot_error is not None:
+            return False
+        seq = self._state.last_seq
+        if seq == 0:
+            return False
+        try:
+            # The journal first: a snapshot never names a record a power loss could still take.
+            self.journal.sync()
+            rec = self.journal.get(seq)
+            if rec is None:
+                raise SessionError(f"the journal holds no record at seq {seq}, the state's last")
+            ev = rec.event if not rec.is_bytes else None
+            sid = ev.get("sessionId") if isinstance(ev, dict) else None
+            dump = self._state.dump_split()
+            saved = SavedSession(sid if isinstance(sid, str) else None, seq, xxhash.xxh64_intdigest(rec.payload),
+                                 self._reducer.name, self._reducer.version, self.skipped, self._dangling.dump(),
+                                 dump.core)
+            save_session(self._snapshot_fs, self._snapshot, saved, dump.parts)
+        except (OSError, JournalError, SessionError, ValueError, TypeError) as exc:
+            self.snapshot_error = exc
+            warnings.warn(SnapshotWriteWarning(
+                f"the session snapshot at {where_of(self._snapshot)!r} was not saved ({exc!r}); nothing is lost, "
+                "the next open replays from the last snapshot saved; this session saves no more"), stacklevel=2)
+            return False
+        self._state.saved(dump)
+        self._since_snapshot = 0
+        return True
 
     def close(self) -> None:
+        if not self._closed and self._since_snapshot >= SNAPSHOT_AT_CLOSE_MIN_EVENTS:
+            self.save_snapshot()
+        self._closed = True
         self.journal.close()
 
     def __enter__(self) -> Session:
@@ -285,6 +451,10 @@ class Session:
             event = event.with_seq(out.seq, synthetic=False)
             if not out.duplicate:
                 self._state = self._reducer.apply(self._state, event, spec)
+                self._dangling.apply(event, spec)
+                self._since_snapshot += 1
+                if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
+                    self.save_snapshot()
         return Appended(event, out, spec.durability.value, level)
 
     def _retried(self, exc: IdempotencyConflictError, stored: dict[str, Any], level: Durability) -> Outcome:
@@ -302,7 +472,7 @@ class Session:
     def _guard(self, event: Event, spec: EventType) -> Appended | None:
         """Refuse what the recovery table forbids; return the earlier event for an idempotent repeat."""
         st = self._state
-        call = st.tools.get(event.tool_call_id) if event.tool_call_id else None
+        call = st.lookup("tools", event.tool_call_id) if event.tool_call_id else None
         if spec.role is Role.TOOL_START and call is not None:
             if call.outcome_unknown:
                 raise ProtocolError(
@@ -318,7 +488,7 @@ class Session:
                 raise ProtocolError(f"tool call {call.tool_call_id} already started at seq {call.started_seq}",
                                     "wait for its result")
             if call.approval_id is not None:
-                approval = st.approvals.get(call.approval_id)
+                approval = st.lookup("approvals", call.approval_id)
                 if approval is not None and approval.status != "allowed":
                     raise ProtocolError(
                         f"tool call {call.tool_call_id} needs approval {call.approval_id}, which is {approval.status}",
@@ -328,7 +498,7 @@ class Session:
             raise ProtocolError(f"tool call {call.tool_call_id} already has a result at seq {call.result_seq}",
                                 "a call has exactly one result; use tool.reconciled to record a later check")
         if spec.role is Role.APPROVAL_OPEN and event.approval_id:
-            same = st.approvals.get(event.approval_id)
+            same = st.lookup("approvals", event.approval_id)
             if same is not None and same.status == "pending":
                 prior = Event(type=event.type, session_id=event.session_id, seq=same.requested_seq,
                               approval_id=same.approval_id, tool_call_id=same.tool_call_id)
@@ -345,7 +515,7 @@ class Session:
                         "show that approval again instead of creating a second one",
                     )
         if spec.role is Role.APPROVAL_CLOSE and event.approval_id:
-            same = st.approvals.get(event.approval_id)
+            same = st.lookup("approvals", event.approval_id)
             if same is None or same.status != "pending":
                 raise ProtocolError(f"approval {event.approval_id} is not pending",
                                     "decide only an approval that was requested and not yet decided")
@@ -379,7 +549,20 @@ class Session:
         return report
 
     def resume_gate(self, checks: ResumeChecks | None = None) -> GateDecision:
-        return evaluate(self.replay(self._reducer).state, checks)
+        """The gate on the live state (folded at open and with every append since)."""
+        return evaluate(self._state, checks)
+
+
+def _snapshot_source(j: Journal, snapshot: SnapshotSource | bool, fs: FileSystem) -> SnapshotSource | None:
+    if snapshot is False:
+        return None
+    if snapshot is not True:
+        return snapshot
+    try:
+        local = fs.is_dir(j.path)  # a server's journal has a URL, not a directory: no snapshot
+    except (OSError, ValueError):
+        local = False
+    return os.path.join(j.path, SESSION_SNAPSHOT_NAME) if local else None
 
 
 def open(  # noqa: A001 - mirrors journal.open

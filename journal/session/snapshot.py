@@ -34,7 +34,7 @@ import contextlib
 import gc
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -288,7 +288,7 @@ def check(
 
 
 @contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
+def no_cyclic_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while a large snapshot is decoded and loaded.
 
     Decoding allocates millions of acyclic objects, and each allocation burst triggers full
@@ -322,7 +322,7 @@ def resume(
         reason = "no snapshot given"
     else:
         try:
-            with _no_cyclic_gc():
+            with no_cyclic_gc():
                 saved = read(path, fs)
         except FileNotFoundError:
             reason = f"no snapshot at {where_of(path)!r}"
@@ -334,7 +334,7 @@ def resume(
         reason = check(j, saved, reducer, upto_seq, digest=False)
         if reason is None:
             try:
-                with _no_cyclic_gc():
+                with no_cyclic_gc():
                     state = reducer.load(saved.state)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 reason = f"snapshot state does not load: {exc!r}"
@@ -359,3 +359,190 @@ def take(
     got = resume(j, registry, reducer, path, fs)
     save(j, got.replayed, reducer, path, fs)
     return got
+
+
+# --- the session's own snapshot: state and open structures, with the history apart -----------
+#
+# Session.open resumes from this file (``<journal dir>/session.snap`` by default): the state the
+# built-in reducer folded, the open structures repair needs (dangling.Dangling) and the counts,
+# at lastSeq. Its layout:
+#
+#     journal-session-snapshot 2
+#     one line of canonical JSON: sessionId, lastSeq, lastDigest, reducer, reducerVersion,
+#         skipped, dangling (Dangling.dump), core (SessionState.dump_split: all but the history),
+#         parts: [[length, xxh64], ...] of the history parts that follow
+#     xxh64 <16 hex digits>       the checksum of the two lines above
+#     the history parts, back to back: (keys, rows) pairs of canonical JSON
+#
+# An open reads and verifies the head alone (and that the file is as long as its parts say): its
+# cost does not grow with the history. A part is read and checked against its digest on first
+# use; one that fails makes the state replay from seq 1 then. The head is used under the same
+# conditions as a reducer's snapshot (``check``, then the digest of the record at lastSeq and the
+# tail's session ids while reading): the file is only a cache, and whatever is wrong with it, the
+# session is replayed from seq 1.
+
+SESSION_MAGIC = b"journal-session-snapshot 2\n"
+HEAD_READ_BYTES = 64 * 1024  # the first read of an open; a longer head is read on
+PARTS_MAX = 1 << 20  # more parts than this is not a file this code wrote
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    session_id: str | None
+    last_seq: int
+    last_digest: int
+    reducer: str
+    reducer_version: int
+    skipped: int
+    dangling: dict[str, Any]
+    core: dict[str, Any]
+
+    def as_saved(self) -> SavedSnapshot:
+        """The fields ``check`` looks at."""
+        return SavedSnapshot(self.session_id, self.last_seq, self.last_digest, self.reducer, self.reducer_version,
+                             self.core)
+
+
+class HistoryPartError(SnapshotDamagedError, ValueError):
+    """A history part that does not match its digest (or is read after its file was closed): the
+    state that needed it replays the log instead (SessionState's rebuild)."""
+
+
+class Parts:
+    """The history parts of a session snapshot, read on demand from the file opened at resume
+    (kept open until the history is loaded, so a newer snapshot renamed over the name meanwhile
+    does not change what is read), each checked against its digest."""
+
+    def __init__(self, path: str, spans: list[tuple[int, int, int]], pread: Callable[[int, int], bytes],
+                 close: Callable[[], None]) -> None:
+        self._path = path
+        self._spans = spans  # (offset, length, xxh64)
+        self._pread: Callable[[int, int], bytes] | None = pread
+        self._close = close
+
+    def count(self) -> int:
+        return len(self._spans)
+
+    def read(self, index: int) -> bytes:
+        if self._pread is None:
+            raise HistoryPartError(self._path, "its file was closed before its history was read")
+        offset, length, digest = self._spans[index]
+        data = self._pread(length, offset)
+        if len(data) != length or xxhash.xxh64_intdigest(data) != digest:
+            raise HistoryPartError(self._path, f"history part {index} does not match its digest")
+        return data
+
+    def close(self) -> None:
+        if self._pread is not None:
+            self._pread = None
+            self._close()
+
+
+def encode_session(saved: SavedSession, parts: list[bytes]) -> bytes:
+    head = json.dumps(
+        {"sessionId": saved.session_id, "lastSeq": saved.last_seq, "lastDigest": saved.last_digest,
+         "reducer": saved.reducer, "reducerVersion": saved.reducer_version, "skipped": saved.skipped,
+         "dangling": saved.dangling, "core": saved.core,
+         "parts": [[len(p), xxhash.xxh64_intdigest(p)] for p in parts]},
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+    ).encode("utf-8")
+    top = SESSION_MAGIC + head + b"\n"
+    return b"".join([top, CHECKSUM_PREFIX, b"%016x\n" % xxhash.xxh64_intdigest(top), *parts])
+
+
+def _decode_head(data: bytes, size: int, path: str) -> tuple[SavedSession, list[tuple[int, int, int]]]:
+    """The head of a session snapshot of ``size`` bytes, from its first bytes ``data`` (which
+    hold its checksum line), and the spans of its parts."""
+    end = data.find(b"\n", len(SESSION_MAGIC))
+    trailer = data[end + 1 : end + 24]
+    if end < 0 or not trailer.startswith(CHECKSUM_PREFIX) or len(trailer) != 23 or not trailer.endswith(b"\n"):
+        raise SnapshotDamagedError(path, "the checksum line is missing (a torn or truncated file)")
+    try:
+        want = int(trailer[len(CHECKSUM_PREFIX) : -1], 16)
+    except ValueError:
+        raise SnapshotDamagedError(path, "the checksum line is not hex") from None
+    if xxhash.xxh64_intdigest(data[: end + 1]) != want:
+        raise SnapshotDamagedError(path, "checksum mismatch")
+    try:
+        d = json.loads(data[len(SESSION_MAGIC) : end])
+        saved = SavedSession(d["sessionId"], d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"],
+                             d["skipped"], d["dangling"], d["core"])
+        listed = d["parts"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SnapshotDamagedError(path, f"body does not parse: {exc}") from None
+    ints = (saved.last_seq, saved.last_digest, saved.skipped, saved.reducer_version)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints) \
+            or not isinstance(saved.dangling, dict) or not isinstance(saved.core, dict) \
+            or not (saved.session_id is None or isinstance(saved.session_id, str)) \
+            or not isinstance(listed, list) or len(listed) > PARTS_MAX:
+        raise SnapshotDamagedError(path, "fields out of range")
+    spans: list[tuple[int, int, int]] = []
+    offset = end + 24
+    for item in listed:
+        if not (isinstance(item, list) and len(item) == 2 and all(type(v) is int and v >= 0 for v in item)):
+            raise SnapshotDamagedError(path, f"a history part is listed as {item!r}")
+        spans.append((offset, item[0], item[1]))
+        offset += item[0]
+    if offset != size:
+        raise SnapshotDamagedError(path, f"it is {size} bytes, its parts say {offset} (a torn or truncated file)")
+    return saved, spans
+
+
+def read_session(path: SnapshotSource, fs: FileSystem | None = None) -> tuple[SavedSession, Parts]:
+    """Read and verify a session snapshot's head; its history parts are read on demand (close
+    the Parts when done). FileNotFoundError if there is none; a symbolic link at a file's name
+    is refused (SnapshotDamagedError): the session makes that name, so a link there was planted."""
+    if isinstance(path, SnapshotSlot):
+        data = path.load()
+        if len(data) > SNAPSHOT_BYTES_MAX:
+            raise SnapshotDamagedError(path.where, f"{len(data)} bytes is over the {SNAPSHOT_BYTES_MAX} byte limit")
+        saved, spans = _decode_head(data, len(data), path.where)
+        return saved, Parts(path.where, spans, lambda n, off: data[off : off + n], lambda: None)
+    fs = fs or OsFileSystem()
+    p = os.fspath(path)
+    if fs.is_link(p):
+        raise SnapshotDamagedError(p, "it is a symbolic link, which a session snapshot never is")
+    f = fs.open_read(p)
+    try:
+        size = f.size()
+        if size > SNAPSHOT_BYTES_MAX:
+            raise SnapshotDamagedError(p, f"{size} bytes is over the {SNAPSHOT_BYTES_MAX} byte limit")
+        data = pread_upto(f, min(size, HEAD_READ_BYTES), 0)
+        end = data.find(b"\n", len(SESSION_MAGIC))
+        if (end < 0 or len(data) < end + 24) and len(data) < size:
+            data = pread_upto(f, size, 0)  # a head longer than the first read
+        saved, spans = _decode_head(data, size, p)
+    except BaseException:
+        f.close()
+        raise
+    return saved, Parts(p, spans, lambda n, off: pread_upto(f, n, off), f.close)
+
+
+def tail_items(
+    j: Journal, registry: Registry, saved: SavedSnapshot
+) -> Iterator[tuple[int, tuple[Event, EventType] | None]]:
+    """The decoded records after ``saved.last_seq``, checking on the way that the record there
+    has the snapshot's digest and that every later event is of the snapshot's session
+    (raises SnapshotMismatchError otherwise)."""
+    try:
+        yield from _items(j, registry, saved.last_seq, None, saved.session_id,
+                          saved.last_digest if saved.last_seq > 0 else None)
+    except _Mismatch as exc:
+        raise SnapshotMismatchError(exc.why) from None
+
+
+class SnapshotMismatchError(SessionError):
+    """Found while reading the tail: the snapshot does not belong to this log (a fallback)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"the snapshot does not match the journal: {why}")
+        self.why = why
+
+
+def save_session(fs: FileSystem | None, path: SnapshotSource, saved: SavedSession, parts: list[bytes]) -> None:
+    """Replace the session snapshot atomically (the old one or the new one after a crash)."""
+    data = encode_session(saved, parts)
+    if isinstance(path, SnapshotSlot):
+        path.store(data)
+    else:
+        write_atomic(fs or OsFileSystem(), os.fspath(path), data)

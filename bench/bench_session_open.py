@@ -1,0 +1,158 @@
+"""Opening a session: 500 events against 50,000, read-write and read-only (issue 33).
+
+    .venv/bin/python bench/bench_session_open.py              # 500 vs 50,000 events, three runs
+    .venv/bin/python bench/bench_session_open.py --runs 5 --big 100000
+
+Each session is a run of turns with three tool calls each (13 events a turn), written with
+``append_many`` under the journal, then opened once read-write as a runtime would after an
+upgrade (that open replays the whole history and, at close, saves the session snapshot). Then
+each open is timed: ``session.open`` read-write and read-only, ``journal.open`` under it for
+reference, and a full replay (the snapshot removed) for comparison. A run's figure is the median
+of OPENS_PER_FIGURE opens (one full replay), the table's the median of ``--runs`` runs; the
+verdict is the ratio big/small of the same kind of open in the same run (target: at most 2x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import journal
+from journal import session
+from journal.session.session import SESSION_SNAPSHOT_NAME
+
+SID = "s-bench-open"
+TIME = "2026-01-01T00:00:00.000Z"
+EVENTS_PER_TURN = 13
+TARGET_RATIO_MAX = 2.0  # the issue's acceptance: big/small at most this
+
+
+def ev(type_: str, data: dict[str, Any] | None = None, **ids: str) -> dict[str, Any]:
+    keys = {"turn_id": "turnId", "tool_call_id": "toolCallId", "attempt_id": "attemptId"}
+    out: dict[str, Any] = {"schemaVersion": 1, "sessionId": SID, "type": type_, "time": TIME}
+    out.update({keys[k]: v for k, v in ids.items()})
+    out["data"] = data or {}
+    return out
+
+
+def events(total: int) -> Iterator[dict[str, Any]]:
+    yield ev("session.started", {"workspace": {"path": "/repo"}, "lineage": {"depth": 0}})
+    n, t = 1, 0
+    while n < total:
+        tid = f"t{t}"
+        turn = [ev("user.message", {"text": f"request {t}: make the auth tests pass"}), ev("turn.started", turn_id=tid)]
+        for k in range(3):
+            call = f"{tid}.c{k}"
+            turn += [
+                ev("tool.requested", {"tool": "bash", "args": {"cmd": f"pytest -k {k}"}, "sideEffect": "read",
+                                      "idempotency": "safe"}, turn_id=tid, tool_call_id=call),
+                ev("tool.started", turn_id=tid, tool_call_id=call),
+                ev("tool.result", {"status": "ok", "output": "3 passed"}, turn_id=tid, tool_call_id=call),
+            ]
+        turn += [ev("assistant.message", {"text": f"done {t}"}, turn_id=tid, attempt_id=f"{tid}.a"),
+                 ev("turn.ended", {"reason": "completed"}, turn_id=tid)]
+        yield from turn[: total - n]
+        n += len(turn)
+        t += 1
+
+
+def build(path: str, total: int) -> None:
+    with journal.open(path, create=True) as j:
+        batch: list[dict[str, Any]] = []
+        for e in events(total):
+            batch.append(e)
+            if len(batch) == 1000:
+                j.append_many(batch, durability="flush")
+                batch = []
+        if batch:
+            j.append_many(batch, durability="flush")
+        j.sync()
+    with session.open(path):  # the first open replays everything and saves the snapshot at close
+        pass
+
+
+OPENS_PER_FIGURE = 15  # each run's figure is the median of this many opens (one open is ~1 ms)
+
+
+def timed(fn: Callable[[], None], repeat: int = OPENS_PER_FIGURE) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def one_run(paths: dict[int, str]) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+
+    def rw(p: str) -> None:
+        session.open(p).close()
+
+    def ro(p: str) -> None:
+        session.open(p, readonly=True).close()
+
+    def jrw(p: str) -> None:
+        journal.open(p).close()
+
+    def jro(p: str) -> None:
+        journal.open(p, readonly=True).close()
+
+    def full(p: str) -> None:
+        snap = os.path.join(p, SESSION_SNAPSHOT_NAME)
+        kept = snap + ".bench"
+        os.rename(snap, kept)
+        try:
+            session.open(p, readonly=True).close()
+        finally:
+            os.rename(kept, snap)
+
+    for name, fn in (("session rw", rw), ("session ro", ro), ("journal rw", jrw), ("journal ro", jro),
+                     ("session ro, full replay", full)):
+        repeat = 1 if name.endswith("full replay") else OPENS_PER_FIGURE
+        out[name] = {n: timed(lambda p=p, fn=fn: fn(p), repeat) for n, p in paths.items()}  # type: ignore[misc]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", type=int, default=500, help="events in the small session")
+    ap.add_argument("--big", type=int, default=50_000, help="events in the big session")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="bench-session-open-", dir=args.dir)
+    try:
+        paths = {n: os.path.join(root, f"s{n}") for n in (args.small, args.big)}
+        for n, p in paths.items():
+            build(p, n)
+        runs = [one_run(paths) for _ in range(args.runs)]
+        print(f"opening a session: {args.small} vs {args.big} events, median of {args.runs} runs (ms)")
+        print(f"| open | {args.small} events | {args.big} events | ratio (runs) |")
+        print("|---|---:|---:|---|")
+        ok = True
+        for name in runs[0]:
+            small = statistics.median(r[name][args.small] for r in runs)
+            big = statistics.median(r[name][args.big] for r in runs)
+            ratios = [r[name][args.big] / r[name][args.small] for r in runs]
+            spread = ", ".join(f"{x:.2f}" for x in ratios)
+            print(f"| {name} | {small * 1000:.1f} | {big * 1000:.1f} | {statistics.median(ratios):.2f}x ({spread}) |")
+            if name in ("session rw", "session ro"):
+                ok = ok and statistics.median(ratios) <= TARGET_RATIO_MAX
+        print(f"target: session rw and ro big/small <= {TARGET_RATIO_MAX}x: {'met' if ok else 'NOT met'}")
+        return 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
