@@ -722,3 +722,27 @@ def test_reads_of_a_session_never_written_make_nothing(tmp_path: Path) -> None:
         assert repo.read_session("nope") is None and repo.read_agent("nope", "a") is None
         assert repo.read_message("nope", "a", 0) is None and repo.read_multi_agent("nope", "m") is None
         assert repo.store.names() == ["s"]
+
+
+def test_a_real_graph_keeps_its_multi_agent_state(tmp_path: Path) -> None:
+    from strands import Agent
+    from strands.multiagent.graph import GraphBuilder
+
+    from tests.strands_app import ScriptedModel, text_reply
+
+    manager = JournalSessionManager("g1", tmp_path)
+    builder = GraphBuilder()
+    for name in ("a", "b"):
+        builder.add_node(Agent(name=name, agent_id=name, model=ScriptedModel([text_reply(f"from {name}")]),
+                               callback_handler=None), name)
+    builder.add_edge("a", "b")
+    builder.set_entry_point("a")
+    builder.set_session_manager(manager)
+    builder.set_max_node_executions(4)
+    graph = builder.build()
+    graph("go")
+    state = manager.read_multi_agent("g1", graph.id)
+    assert state is not None and state["status"] == "completed" and sorted(state["completed_nodes"]) == ["a", "b"]
+    manager.close()
+    with JournalSessionRepository(tmp_path) as again:
+        assert again.read_multi_agent("g1", graph.id) == state
