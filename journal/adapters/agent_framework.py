@@ -42,6 +42,9 @@ keeps its place in listings (the framework's in-memory storage's order: first sa
 impossible). ``get_latest`` applies the framework's rule: the newest timestamp, then a
 checkpoint no other of that timestamp names as previous, then the greatest id.
 
+Layout of the code: this module holds the history provider; ``agent_framework_checkpoints``
+the checkpoint storage (re-exported here); ``agent_framework_store`` what both share.
+
 Errors. A journal's record this adapter did not write is ``HistoryFormatError`` /
 ``CheckpointFormatError``; corruption of committed data is the engine's ``CorruptionError``;
 an outcome other than Committed is ``WriteNotCommittedError`` (nothing stored: retry) or
@@ -49,156 +52,53 @@ an outcome other than Committed is ``WriteNotCommittedError`` (nothing stored: r
 A write runs in a worker thread and is waited for even when the caller is cancelled.
 """
 
+
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from hashlib import sha256
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar
 
 from journal.errors import MissingExtraError
 
 try:  # the framework comes with the agent-framework extra; without it, say so
-    from agent_framework import HistoryProvider, Message, WorkflowCheckpoint, WorkflowCheckpointException
+    from agent_framework import HistoryProvider, Message
 
     # The framework's dedupe rule (its in-memory and file providers use it); not re-exported at the top.
     from agent_framework._sessions import filter_new_messages
-
-    # The framework's checkpoint codec, with its restricted unpickler: the same bytes its storages write.
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
 except ImportError as exc:
     raise MissingExtraError(__name__, "Agent Framework 1.26 or later (agent-framework-core)", "agent-framework",
                             exc) from exc
 
-import journal
-from journal.api import (
-    AckLost,
-    Committed,
-    EventNotSerializableError,
-    JournalError,
-    JournalFailStoppedError,
-    JournalIOError,
-    NotCommitted,
-    Outcome,
-    RecordTooLargeError,
-    Store,
-    present,
+from journal.adapters.agent_framework_checkpoints import JournalCheckpointStorage
+from journal.adapters.agent_framework_store import (
+    DEFAULT_SESSION,
+    FORMAT_VERSION,
+    HISTORY_PREFIX,
+    RECORD_SIZE_BYTES_MAX_DEFAULT,
+    SESSIONS_OPEN_MAX,
+    AgentFrameworkStoreError,
+    CheckpointFormatError,
+    HistoryFormatError,
+    Journaled,
+    NotSerializableError,
+    OutcomeUnknownError,
+    StoreClosedError,
+    WriteNotCommittedError,
+    WriteTooLargeError,
+    escaped_name,
+    json_text,
+    run_to_outcome,
+    short,
 )
 from journal.api import Journal as JournalHandle
-from journal.errors import ForeignRecordError
+from journal.api import JournalError, JournalIOError, present
 from journal.fs import FileSystem
-
-logger = logging.getLogger(__name__)
-
-FORMAT_VERSION: Final = 1
-DURABILITY: Final = "sync"
-# The engine's default cap on one record: one save_messages call, or one checkpoint, is one record.
-RECORD_SIZE_BYTES_MAX_DEFAULT: Final = 16 * 1024 * 1024
-# Room for the envelope around the messages or the checkpoint within one record.
-ENVELOPE_BYTES: Final = 4096
-NAME_BYTES_MAX: Final = 160  # an escaped id longer than this is stored under its digest
-# Sessions a history provider keeps open (each an open journal and its messages in memory): past
-# it the least recently used idle one is closed, and read again when next used.
-SESSIONS_OPEN_MAX: Final = 256
-DEFAULT_SESSION: Final = "default"  # the session of session_id None or "" (FileHistoryProvider's)
-HISTORY_PREFIX: Final = "af-history-"
-CHECKPOINTS_PREFIX: Final = "af-checkpoints-"
-_SAFE_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-
-_T = TypeVar("_T")
-
-
-class AgentFrameworkStoreError(JournalError):
-    """Base class of this adapter's errors."""
-
-
-class StoreClosedError(AgentFrameworkStoreError, RuntimeError):
-    def __init__(self, what: str) -> None:
-        super().__init__(f"{what} is closed; make a new one to go on")
-
-
-class WriteTooLargeError(AgentFrameworkStoreError, ValueError):
-    def __init__(self, what: str, size_bytes: int, limit_bytes: int) -> None:
-        super().__init__(
-            f"{what} is {size_bytes} bytes as stored JSON, over the {limit_bytes}-byte limit of one record (one "
-            "call is one record, so that it is stored whole or not at all); nothing was written. Keep large "
-            "payloads elsewhere and reference them, or raise record_size_bytes_max")
-        self.size_bytes = size_bytes
-        self.limit_bytes = limit_bytes
-
-
-class NotSerializableError(AgentFrameworkStoreError, TypeError):
-    def __init__(self, what: str, why: str) -> None:
-        super().__init__(f"{what} cannot be stored as JSON ({why}); nothing was written")
-
-
-class WriteNotCommittedError(AgentFrameworkStoreError):
-    """NotCommitted (or a journal failed before the write): nothing of it is stored, ever."""
-
-    def __init__(self, what: str, reason: str) -> None:
-        super().__init__(f"{what} was not stored ({reason}); nothing changed, and the call may be retried")
-        self.what = what
-
-
-class OutcomeUnknownError(AgentFrameworkStoreError):
-    """AckLost: the write may or may not be stored."""
-
-    def __init__(self, what: str, outcome: AckLost) -> None:
-        super().__init__(
-            f"the outcome of {what} is unknown ({outcome.reason}); do not retry blindly: the journal was closed, "
-            "and the next call opens it again (recovery runs) and reads what is stored, which shows whether the "
-            "write took (a save retried after it is stored once: saves are idempotent by id)")
-        self.what = what
-        self.outcome = outcome
-
-
-class _FormatError(AgentFrameworkStoreError, ForeignRecordError):
-    kind: ClassVar[str] = "journal"
-
-    def __init__(self, path: str, seq: int, why: str) -> None:
-        JournalError.__init__(
-            self, f"Agent Framework {self.kind} journal {path} at seq {seq}: {why}; the journal was left as it is. "
-                  "Open it with the program (or the version) that wrote it, or restore it from a backup you trust")
-        self.path = path
-        self.seq = seq
-        self.why = why
-
-
-class HistoryFormatError(_FormatError):
-    """A history journal holds a record this adapter did not write; nothing of it was used."""
-
-    kind = "history"
-
-
-class CheckpointFormatError(_FormatError):
-    """A checkpoint journal holds a record this adapter did not write; nothing of it was used."""
-
-    kind = "checkpoint"
-
-
-def escaped_name(value: str) -> str:
-    """``value`` escaped 1:1 for a journal name: bytes outside [A-Za-z0-9_-] as %XX (no '.', no
-    '/'), an escaped name over NAME_BYTES_MAX as '%%' + sha256 (no escaped name starts so)."""
-    escaped = "".join(ch if ch in _SAFE_CHARS else "".join(f"%{b:02X}" for b in ch.encode()) for ch in value)
-    if not escaped:
-        escaped = "%"
-    if len(escaped) > NAME_BYTES_MAX:
-        return "%%" + sha256(value.encode()).hexdigest()
-    return escaped
-
-
-def _json_text(value: Any, what: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise NotSerializableError(what, str(exc)) from exc
 
 
 def _read_back(item: dict[str, Any]) -> tuple[Message | None, str | None]:
@@ -207,66 +107,12 @@ def _read_back(item: dict[str, Any]) -> tuple[Message | None, str | None]:
     what it writes, so a dict failing it was written by someone else). Else (None, why)."""
     try:  # the framework's own model, from JSON: it builds its declared classes only
         message = Message.from_dict(item)
-        again = json.loads(_json_text(message.to_dict(), "a stored message"))
+        again = json.loads(json_text(message.to_dict(), "a stored message"))
     except Exception as exc:  # from_dict raises whatever a field's type raises
-        return None, f"the framework cannot read it: {_short(exc)}"
+        return None, f"the framework cannot read it: {short(exc)}"
     if again != item:
         return None, "the framework reads it as another message"
     return message, None
-
-
-def _short(exc: BaseException, chars_max: int = 300) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
-
-
-class _Journaled:
-    """What both stores share: a store of journals, one write path and its typed outcomes."""
-
-    def __init__(self, path: str | os.PathLike[str], record_size_bytes_max: int, lock_timeout_s: float,
-                 fs: FileSystem | None = None) -> None:
-        if not 1 <= record_size_bytes_max <= RECORD_SIZE_BYTES_MAX_DEFAULT:
-            raise ValueError(f"record_size_bytes_max must be between 1 and {RECORD_SIZE_BYTES_MAX_DEFAULT} bytes")
-        self.record_size_bytes_max = record_size_bytes_max
-        remote = isinstance(path, str) and "://" in path
-        self.path = path if remote else os.path.abspath(os.fspath(path))
-        if remote and fs is not None:
-            raise ValueError("fs= is for a directory of journals, not a server URL")
-        self._store: Store = journal.store(self.path, **({"fs": fs} if fs is not None else {}))
-        self._options: dict[str, Any] = {"lock_timeout_s": lock_timeout_s,
-                                         "record_size_bytes_max": record_size_bytes_max + ENVELOPE_BYTES}
-
-    @property
-    def store(self) -> Store:
-        """The store of journals the data lives in (the tool guard's journals go beside them)."""
-        return self._store
-
-    def where(self, name: str) -> str:
-        return f"{self.path}#{name}" if "://" in str(self.path) else os.path.join(str(self.path), name)
-
-    def _open(self, name: str) -> JournalHandle:
-        return self._store.open(name, create=True, **self._options)
-
-    def _append(self, j: JournalHandle, record: dict[str, Any], what: str, size_bytes: int) -> int:
-        """Append ``record`` at "sync"; its seq, or this module's typed error."""
-        if size_bytes > self.record_size_bytes_max:
-            raise WriteTooLargeError(what, size_bytes, self.record_size_bytes_max)
-        try:
-            out: Outcome = j.append(record, DURABILITY)
-        except RecordTooLargeError as exc:
-            raise WriteTooLargeError(what, exc.size_bytes, exc.limit_bytes) from exc
-        except EventNotSerializableError as exc:
-            raise NotSerializableError(what, str(exc)) from exc
-        except JournalFailStoppedError as exc:
-            raise WriteNotCommittedError(what, str(exc)) from exc
-        if isinstance(out, Committed):
-            return out.seq
-        if isinstance(out, NotCommitted):
-            raise WriteNotCommittedError(what, out.reason)
-        raise OutcomeUnknownError(what, out)
-
-
-# -- history ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -280,7 +126,7 @@ class _Session:
     closed: bool = False
 
 
-class JournalHistoryProvider(HistoryProvider, _Journaled):
+class JournalHistoryProvider(HistoryProvider, Journaled):
     """A ``HistoryProvider`` keeping each session's messages in a journal (see the module doc).
 
     A session's journal is opened (recovery runs, and it is locked against other writers) at its
@@ -309,7 +155,7 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         HistoryProvider.__init__(self, source_id, load_messages=load_messages, store_inputs=store_inputs,
                                  store_context_messages=store_context_messages,
                                  store_context_from=store_context_from, store_outputs=store_outputs)
-        _Journaled.__init__(self, path, record_size_bytes_max, lock_timeout_s, fs)
+        Journaled.__init__(self, path, record_size_bytes_max, lock_timeout_s, fs)
         if sessions_open_max < 1:
             raise ValueError("sessions_open_max must be at least 1")
         self.skip_excluded = skip_excluded
@@ -477,7 +323,7 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
         sid = session_id or DEFAULT_SESSION
         what = f"save_messages of {len(incoming)} messages to session {sid!r}"
         dicts = [m.to_dict() for m in incoming]
-        texts = [_json_text(d, what) for d in dicts]
+        texts = [json_text(d, what) for d in dicts]
         for text in texts:  # what a reopen would refuse is refused before it is written
             _, why = _read_back(json.loads(text))
             if why is not None:
@@ -503,7 +349,7 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
             finally:
                 s.lock.release()
 
-        await _run_to_outcome(write)
+        await run_to_outcome(write)
 
     # -- beyond the contract --------------------------------------------------------------------
 
@@ -534,309 +380,6 @@ class JournalHistoryProvider(HistoryProvider, _Journaled):
 
     def __repr__(self) -> str:
         return f"JournalHistoryProvider({self.path!r})"
-
-
-# -- checkpoints -----------------------------------------------------------------------------
-
-
-@dataclass
-class _Entry:
-    seq: int  # the record holding the checkpoint as it stands
-    workflow: str
-    timestamp: str
-    previous: str | None
-
-
-def _parse_time(value: str) -> datetime:
-    dt = datetime.fromisoformat(value)
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
-
-
-class JournalCheckpointStorage(_Journaled):
-    """A workflow ``CheckpointStorage`` on one journal (see the module doc).
-
-    The journal is opened (recovery runs, locked against other writers) and read into the index
-    here, and stays open until ``close()``. Usable from any event loop and any thread.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        name: str = "checkpoints",
-        allowed_checkpoint_types: list[str] | None = None,
-        record_size_bytes_max: int = RECORD_SIZE_BYTES_MAX_DEFAULT,
-        lock_timeout_s: float = 0.0,
-        fs: FileSystem | None = None,
-    ) -> None:
-        super().__init__(path, record_size_bytes_max, lock_timeout_s, fs)
-        self.name = name
-        self._allowed_types: frozenset[str] = frozenset(allowed_checkpoint_types or [])
-        self.journal_name = CHECKPOINTS_PREFIX + escaped_name(name)
-        self._lock = threading.Lock()
-        self._index: dict[str, _Entry] = {}  # in the order of each id's first save since its delete
-        self._journal: JournalHandle | None = None
-        self._closed = False
-        with self._lock:
-            self._reopen()
-
-    def _reopen(self) -> JournalHandle:
-        """The open journal; opened and read again after an unknown outcome. Under self._lock."""
-        if self._closed:
-            raise StoreClosedError(repr(self))
-        if self._journal is not None:
-            return self._journal
-        j = self._open(self.journal_name)
-        try:
-            index: dict[str, _Entry] = {}
-            if j.last_seq == 0:
-                self._append(j, {"op": "af-checkpoints", "v": FORMAT_VERSION, "name": self.name},
-                             f"the header of checkpoint storage {self.name!r}", 0)
-            try:
-                for rec in j.read(0):
-                    self._fold(index, rec.seq, rec.event)
-            except JournalError:
-                raise
-            except OSError as exc:  # a read's failure reaching here untyped: give it the journal's type
-                raise JournalIOError(self.where(self.journal_name), exc, doing="reading") from exc
-        except BaseException:
-            j.close()
-            raise
-        self._index, self._journal = index, j
-        return j
-
-    def _fold(self, index: dict[str, _Entry], seq: int, ev: Any) -> None:
-        where = self.where(self.journal_name)
-        if not isinstance(ev, dict):
-            raise CheckpointFormatError(where, seq, "a record that is not a JSON object")
-        op = ev.get("op")
-        if seq == 1:
-            if op != "af-checkpoints":
-                raise CheckpointFormatError(where, 1, "not an Agent Framework checkpoint journal (no header)")
-            if not isinstance(ev.get("v"), int) or ev["v"] > FORMAT_VERSION:
-                raise CheckpointFormatError(where, 1, f"format version {ev.get('v')!r} is newer than "
-                                                      f"{FORMAT_VERSION}; upgrade journal to read it")
-            if ev.get("name") != self.name:
-                raise CheckpointFormatError(where, 1, f"the journal is storage {ev.get('name')!r}, not {self.name!r}")
-            return
-        cid = ev.get("id")
-        if not isinstance(cid, str):
-            raise CheckpointFormatError(where, seq, "a record whose id is not a str")
-        if op == "delete":
-            index.pop(cid, None)
-            return
-        if op != "save":
-            raise CheckpointFormatError(where, seq, f"unknown op {op!r}")
-        workflow, stamp, previous = ev.get("workflow"), ev.get("timestamp"), ev.get("previous")
-        if not (isinstance(workflow, str) and isinstance(stamp, str) and (previous is None or isinstance(previous, str))
-                and isinstance(ev.get("checkpoint"), dict)):
-            raise CheckpointFormatError(where, seq, "a save whose workflow, timestamp, previous or checkpoint is "
-                                                    "not of the shape this adapter writes")
-        try:
-            _parse_time(stamp)
-        except ValueError:
-            raise CheckpointFormatError(where, seq, f"a save whose timestamp {stamp[:64]!r} is not ISO 8601") from None
-        entry = index.get(cid)
-        if entry is None:
-            index[cid] = _Entry(seq, workflow, stamp, previous)
-        else:  # an overwrite keeps the id's place, as a dict assignment does
-            entry.seq, entry.workflow, entry.timestamp, entry.previous = seq, workflow, stamp, previous
-
-    def _encode(self, checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
-        """The checkpoint as the framework's storages encode it, refused here if it would not load."""
-        try:
-            encoded: dict[str, Any] = encode_checkpoint_value(checkpoint.to_dict())
-            decode_checkpoint_value(encoded, allowed_types=self._allowed_types)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as ex:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
-                "types; refusing to save.") from ex
-        return encoded
-
-    def _decode(self, seq: int, stored: Any) -> WorkflowCheckpoint:
-        try:
-            decoded = decode_checkpoint_value(stored, allowed_types=self._allowed_types)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:
-            raise CheckpointFormatError(self.where(self.journal_name), seq,
-                                        f"a checkpoint the framework cannot decode ({_short(exc)})") from None
-        if not isinstance(decoded, dict):
-            raise CheckpointFormatError(self.where(self.journal_name), seq, "a checkpoint that is not a map")
-        return WorkflowCheckpoint.from_dict(decoded)
-
-    def _read(self, j: JournalHandle, seq: int) -> dict[str, Any]:
-        try:
-            rec = j.get(seq)
-        except JournalError:
-            raise
-        except OSError as exc:  # a point read's failure reaches here untyped: give it the journal's type
-            raise JournalIOError(self.where(self.journal_name), exc, doing="reading") from exc
-        if rec is None or not isinstance(rec.event, dict) or not isinstance(rec.event.get("checkpoint"), dict):
-            raise CheckpointFormatError(self.where(self.journal_name), seq, "a checkpoint record the index names is "
-                                                                            "missing or not a save")
-        stored: dict[str, Any] = rec.event["checkpoint"]
-        return stored
-
-    # -- the CheckpointStorage contract ---------------------------------------------------------
-
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store ``checkpoint`` durably (its id again: the same checkpoint is a no-op, another overwrites)."""
-        cid = checkpoint.checkpoint_id
-        if not isinstance(cid, str):
-            raise WorkflowCheckpointException(f"Checkpoint id must be a str, not {type(cid).__name__}")
-        encoded = self._encode(checkpoint)
-        what = f"save of checkpoint {cid!r}"
-        text = _json_text(encoded, what)
-        stamp, previous = checkpoint.timestamp, checkpoint.previous_checkpoint_id
-        if not isinstance(stamp, str):
-            raise WorkflowCheckpointException(f"Checkpoint {cid} has a timestamp that is not an ISO 8601 string")
-        try:
-            _parse_time(stamp)
-        except ValueError:
-            raise WorkflowCheckpointException(f"Checkpoint {cid} has a timestamp that is not ISO 8601: "
-                                              f"{stamp[:64]!r}") from None
-        record = {"op": "save", "id": cid, "workflow": checkpoint.workflow_name, "timestamp": stamp,
-                  "previous": previous, "checkpoint": encoded}
-
-        def write() -> str:
-            with self._lock:
-                j = self._reopen()
-                entry = self._index.get(cid)
-                if entry is not None and _json_text(self._read(j, entry.seq), what) == text \
-                        and (entry.workflow, entry.timestamp, entry.previous) == (record["workflow"], stamp, previous):
-                    return cid  # this very checkpoint is stored: a save sent again
-                try:
-                    seq = self._append(j, record, what, len(text.encode()) + 256)
-                except (OutcomeUnknownError, WriteNotCommittedError):
-                    self._drop_journal()
-                    raise
-                self._fold(self._index, seq, record)
-                return cid
-
-        return await _run_to_outcome(write)
-
-    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
-        def read() -> tuple[int, dict[str, Any]] | None:
-            with self._lock:
-                j = self._reopen()
-                entry = self._index.get(checkpoint_id)
-                return None if entry is None else (entry.seq, self._read(j, entry.seq))
-
-        found = await asyncio.to_thread(read)
-        if found is None:
-            raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._decode(*found)
-
-    def _stored_of(self, workflow_name: str) -> list[tuple[int, dict[str, Any]]]:
-        with self._lock:
-            j = self._reopen()
-            return [(e.seq, self._read(j, e.seq)) for e in self._index.values() if e.workflow == workflow_name]
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """The workflow's checkpoints in the order of their first save (only the index chooses them)."""
-        stored = await asyncio.to_thread(self._stored_of, workflow_name)
-        out = []
-        for seq, value in stored:
-            try:
-                out.append(self._decode(seq, value))
-            except WorkflowCheckpointException as exc:  # refused by the allowed types, as the file storage skips
-                logger.warning("checkpoint at seq %d of %s not listed: %s", seq, self.journal_name, exc)
-        return out
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        def write() -> bool:
-            with self._lock:
-                j = self._reopen()
-                if checkpoint_id not in self._index:
-                    return False
-                record = {"op": "delete", "id": checkpoint_id}
-                try:
-                    seq = self._append(j, record, f"delete of checkpoint {checkpoint_id!r}", 0)
-                except (OutcomeUnknownError, WriteNotCommittedError):
-                    self._drop_journal()
-                    raise
-                self._fold(self._index, seq, record)
-                return True
-
-        return await _run_to_outcome(write)
-
-    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        def choose() -> tuple[int, dict[str, Any]] | None:
-            with self._lock:
-                j = self._reopen()
-                entries = [(cid, e) for cid, e in self._index.items() if e.workflow == workflow_name]
-                if not entries:
-                    return None
-                newest = max(_parse_time(e.timestamp) for _, e in entries)
-                candidates = [(cid, e) for cid, e in entries if _parse_time(e.timestamp) == newest]
-                superseded = {e.previous for _, e in candidates}
-                leaves = [(cid, e) for cid, e in candidates if cid not in superseded]
-                _, chosen = max(leaves or candidates, key=lambda ce: ce[0])
-                return chosen.seq, self._read(j, chosen.seq)
-
-        found = await asyncio.to_thread(choose)
-        return None if found is None else self._decode(*found)
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        def ids() -> list[str]:
-            with self._lock:
-                self._reopen()
-                return [cid for cid, e in self._index.items() if e.workflow == workflow_name]
-
-        return await asyncio.to_thread(ids)
-
-    # -- beyond the contract --------------------------------------------------------------------
-
-    def _drop_journal(self) -> None:
-        """Close the journal after a write whose outcome is not Committed. Under self._lock."""
-        j, self._journal = self._journal, None
-        if j is not None:
-            try:
-                j.close()
-            except JournalError:
-                pass  # the write's failure is what the caller is told about
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._drop_journal()
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
-
-    async def __aenter__(self) -> JournalCheckpointStorage:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"JournalCheckpointStorage({self.path!r}, name={self.name!r})"
-
-
-async def _run_to_outcome(write: Callable[[], _T]) -> _T:
-    """Run ``write`` in a worker thread and wait for its outcome whatever happens to the caller: a
-    cancelled caller keeps waiting until the write is over, then gets its CancelledError (chained
-    to the write's error, if any), so a caller that sees it knows the write has finished."""
-    future = asyncio.get_running_loop().run_in_executor(None, write)
-    cancelled: asyncio.CancelledError | None = None
-    while not future.done():
-        try:
-            await asyncio.shield(future)
-        except asyncio.CancelledError as exc:
-            if cancelled is None:
-                cancelled = exc
-        except BaseException:
-            pass  # the write's own error: raised below
-    if cancelled is not None:
-        error = None if future.cancelled() else future.exception()
-        if error is not None:
-            raise cancelled from error
-        raise cancelled
-    return future.result()
 
 
 __all__ = [
