@@ -217,3 +217,19 @@ def test_a_damaged_journal_shows_its_damage(browser: Any, tmp_path: Path, screen
     finally:
         ctx.close()
         served.close()
+
+
+def test_the_timeline_filters_by_event_group_and_tool(page: Any, served: Served, built: Built,
+                                                      screens: Path) -> None:
+    page.goto(f"{served.base}/s/{built.clean}")
+    page.wait_for_selector("#e1")
+    everything = page.locator("#timeline article.ev").count()
+    for group in ("message", "structure", "session", "other"):
+        page.uncheck(f'#evfilters input[value="{group}"]')
+    page.select_option("#tool", "bash")  # filtered on the server: the timeline is read again
+    page.locator('#timeline article.ev[data-type="tool.result"]').first.wait_for()
+    page.wait_for_selector('#timeline article.ev[data-type="user.message"]', state="detached")
+    kinds = page.locator("#timeline article.ev").evaluate_all("a => a.map(x => [x.dataset.type, x.dataset.tool])")
+    assert kinds and all(tool == "bash" and kind.startswith("tool.") for kind, tool in kinds), kinds
+    assert len(kinds) < everything
+    page.screenshot(path=str(screens / "session-filtered.png"), full_page=True)
