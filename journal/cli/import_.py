@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         bar.end()
         return fail(args, "import", DAMAGED, f"{exc}; nothing was written", line=exc.lineno, defect=exc.defect,
                     reason=exc.reason, errorType=type(exc).__name__,
-                    **({"at": exc.at} if isinstance(getattr(exc, "at", None), str) else {}))
+                    **({"at": at} if isinstance(at := getattr(exc, "at", None), str) else {}))
     except UnstorableLineError as exc:
         bar.end()
         return fail(args, "import", ERROR, str(exc), line=exc.lineno, errorType=type(exc).__name__)
