@@ -20,6 +20,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -616,3 +617,81 @@ def test_index_is_compacted_and_reads_its_entries_not_its_history(
         return listed
 
     assert len(run(main())) == 3
+
+
+class BlockingFs(OsFileSystem):
+    """Blocks the first pwrite after ``armed`` is set until ``release`` is: a write in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def open_write(self, path: str, create: bool) -> Any:
+        inner = super().open_write(path, create)
+        fs = self
+
+        class File:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            def pwrite(self, data: Any, offset: int) -> int:
+                if fs.armed.is_set() and not fs.entered.is_set():
+                    fs.entered.set()
+                    assert fs.release.wait(60), "the test never released the write"
+                return inner.pwrite(data, offset)
+
+        return File()
+
+
+def test_a_cancelled_append_waits_for_its_write_and_calls_keep_their_order(tmp_path: pathlib.Path) -> None:
+    """The SDK cancels an append that outlives its send timeout and never retries it: the write
+    in flight is not cut, the caller gets CancelledError once it has ended, and the batch is
+    stored; calls made together run in the order they were made."""
+    fs = BlockingFs()
+
+    async def main() -> None:
+        async with JournalSessionStore(tmp_path, fs=fs) as store:
+            await store.append(KEY, [entry(0)])
+            fs.armed.set()
+            task = asyncio.ensure_future(store.append(KEY, [entry(1), entry(2)]))
+            assert await asyncio.to_thread(fs.entered.wait, 60)  # the write is in its pwrite, held there
+            later = [asyncio.ensure_future(store.append(KEY, [entry(n)])) for n in range(3, 9)]
+            task.cancel()
+            await asyncio.sleep(0)
+            assert not task.done()  # still waiting for the write's outcome
+            fs.release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.gather(*later)
+            got: Any = await store.load(KEY)
+            assert got is not None and [e["n"] for e in got] == list(range(9))
+
+    run(main())
+
+
+def test_the_sdks_fork_and_delete_via_the_store(tmp_path: pathlib.Path) -> None:
+    from claude_agent_sdk import delete_session_via_store, fork_session_via_store
+
+    project = project_key_for_directory(REPO)
+    sid = str(uuid.uuid4())
+    lines = [json.loads(line) for line in corpus_files()[0].read_bytes().splitlines()]
+    for e in lines:
+        if "sessionId" in e:
+            e["sessionId"] = sid
+
+    async def main() -> None:
+        async with JournalSessionStore(tmp_path) as store:
+            key: Any = {"project_key": project, "session_id": sid}
+            await store.append(key, lines)
+            forked = await fork_session_via_store(store, sid, directory=REPO, title="fork")
+            child: Any = await store.load({"project_key": project, "session_id": forked.session_id})
+            assert child and len(child) >= len([e for e in lines if e.get("type") in ("user", "assistant")])
+            listed = {e["session_id"] for e in await store.list_sessions(project)}
+            assert listed == {sid, forked.session_id}
+            await delete_session_via_store(store, sid, directory=REPO)
+            assert await store.load(key) is None
+            assert {e["session_id"] for e in await store.list_sessions(project)} == {forked.session_id}
+
+    run(main())
