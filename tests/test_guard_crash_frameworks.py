@@ -95,15 +95,18 @@ def test_a_missing_framework_is_skipped_not_an_error() -> None:
     assert proc.stdout.split() == ["()", "[]"], proc.stdout
 
 
-def test_the_command_lists_and_runs_a_framework_workload_by_name() -> None:
+@pytest.mark.parametrize(("name", "framework"), [("guard-langgraph", "langgraph"), ("guard-strands", "strands"),
+                                               ("guard-agent-framework", "agent_framework"),
+                                               ("claude-sdk-store", "claude_agent_sdk")])
+def test_the_command_lists_and_runs_a_framework_workload_by_name(name: str, framework: str) -> None:
     """`journal crash-test` leaves them out of its default run (the built-in set) but lists them
     and runs one it is given by name: the workloads are not registered until it asks."""
-    pytest.importorskip("langgraph")
+    pytest.importorskip(framework)
     listed = subprocess.run([sys.executable, "-m", "journal", "crash-test", "--list"], capture_output=True,
                             text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
-    assert "guard-langgraph" in listed.stdout
-    ran = subprocess.run([sys.executable, "-m", "journal", "crash-test", "--workload", "guard-langgraph",
+    assert name in listed.stdout
+    ran = subprocess.run([sys.executable, "-m", "journal", "crash-test", "--workload", name,
                           "--states", "5", "--model", "psow", "--no-faults", "--kill-rounds", "0"],
                          capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stdout + ran.stderr

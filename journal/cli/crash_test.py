@@ -46,14 +46,16 @@ def run(args: argparse.Namespace) -> int:
 
     # The package registers every built-in workload when it is imported (its __init__ imports
     # them all), so --list, --workload and --replay know the same set wherever they run.
-    from journal.crashsim.workloads import WORKLOADS, guard_frameworks
+    from journal.crashsim.workloads import WORKLOADS, register_on_demand
 
     out = sys.stdout
-    # The framework guards' workloads are not built in (the frameworks are optional, and the
-    # default run is the built-in set): named, listed or replayed, those whose framework is
-    # installed are registered first.
-    if args.list or args.replay or any(n in guard_frameworks.NAMES for n in args.workload or ()):
-        guard_frameworks.register()
+    # The framework workloads are not built in (the frameworks are optional, and the default run
+    # is the built-in set): listed, replayed or named, those whose framework is installed are
+    # registered first.
+    if args.list or args.replay:
+        register_on_demand()
+    elif args.workload:
+        register_on_demand(args.workload)
     if args.list:
         for name, wl in WORKLOADS.items():
             out.write(f"{name:<{NAME_WIDTH}} {_summary(name, wl.run)}\n")

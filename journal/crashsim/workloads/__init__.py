@@ -13,9 +13,18 @@ file first, so the set of workloads a campaign sees never depends on which other
 happened to be imported before (a test module, the command). ``BUILTIN`` names them; a new
 built-in workload goes in a module listed here and in ``BUILTIN``, and ``builtin()`` refuses to
 run if the two disagree. Your own workloads join with ``@workload`` (docs/CRASH-TESTING.md, 5).
+
+The workloads over an optional framework are not built in (the default run is the built-in set,
+and the frameworks may be missing): each lives in a module of ``ON_DEMAND``, whose ``register()``
+adds its workloads when its framework imports, and ``register_on_demand`` is the one place the
+command asks for them (when it lists, replays or is named one).
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
 
 from journal.crashsim.workloads import (
     core,
@@ -32,6 +41,24 @@ ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers", 
 SESSION = ("session-repair", "session-fork", "session-snapshot", "toolguard")
 BUILTIN = ENGINE + SESSION
 MODULES = (core, shared_writers, retention, session_repair, session_fork, session_snapshot, toolguard)
+
+
+# Modules of workloads over optional frameworks: each has NAME (or NAMES) and register().
+ON_DEMAND = ("guard_frameworks", "guard_strands", "guard_agent_framework", "claude_sdk")
+
+
+def _on_demand_modules() -> list[Any]:
+    return [importlib.import_module(f"{__name__}.{m}") for m in ON_DEMAND]
+
+
+def register_on_demand(names: Iterable[str] | None = None) -> None:
+    """Register the on-demand workloads among ``names`` (all of them for None) whose framework
+    is installed; a name of no on-demand module is left to the caller's own check."""
+    wanted = None if names is None else set(names)
+    for m in _on_demand_modules():
+        own = set(getattr(m, "NAMES", (getattr(m, "NAME", ""),)))
+        if wanted is None or own & wanted:
+            m.register()
 
 
 def builtin() -> dict[str, Workload]:
