@@ -86,6 +86,8 @@ def test_open_from_the_snapshot_decides_what_a_full_replay_decides(tmp_path: Pat
             s.append("tool.requested", {"tool": "bash", "sideEffect": "process"}, turn_id="open", tool_call_id="x1")
             s.append("tool.started", turn_id="open", tool_call_id="x1")
             s.append("approval.requested", {}, turn_id="open", tool_call_id="x2", approval_id="ap")
+            for call in ("zz", "aa", "mm"):  # pending, in an order their ids do not sort in
+                s.append("tool.requested", {"tool": "read", "sideEffect": "read"}, turn_id="open", tool_call_id=call)
         s.journal.sync()
         crashed = tmp_path / "crashed"
         shutil.copytree(src, crashed)  # a power loss now: the journal as synced, the snapshot as saved
@@ -215,7 +217,7 @@ def test_a_symbolic_link_is_refused(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere.snap"
     shutil.move(snap_file(p), elsewhere)
     os.symlink(elsewhere, snap_file(p))  # a whole, matching snapshot: refused all the same
-    _falls_back(p, "symbolic link", tmp_path)
+    _falls_back(p, "which a session snapshot never is", tmp_path)
     with session.open(p, clock=lambda: FIXED_TIME) as s:  # a writer replaces the link, never writes through it
         add_turns(s, random.Random(1), 8, 70)
     assert not snap_file(p).is_symlink()
@@ -265,7 +267,8 @@ def test_a_damaged_history_part_replays_when_first_used(tmp_path: Path) -> None:
     the history replays the log instead of trusting the part."""
     p = _session(tmp_path)
     data = bytearray(snap_file(p).read_bytes())
-    data[-10] ^= 0x01  # inside the last part
+    at = data.rindex(b"answer")  # an assistant text in the last history part: still valid JSON
+    data[at] = ord("A")
     snap_file(p).write_bytes(bytes(data))
     full, _ = outcome(twin(p, tmp_path, "twin"), False, readonly=True)
     got, s = outcome(p, True, readonly=True)
@@ -280,7 +283,10 @@ def test_a_crafted_core_is_only_a_cache(tmp_path: Path) -> None:
     parts.close()
     core = json.loads(json.dumps(saved.core))
     hot_tools = core["hot"]["tools"]
-    hot_tools["evil"] = ["evil", "bash", None, "process", "unsafe", "not a seq"] + [None] * 9
+    from journal.session.state import _ROW_FIELDS, ToolCall
+
+    row: list[Any] = ["evil", "bash", None, "process", "unsafe", "not a seq"]
+    hot_tools["evil"] = row + [None] * (len(_ROW_FIELDS[ToolCall]) - len(row))  # the right shape, a wrong type
     _rewrite(p, core=core)
     _falls_back(p, "does not load", tmp_path)
 
@@ -363,3 +369,31 @@ def test_lazy_state_equals_and_copies_like_a_whole_one(tmp_path: Path) -> None:
     assert not lazy.history_loaded
     assert copy.deepcopy(lazy) == whole == lazy
     assert isinstance(lazy, SessionState) and lazy.history_loaded
+
+
+def test_the_gate_on_a_lazy_state_sees_the_side_effects_in_the_history(tmp_path: Path) -> None:
+    """Every call closed before the snapshot: none is open, the history alone says a tool with a
+    side effect ran, and the gate still pauses for authorization."""
+    p = _session(tmp_path)
+    got, s = outcome(p, True, readonly=True)
+    full, _ = outcome(twin(p, tmp_path, "twin"), False, readonly=True)
+    assert s.snapshot_seq > 0 and got["lazy"]
+    assert "SIDE_EFFECTS_NEED_AUTHORIZATION" in [r.code for r in got["gates"][0][1]]
+    got.pop("lazy"), full.pop("lazy")
+    assert got == full
+
+
+def test_a_closed_call_changed_after_a_save_is_saved_again(tmp_path: Path) -> None:
+    """A reconcile of a call the last snapshot holds as history: the next save holds the change."""
+    p = _session(tmp_path)
+    with session.open(p, clock=lambda: FIXED_TIME) as s:
+        done = [t for t in (s.state.lookup("tools", f"t{k}.0.c") for k in range(8)) if t is not None]
+        assert done and done[0].has_result
+        s.append("tool.reconciled", {"outcome": "applied"}, tool_call_id=done[0].tool_call_id)
+        add_turns(s, random.Random(4), 8, 90)  # enough to save at close
+    got, r = outcome(p, True, readonly=True)
+    full, _ = outcome(twin(p, tmp_path, "twin"), False, readonly=True)
+    assert r.snapshot_seq > 0
+    got.pop("lazy"), full.pop("lazy")
+    assert got == full
+    assert r.state.tools[done[0].tool_call_id].reconciled == "applied"
