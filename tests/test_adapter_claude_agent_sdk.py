@@ -695,3 +695,52 @@ def test_the_sdks_fork_and_delete_via_the_store(tmp_path: pathlib.Path) -> None:
             assert {e["session_id"] for e in await store.list_sessions(project)} == {forked.session_id}
 
     run(main())
+
+
+class IndexFaultFs(OsFileSystem):
+    """Fails every pwrite to an index journal (``ci.*``) with ENOSPC while ``failing`` is set."""
+
+    failing = False
+
+    def open_write(self, path: str, create: bool) -> Any:
+        inner = super().open_write(path, create)
+        fs = self
+
+        class File:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            def pwrite(self, data: Any, offset: int) -> int:
+                if fs.failing and f"{os.sep}ci." in path:
+                    raise OSError(errno.ENOSPC, "injected ENOSPC on the index", path)
+                return inner.pwrite(data, offset)
+
+        return File()
+
+
+def test_index_write_fault_after_the_batch_is_stored(tmp_path: pathlib.Path) -> None:
+    """The batch is synced, its index record fails (NotCommitted): the call raises, saying the
+    call may be retried; the batch is stored once; the SDK's retry stores nothing again and
+    writes the index record, so the listing and the summary catch up."""
+    fs = IndexFaultFs()
+
+    async def main() -> None:
+        async with JournalSessionStore(tmp_path, fs=fs) as store:
+            await store.append(KEY, [entry(1, customTitle="one")])
+            before = await store.list_sessions("proj")
+            fs.failing = True
+            batch = [entry(2, customTitle="two")]
+            with pytest.raises(WriteNotCommittedError, match="index record") as info:
+                await store.append(KEY, batch)
+            assert info.value.outcome is not None and info.value.outcome.errno == errno.ENOSPC
+            fs.failing = False
+            assert await store.load(KEY) == [entry(1, customTitle="one"), entry(2, customTitle="two")]
+            assert await store.list_sessions("proj") == before  # the index lags ...
+            await store.append(KEY, batch)  # ... until the retry
+            assert await store.load(KEY) == [entry(1, customTitle="one"), entry(2, customTitle="two")]
+            (after,) = await store.list_sessions("proj")
+            assert after["mtime"] > before[0]["mtime"]
+            (summary,) = await store.list_session_summaries("proj")
+            assert summary["data"]["custom_title"] == "two" and summary["mtime"] == after["mtime"]
+
+    run(main())

@@ -46,7 +46,9 @@ Why each rule (docs/ADAPTERS.md):
 - Listing reads the project's index journal (folded in memory once, then kept up to date), and
   the store's list of names to find journals the index lacks (a crash between a transcript's
   write and its index record) or that are gone (a crash inside ``delete``); it never reads a
-  transcript, but a stray one the index lacks, once, to enter it.
+  transcript, but a stray one the index lacks, once, to enter it. The index is snapshotted and its
+  older records dropped (``journal.api.Retention``) once it holds INDEX_LOG_SHARE times as many
+  records as entries, so a listing reads the entries, not the project's history of appends.
 - A journal whose records are not of this layout raises ``TranscriptFormatError`` (a
   ``ForeignRecordError``), corruption of committed data the engine's ``CorruptionError``: nothing
   damaged is served. A torn tail (a write cut by a crash, never acknowledged) is cut by recovery
@@ -172,7 +174,8 @@ class WriteNotCommittedError(JournalSessionStoreError):
     """The journal answered NotCommitted: nothing of the write is stored, and never will be."""
 
     def __init__(self, what: str, reason: str, outcome: NotCommitted | None = None) -> None:
-        super().__init__(f"{what} was not stored ({reason}); nothing changed, and the call may be retried")
+        super().__init__(f"{what} was not stored ({reason}); the call may be retried (entries it stored already, "
+                         "by uuid, are not stored again)")
         self.outcome = outcome
 
 
@@ -755,7 +758,7 @@ class JournalSessionStore(SessionStore):
         j = idx.journal
         if j is None:
             raise JournalNotFoundError(idx.name)
-        what = f"the index record of project {idx.project!r}"
+        what = f"the index record of project {idx.project!r} (what it records is stored)"
         try:
             out = j.append(record, durability=INDEX_DURABILITY)
         except JournalFailStoppedError as exc:
@@ -774,25 +777,24 @@ class JournalSessionStore(SessionStore):
     def _compact(self, idx: _Index, j: Journal) -> None:
         """Seal, append a snapshot of every entry at "sync", drop what is before it. Until the
         drop the older records are all there and the snapshot repeats what they say, so a crash
-        at any point changes nothing a reader folds."""
+        at any point changes nothing a reader folds. Housekeeping after the caller's write has
+        taken: a failure of it closes the index (the next use reopens it and reads what is
+        there, which raises if the disk still fails) instead of failing that call."""
         if not isinstance(j, Retention):
             idx.compact_after = idx.since_snap * 2  # a backend without retention: the index only grows
             return
-        j.seal()
         try:
+            j.seal()
             out = j.append(idx.snapshot(), durability=DURABILITY)
+            if isinstance(out, Committed):
+                idx.since_snap = 0
+                j.drop_prefix(out.seq)
+            elif isinstance(out, AckLost):
+                self._forget_index(idx)
         except RecordTooLargeError:
             idx.compact_after = idx.since_snap * 2  # over one record: try again when the log has doubled
-            return
-        except JournalFailStoppedError as exc:
+        except JournalError:
             self._forget_index(idx)
-            raise OutcomeUnknownError(f"the index snapshot of project {idx.project!r}", None, str(exc)) from exc
-        if isinstance(out, AckLost):
-            self._forget_index(idx)
-            raise OutcomeUnknownError(f"the index snapshot of project {idx.project!r}", out)
-        if isinstance(out, Committed):
-            idx.since_snap = 0
-            j.drop_prefix(out.seq)
 
     def _forget_index(self, idx: _Index) -> None:
         self._indexes.pop(idx.project, None)
