@@ -12,7 +12,8 @@ whose ``now`` is the test's clock, and hands the same clock to JournalStore.
 InMemoryStore keeps no TTL, so the reference adds the TTL rules the store documents (the base's
 docs and the database stores: an expiry ``ttl`` minutes after a put, moved on by a read that
 returns the item with ``refresh_ttl``, a sweep deleting what expired before now) around it, and
-it lists a namespace only while it holds items (InMemoryStore also lists one a get looked into),
+with ``omit_expired`` it hides an item whose expiry is not after now from every read (before any
+filter looks at it), it lists a namespace only while it holds items (InMemoryStore also lists one a get looked into),
 and gives a text indexed at two places of one batch its vector at both (InMemoryStore refuses such
 a batch: it counts one vector per text against one per place).
 """
@@ -20,6 +21,7 @@ a batch: it counts one vector per text against one per place).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import pathlib
 import random
@@ -113,13 +115,45 @@ class Reference(InMemoryStore):
     """InMemoryStore with the documented TTL rules around it, listing only namespaces with items."""
 
     supports_ttl = True
-    __slots__ = ("clock", "expiry")
+    __slots__ = ("clock", "expiry", "omit_expired")
 
-    def __init__(self, clock: Clock, **kwargs: Any) -> None:
+    def __init__(self, clock: Clock, omit_expired: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._data = _Namespaces()
         self.clock = clock
+        self.omit_expired = omit_expired
         self.expiry: dict[tuple[tuple[str, ...], str], tuple[float, int]] = {}  # (ns, key) -> (ttl, expires)
+
+    # omit_expired: an item whose expiry is not after now is hidden from every read.
+    def _hidden(self, ns: tuple[str, ...], key: str) -> bool:
+        got = self.expiry.get((ns, key))
+        return self.omit_expired and got is not None and got[1] <= self.clock.us()
+
+    def _filter_items(self, op: SearchOp) -> Any:
+        if not self.omit_expired:
+            return super()._filter_items(op)
+        with self._only_visible():  # a hidden item is neither filtered (a filter may raise on it) nor counted
+            return super()._filter_items(op)
+
+    def _handle_list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        if not self.omit_expired:
+            return super()._handle_list_namespaces(op)
+        with self._only_visible():
+            return super()._handle_list_namespaces(op)
+
+    @contextlib.contextmanager
+    def _only_visible(self) -> Iterator[None]:
+        saved = self._data
+        visible = {ns: {k: item for k, item in items.items() if not self._hidden(ns, k)} for ns, items in saved.items()}
+        self._data = {ns: items for ns, items in visible.items() if items}
+        try:
+            yield
+        finally:
+            self._data = saved
+
+    def _hide_gets(self, ops: list[Op], results: list[Result]) -> list[Result]:
+        return [None if isinstance(op, GetOp) and isinstance(r, Item) and self._hidden(r.namespace, r.key) else r
+                for op, r in zip(ops, results, strict=True)]
 
     def _insertinmem_store(self, to_embed: dict[str, list[tuple[tuple[str, ...], str, str]]],
                            embeddings: list[list[float]]) -> None:
@@ -152,13 +186,13 @@ class Reference(InMemoryStore):
 
     def batch(self, ops: Any) -> list[Result]:
         ops = list(ops)
-        results = super().batch(ops)
+        results = self._hide_gets(ops, super().batch(ops))
         self._after(ops, results)
         return results
 
     async def abatch(self, ops: Any) -> list[Result]:
         ops = list(ops)
-        results = await super().abatch(ops)
+        results = self._hide_gets(ops, await super().abatch(ops))
         self._after(ops, results)
         return results
 
@@ -263,12 +297,15 @@ def our_expiry(store: JournalStore) -> dict[tuple[tuple[str, ...], str], tuple[f
             for key, e in items.items() if e.expires_us is not None and e.ttl_minutes is not None}
 
 
-def run_differential(location: str, clock: Clock, seed: int, steps: int, use_async: bool) -> dict[str, int]:
+def run_differential(location: str, clock: Clock, seed: int, steps: int, use_async: bool,
+                     omit_expired: bool = False) -> dict[str, int]:
     rng = random.Random(seed)
-    def make() -> JournalStore:
-        return JournalStore(location, index=INDEX, clock=clock, ttl={"refresh_on_read": True})
 
-    ours, ref = make(), Reference(clock, index=INDEX)
+    def make() -> JournalStore:
+        return JournalStore(location, index=INDEX, clock=clock, ttl={"refresh_on_read": True,
+                                                                     "omit_expired": omit_expired})
+
+    ours, ref = make(), Reference(clock, omit_expired=omit_expired, index=INDEX)
     counts = {"ops": 0, "batches": 0, "errors": 0, "reopens": 0, "sweeps": 0, "swept": 0, "nonempty_reads": 0}
     keys: list[tuple[tuple[str, ...], str]] = []
 
@@ -328,6 +365,15 @@ def test_differential_against_in_memory_store_on_files(tmp_path: pathlib.Path, c
     # The run reached what it claims to test: many ops, errors, sweeps that removed items, reopens.
     assert counts["ops"] >= 3000 and counts["errors"] > 0 and counts["swept"] > 0 and counts["reopens"] >= 5
     assert counts["nonempty_reads"] > 500
+
+
+def test_differential_with_omit_expired(tmp_path: pathlib.Path, clock: Clock) -> None:
+    """TTLConfig.omit_expired: expired items, until swept, are neither returned, nor refreshed,
+    nor listed (the reference hides them from InMemoryStore's reads)."""
+    counts = run_differential(str(tmp_path / "store"), clock, seed=5, steps=2000, use_async=False, omit_expired=True)
+    report_count("LangGraph store differential with omit_expired (files)",
+                 ", ".join(f"{k} {v}" for k, v in counts.items()))
+    assert counts["ops"] >= 2000 and counts["swept"] > 0 and counts["reopens"] >= 2
 
 
 @pytest.fixture(params=("postgres", "nats"))
