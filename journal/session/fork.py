@@ -22,6 +22,7 @@ to close, so ``fork`` refuses with the nearest clean points.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import uuid
@@ -30,15 +31,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import journal
-from journal.api import Committed, Journal, PrefixCopier, PrefixCopy
+from journal.api import Committed, Journal, PrefixCopier, PrefixCopy, Retention
 from journal.fs import FileSystem, OsFileSystem
 from journal.session.envelope import Event, check_for_append, check_session_id, decode
 from journal.session.errors import SessionError
 from journal.session.registry import EventType, Registry, Role
+from journal.session.replay import Replayed
 from journal.session.session import new_session_id, utc_now
-from journal.session.snapshot import SnapshotSource, resume
+from journal.session.snapshot import SNAPSHOT_SUFFIX, SnapshotSource, resume, save
 
 PREVIEW_CHARS = 60
+# The fork state at a child's header, saved in the child's directory when it is built: a fork
+# of that child checks its fork point from there and reads only the child's own events, so a
+# chain of forks does not read the whole chain again at each step.
+FORK_SNAPSHOT_NAME = "journal.fork" + SNAPSHOT_SUFFIX
 NEAREST_MAX = 3  # clean points named on each side in a refusal
 
 # role -> (structure kind, envelope attribute or data key holding its id, +1 opens / -1 closes / 0 neither)
@@ -337,6 +343,11 @@ def fork(
     # The parent is read with ``record_size_bytes_max`` (the handle's default if None): a parent
     # whose writer raised its limit holds records only a handle with that limit reads.
     limit: dict[str, Any] = {} if record_size_bytes_max is None else {"record_size_bytes_max": record_size_bytes_max}
+    if snapshot is None:
+        own = os.path.join(parent_path, FORK_SNAPSHOT_NAME)
+        # Checked by resume like any snapshot (reducer, the digest of the record it was made
+        # after, the session of every later event); one that does not match is replayed past.
+        snapshot = own if fs.exists(own) else None
     with journal.open(parent_path, readonly=True, fs=fs, **limit) as pj:
         plan = plan_fork(pj, at_seq, session_id=session_id, origin=origin, workspace=workspace, registry=registry,
                          snapshot=snapshot, fs=fs, time=time)
@@ -362,9 +373,21 @@ def fork(
                     raise SessionError(
                         f"the copied prefix ends at seq {cj.last_seq}, not {at_seq}: {cj.recovery.summary()}"
                     )
+                # The cut segment (the parent's records up to F, copied) is sealed here, and the
+                # header starts the child's own live segment: a fork of this child then links the
+                # cut instead of copying it again, so a chain of forks copies each record once,
+                # not once per later fork (it is the child's own file: the parent is not touched).
+                if isinstance(cj, Retention):  # the file engine's journals are
+                    cj.seal()
                 out = cj.append(header.to_stored(), durability="sync")
-            if not isinstance(out, Committed):
-                raise SessionError(f"the fork header was not written ({out}); nothing was forked")
+                if not isinstance(out, Committed):
+                    raise SessionError(f"the fork header was not written ({out}); nothing was forked")
+                reducer, spec = ForkReducer(), registry.get(header.type)
+                if spec is None:
+                    raise SessionError(f"the registry no longer knows {header.type}; nothing was forked")
+                state = reducer.apply(copy.deepcopy(plan.state), header.with_seq(out.seq, False), spec)
+                save(cj, Replayed(state, out.seq, 1, 0, 0, reducer.name, reducer.version), reducer,
+                     os.path.join(tmp, FORK_SNAPSHOT_NAME), fs)
             fs.rename(tmp, child_path)
         except BaseException:
             remove_tree(fs, tmp)
@@ -386,6 +409,7 @@ class ForkPlan:
     depth: int
     checked_from_seq: int
     snapshot_reason: str | None
+    state: ForkState  # the fork state at ``at_seq`` (clean)
 
 
 def plan_fork(
@@ -421,7 +445,7 @@ def plan_fork(
         data={"workspace": dict(state.workspace if workspace is None else workspace), "lineage": lineage},
     )
     check_for_append(header, registry.get("session.started"))
-    return ForkPlan(at_seq, header, sid, state.session_id, depth, checked_from, reason)
+    return ForkPlan(at_seq, header, sid, state.session_id, depth, checked_from, reason, state)
 
 
 def remove_tree(fs: FileSystem, path: str) -> None:
