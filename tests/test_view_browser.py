@@ -123,7 +123,7 @@ def test_search_finds_a_tool_result_by_a_word_in_it(page: Any, built: Built, scr
     page.screenshot(path=str(screens / "search.png"), full_page=True)
     seq = hit.get_attribute("data-seq")
     hit.locator("a").click()
-    page.wait_for_selector(f"#e{seq}")
+    page.wait_for_selector(f"#e{seq} details[open]")  # the hit's event, its long output opened
     assert SEARCH_WORD in page.inner_text(f"#e{seq}")
 
 

@@ -59,6 +59,7 @@ ENTRIES_TTL_S = 1.0  # the store's index is re-read at most this often
 HEARTBEAT_S = 15.0  # an SSE comment this often, so a closed tab is noticed
 FOLLOW_POLL_S = 0.1
 CONTEXTS_MAX = 32  # sessions whose rendering context is kept
+VERIFY_LIVE_S = 30.0  # a live session's journal is verified again at most this often
 TREE_NODES_MAX = 200
 SEARCH_LIMIT = 50
 SORTS = ("updated", "created", "title", "turns", "tools", "seq", "status", "agent", "id")
@@ -93,6 +94,7 @@ class Viewer:
         self._contexts: OrderedDict[str, tuple[threading.Lock, Context]] = OrderedDict()
         self._verify: dict[tuple[str, int], dict[str, Any] | None] = {}
         self._summaries: tuple[int, dict[str, Summary]] = (-1, {})
+        self._verified_live: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self.stop = threading.Event()
         self.indexer = Indexer(self.index, source, self.entries)
         if index_in_background:
@@ -255,17 +257,27 @@ class Viewer:
         return min(later) - 1 if later else None
 
     def verify(self, sid: str) -> dict[str, Any] | None:
-        last = self.entries().get(sid)
-        key = (sid, last.info.last_seq if last else -1)
+        """The read-only verification of the session's journal, once per last seq; a live
+        session's at most every VERIFY_LIVE_S (it reads every frame, and a writer moves on)."""
+        entry = self.entries().get(sid)
+        key = (sid, entry.info.last_seq if entry else -1)
+        now = time.monotonic()
         with self._lock:
             if key in self._verify:
                 return self._verify[key]
+            if entry is not None and entry.live:
+                recent = self._verified_live.get(sid)
+                if recent is not None and now - recent[0] < VERIFY_LIVE_S:
+                    return recent[1]
         try:
             got = self.source.verify(sid)
         except (JournalError, OSError) as exc:
             got = {"verdict": "unreadable", "problems": [], "message": str(exc)}
         with self._lock:
+            for old in [k for k in self._verify if k[0] == sid]:
+                del self._verify[old]  # one verdict kept per session: the latest
             self._verify[key] = got
+            self._verified_live[sid] = (now, got)
         return got
 
     def summary(self, sid: str) -> dict[str, Any]:
