@@ -194,9 +194,10 @@ def test_read_fault_raises_typed_error(tmp_path: pathlib.Path) -> None:
 
 
 def test_corrupt_record_raises_and_is_never_served(tmp_path: pathlib.Path) -> None:
-    """A bit flipped in an acknowledged batch: recovery cuts the live segment from there (it cannot
-    tell the damage from a torn write), and the store, whose index knows the later batches were
-    acknowledged, refuses to serve the shortened transcript until told to accept the loss."""
+    """A bit flipped in an acknowledged batch: the engine reports it (CorruptionError), or, where
+    it cannot tell it from a torn write, cuts it and the store, whose index knows the later
+    batches were acknowledged, refuses the shortened transcript (TranscriptDamagedError). Either
+    way a typed error, on every call, and nothing served."""
     root = tmp_path / "store"
 
     async def write() -> None:
@@ -208,13 +209,43 @@ def test_corrupt_record_raises_and_is_never_served(tmp_path: pathlib.Path) -> No
     FileBackend(tmp_path).tamper(str(root / journal_name(KEY)), 2)
 
     async def read() -> None:
-        async with JournalSessionStore(root) as store:
-            with pytest.raises(TranscriptDamagedError, match="acknowledged") as info:
+        for _ in range(2):  # and again after a reopen
+            async with JournalSessionStore(root) as store:
+                with pytest.raises((journal.CorruptionError, TranscriptDamagedError)):
+                    await store.load(KEY)
+                with pytest.raises((journal.CorruptionError, TranscriptDamagedError)):
+                    await store.append(KEY, [entry(9)])
+
+    run(read())
+
+
+def test_transcript_shorter_than_its_acknowledged_batches_is_refused_until_accepted(tmp_path: pathlib.Path) -> None:
+    """Recovery cut acknowledged batches (the transcript is a clean, shorter journal; here the
+    key's journal is replaced by one holding only its first batch): TranscriptDamagedError on
+    every call, after a reopen too, until rebuild_index accepts the loss."""
+    ticks = iter(range(1_800_000_000_000, 1_900_000_000_000))
+
+    def clock() -> int:
+        return next(ticks)
+
+    async def write(root: pathlib.Path, batches: int) -> None:
+        async with JournalSessionStore(root, clock_ms=clock) as store:
+            for n in range(batches):
+                await store.append(KEY, [entry(n)])
+
+    run(write(tmp_path / "short", 1))
+    run(write(tmp_path / "store", 3))
+    name = journal_name(KEY)
+    journal.store(tmp_path / "store").delete(name)
+    (tmp_path / "short" / name).rename(tmp_path / "store" / name)
+
+    async def read() -> None:
+        async with JournalSessionStore(tmp_path / "store") as store:
+            with pytest.raises(TranscriptDamagedError, match="acknowledged"):
                 await store.load(KEY)
-            assert info.value.recovery is not None and info.value.recovery.quarantined
             with pytest.raises(TranscriptDamagedError):
                 await store.append(KEY, [entry(9)])
-        async with JournalSessionStore(root) as store:  # still refused after a reopen
+        async with JournalSessionStore(tmp_path / "store") as store:
             with pytest.raises(TranscriptDamagedError):
                 await store.load(KEY)
             assert await store.rebuild_index("proj") == 1  # the operator accepts the loss
@@ -336,7 +367,7 @@ def test_listing_opens_only_the_index(tmp_path: pathlib.Path) -> None:
             assert sorted(i.session_id for i in infos) == sessions
             assert {i.first_prompt for i in infos} == {f"prompt {i}" for i in range(6)}
             assert counting.opened == [f"ci.{project}"], counting.opened  # the index only
-            with pytest.raises(TranscriptDamagedError):
+            with pytest.raises((journal.CorruptionError, TranscriptDamagedError)):  # and loading one refuses
                 await store.load({"project_key": project, "session_id": "s0"})
 
     run(read())
