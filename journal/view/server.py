@@ -68,6 +68,7 @@ STATIC = {"style.css": ("text/css; charset=utf-8", assets.STYLE_CSS.encode()),
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 SESSION_PATH = re.compile(r"^/s/([^/]+)$")
+SAFE_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9._~%/-]*")
 API_SESSION = re.compile(r"^/api/session/([^/]+)/(summary|events|stream|event/(\d{1,19}))$")
 KEYS_HELP = ('<p class="keys"><kbd>j</kbd>/<kbd>k</kbd> next/previous event · <kbd>n</kbd>/<kbd>p</kbd> turn · '
              "<kbd>c</kbd> next closer or damage · <kbd>Enter</kbd> expand · <kbd>g</kbd>/<kbd>G</kbd> top/end</p>")
@@ -508,7 +509,9 @@ class Handler(BaseHTTPRequestHandler):
         if "token" in query:  # the token goes into the cookie and out of the address bar and history
             cookie = (f"{self.server.cookie_name}={self.server.viewer.token}; HttpOnly; SameSite=Strict; Path=/")
             rest = "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items() if k != "token")
-            self._send(HTTPStatus.SEE_OTHER, "text/plain", b"", {"Location": parts.path + ("?" + rest if rest else ""),
+            # Only a path of this server: never "//host" or "/\\host", which a browser takes for another site.
+            path = parts.path if SAFE_PATH.fullmatch(parts.path) else "/"
+            self._send(HTTPStatus.SEE_OTHER, "text/plain", b"", {"Location": path + ("?" + rest if rest else ""),
                                                                  "Set-Cookie": cookie})
             return
         try:
@@ -588,6 +591,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        if self.command == "HEAD":
+            return
         self.wfile.write(b": following\n\n")
         self.wfile.flush()
         lock, shared = v._context(sid)
