@@ -257,7 +257,8 @@ def test_the_command_refuses_what_is_neither_a_store_nor_a_journal(tmp_path: Pat
 def test_the_token_redirect_stays_on_this_server(server: ViewerServer) -> None:
     token = server.viewer.token
     # http.server itself makes a leading "//" one "/" (a path on this server).
-    for path, where in ((f"//evil.example/?token={token}", "/evil.example/"), (f"/%5Cevil.example?token={token}", "/%5Cevil.example"),
+    for path, where in ((f"//evil.example/?token={token}", "/evil.example/"),
+                        (f"/%5Cevil.example?token={token}", "/%5Cevil.example"),
                         (f"/s/abc?token={token}&x=1", "/s/abc?x=1")):
         r = request(server, path)
         assert r.status == 303 and r.getheader("Location") == where, (path, r.getheader("Location"))
