@@ -166,19 +166,33 @@ def test_on_a_cluster_sync_needs_three_replicas(nats: Cluster) -> None:
 
     stream = f"FEW{uuid.uuid4().hex[:8].upper()}"
     try:
-        for query in (f"stream={stream}&replicas=1", f"stream={stream}"):  # explicit, and the default
-            url = nats.url(f"journal=few-{uuid.uuid4().hex[:8]}&{query}")
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                with journal.open(url, create=True) as j:
-                    assert j.replicas == 1
-                    with pytest.raises(SyncNeedsReplicasError):
-                        j.append({"a": 1}, durability="sync")
-                    with pytest.raises(SyncNeedsReplicasError):
-                        j.sync()
-                    out = j.append({"a": 1}, durability="flush")
-                    assert isinstance(out, Committed) and out.durability == "flush"
-            assert _single_node_warnings(caught) == [], "a cluster is not one server"
+        url = nats.url(f"journal=few-{uuid.uuid4().hex[:8]}&stream={stream}&replicas=1")  # named: never raised
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with journal.open(url, create=True) as j:
+                assert j.replicas == 1
+                with pytest.raises(SyncNeedsReplicasError):
+                    j.append({"a": 1}, durability="sync")
+                with pytest.raises(SyncNeedsReplicasError):
+                    j.sync()
+                out = j.append({"a": 1}, durability="flush")
+                assert isinstance(out, Committed) and out.durability == "flush"
+        assert _single_node_warnings(caught) == [], "a cluster is not one server"
+    finally:
+        asyncio.run(_delete_stream([f"nats://{hp}" for hp in nats.servers().split(",")], stream))
+
+
+def test_on_a_cluster_the_default_stream_has_the_replicas_sync_needs(nats: Cluster) -> None:
+    stream = f"DEF{uuid.uuid4().hex[:8].upper()}"
+    url = nats.url(f"journal=default-{uuid.uuid4().hex[:8]}&stream={stream}")  # replicas not given
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with journal.open(url, create=True) as j:
+                assert j.replicas == 3
+                out = j.append({"a": 1})  # durability "sync", the default
+                assert isinstance(out, Committed) and out.durability == "sync"
+        assert _single_node_warnings(caught) == []
     finally:
         asyncio.run(_delete_stream([f"nats://{hp}" for hp in nats.servers().split(",")], stream))
 
@@ -196,3 +210,20 @@ def test_on_a_cluster_three_replicas_sync(nats: Cluster) -> None:
         assert _single_node_warnings(caught) == []
     finally:
         asyncio.run(_delete_stream([f"nats://{hp}" for hp in nats.servers().split(",")], stream))
+
+
+def test_a_new_stream_on_one_server_falls_back_to_one_replica(single: str) -> None:
+    """The default asks for the three replicas "sync" needs on a cluster; a server on its own
+    refuses more than one, and the stream is made with one (and the open warns what that means)."""
+    from journal.remote.jetstream import SingleNodeSyncWarning
+
+    stream = f"NEW{uuid.uuid4().hex[:8].upper()}"
+    url = f"nats://{single}?journal=fresh-{uuid.uuid4().hex[:8]}&stream={stream}"
+    try:
+        with pytest.warns(SingleNodeSyncWarning):
+            with journal.open(url, create=True) as j:
+                assert j.replicas == 1
+                out = j.append({"a": 1})
+                assert isinstance(out, Committed) and out.durability == "sync"
+    finally:
+        asyncio.run(_delete_stream([f"nats://{single}"], stream))

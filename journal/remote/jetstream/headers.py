@@ -58,6 +58,8 @@ ERR_WRONG_LAST_SEQ: Final = (10071, 10164)
 
 
 ERR_STREAM_NOT_FOUND: Final = 10059
+ERR_REPLICAS_NOT_SUPPORTED: Final = 10074  # "replicas > 1 not supported in non-clustered mode"
+ERR_INSUFFICIENT_RESOURCES: Final = 10023  # a cluster without servers enough for the replicas asked
 
 
 ERR_NO_MESSAGE: Final = 10037

@@ -49,6 +49,7 @@ class _State(ServerHandle):
         stream = settings.stream
         self._stream = stream
         self._replicas_asked = settings.replicas
+        self._replicas_given = settings.replicas_given  # else a new stream may fall back (limits.py)
         self._connect_timeout_s = settings.connect_timeout_s
         self._ack_timeout_s = settings.ack_timeout_s
         self._claim_ttl_s = settings.claim_ttl_s

@@ -20,12 +20,14 @@ from journal.remote.jetstream.client import nats
 from journal.remote.jetstream.connection import _Conn, _servers_of
 from journal.remote.jetstream.errors import _io_error, _Lost, _Refused
 from journal.remote.jetstream.headers import (
+    ERR_INSUFFICIENT_RESOURCES,
+    ERR_REPLICAS_NOT_SUPPORTED,
     ERR_STREAM_NOT_FOUND,
     ERR_WRONG_LAST_SEQ,
     H_EXPECT_STREAM,
     H_EXPECT_SUBJECT_SEQ,
 )
-from journal.remote.jetstream.limits import DUPLICATE_WINDOW_S, FORMAT, HEADERS_ROOM_BYTES
+from journal.remote.jetstream.limits import DUPLICATE_WINDOW_S, FORMAT, HEADERS_ROOM_BYTES, REPLICAS_FALLBACK
 from journal.remote.jetstream.state import _State
 
 
@@ -93,6 +95,14 @@ class _Stream(_State):
         }
         try:
             return self._api(f"$JS.API.STREAM.CREATE.{self._stream}", config)
+        except _Refused as exc:
+            # The default asks for the replicas "sync" needs; a server on its own (or a cluster
+            # short of servers) refuses them and gets a stream of one instead. Replicas the caller
+            # named are never lowered: that refusal is theirs to see.
+            if self._replicas_given or exc.err_code not in (ERR_REPLICAS_NOT_SUPPORTED, ERR_INSUFFICIENT_RESOURCES):
+                return self._api(f"$JS.API.STREAM.INFO.{self._stream}", None)  # made meanwhile, or INFO says why
+        try:
+            return self._api(f"$JS.API.STREAM.CREATE.{self._stream}", {**config, "num_replicas": REPLICAS_FALLBACK})
         except _Refused:
             # Made meanwhile by another open (or refused for a reason INFO will tell).
             return self._api(f"$JS.API.STREAM.INFO.{self._stream}", None)
