@@ -5,12 +5,18 @@
     j = journal.open("nats://127.0.0.1:4222?journal=s-42", create=True)
 
 ``journal.open`` sends a string with a scheme here; ``open_url`` picks the backend by the
-scheme. Each backend is a module of its own and imports its client library (psycopg, nats-py,
-the optional extras ``journal-engine[postgres]`` and ``journal-engine[nats]``) only when it is used.
+scheme. Each backend is a package whose files mirror each other and the engine's
+(``postgres/`` and ``jetstream/``: the connection, the claim, the writer, the reader, retention
+and the journal that composes them; CONTRIBUTING.md maps them), and imports its client library
+(psycopg, nats-py, the optional extras ``journal-engine[postgres]`` and ``journal-engine[nats]``)
+only when it is used.
 
-What every backend shares is here too: the URL grammar (``url.py``) and the bytes of a record
-(``records.py``: the engine's frame, checksum and payload encoding, so a row or a message whose
-bytes changed is corruption with journal, seq and reason, never served).
+What both backends do the same way is here, once: the URL grammar (``url.py``); the bytes of a
+record (``records.py``: the engine's frame, checksum and payload encoding, so a row or a message
+whose bytes changed is corruption with journal, seq and reason, never served); a call's records
+cut into runs and its keys checked (``batching.py``); the answer to a lost acknowledgement from
+what the server holds (``resolution.py``); group commit over a network (``group.py``); and the
+parts of the protocol every server journal answers alike (``handle.py``).
 """
 
 from __future__ import annotations
