@@ -233,3 +233,33 @@ def test_the_timeline_filters_by_event_group_and_tool(page: Any, served: Served,
     assert kinds and all(tool == "bash" and kind.startswith("tool.") for kind, tool in kinds), kinds
     assert len(kinds) < everything
     page.screenshot(path=str(screens / "session-filtered.png"), full_page=True)
+
+
+def test_a_sessions_branch_tree_is_drawn_and_its_entries_reached(browser: Any, tmp_path: Path, screens: Path) -> None:
+    from journal.session.branch import BranchTree
+
+    path = str(tmp_path / "branched")
+    with BranchTree.open(path, create=True) as tree:
+        first = tree.append("user.message", {"text": "Start here"}).event.data["entryId"]
+        tree.append("assistant.message", {"text": "first answer"})
+        tree.switch(first)
+        other = tree.append("assistant.message", {"text": "a second answer on another branch"})
+        leaf, leaf_seq = other.event.data["entryId"], other.event.seq
+    served = Served(path, str(tmp_path / "cache"))
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.set_default_timeout(WAIT_MS)
+        pg.goto(served.server.url)
+        branches = pg.locator("#facts ul.branches")
+        branches.wait_for()
+        assert "2 leaves" in pg.inner_text("#facts")
+        here = pg.locator("#facts ul.branches li.here > a").last
+        assert here.inner_text() == leaf
+        pg.screenshot(path=str(screens / "session-branches.png"), full_page=True)
+        here.click()
+        pg.wait_for_url(f"**#e{leaf_seq}")
+        assert pg.evaluate("document.activeElement.id") == f"e{leaf_seq}"
+    finally:
+        ctx.close()
+        served.close()

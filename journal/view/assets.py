@@ -85,6 +85,8 @@ article.hidden{display:none}
 .dim{color:var(--dim)}.cut{font-size:.82rem;color:var(--dim);margin:0}
 details.long>summary{cursor:pointer;color:var(--dim);font-size:.84rem}
 .tree{list-style:none;padding-left:14px;margin:0;font-size:.88rem}.tree .here>a{font-weight:700;color:var(--fg)}
+.branches{padding-left:4px;font-family:var(--mono);font-size:.8rem}.branches .path>a{font-weight:600}aside h2+p{margin:0 0 4px;font-size:.82rem}
+#facts h2{margin-top:12px}
 .live-dot{display:inline-block;width:8px;height:8px;border-radius:50%;background:var(--ok);margin-right:5px;animation:pulse 1.6s infinite}
 @keyframes pulse{50%{opacity:.3}}
 .keys{font-size:.8rem;color:var(--dim)}kbd{font-family:var(--mono);border:1px solid var(--line);border-radius:3px;padding:0 4px}

@@ -27,6 +27,7 @@ TITLE_CHARS_MAX = 160
 TEXT_CHARS_MAX = 4000  # a message's or result's text shown before "show all" (the rest on demand)
 ARGS_CHARS_MAX = 2000
 STATE_BYTES_MAX = 4 * 1024 * 1024  # a gate state larger than this compressed is not cached: replayed instead
+BRANCH_ENTRIES_MAX = 5000  # branch-tree entries a summary keeps (the page draws the tree from them)
 
 # Event types by the filter group the session page offers.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -145,6 +146,8 @@ class Summary:
     tools: dict[str, int] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=dict)
     damage: str | None = None
+    branch_entries: list[list[Any]] = field(default_factory=list)  # [entryId, parentId, seq] (branch.py's tree)
+    branch_leaf: str | None = None  # the leaf: the last entry appended or the target of the last switch
     gate: dict[str, Any] | None = None  # decision, reasons, options; or error
     gate_state: bytes | None = None  # the reducer's state, compressed, to continue from last_seq
     gate_error: str | None = None
@@ -222,6 +225,13 @@ class Folder:
         elif it.type == "session.forked":
             s.forks.append({"childSessionId": _str(d.get("childSessionId")), "forkSeq": d.get("forkSeq"),
                             "seq": rec.seq})
+        entry = d.get("entryId")
+        if it.type == "branch.switched" and isinstance(d.get("leafId"), str):
+            s.branch_leaf = d["leafId"]
+        elif isinstance(entry, str) and len(s.branch_entries) < BRANCH_ENTRIES_MAX:
+            parent = d.get("parentId")
+            s.branch_entries.append([entry, parent if isinstance(parent, str) else None, rec.seq])
+            s.branch_leaf = entry
         if it.synthetic:
             s.closers += 1
         for k, v in usage_of(d).items():

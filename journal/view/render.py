@@ -198,6 +198,10 @@ def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, lis
             parts.append(f'fork of <a class="fork-parent" href="{session_href(p)}">{esc(p)}</a> at seq '
                          f'{esc(lin.get("forkSeq"))}')
         body = f'<p class="meta">{" · ".join(parts)}</p>'
+    elif t == "branch.switched":
+        to, frm = d.get("leafId"), d.get("fromLeafId")
+        body = (f'<p class="meta">the leaf moved to <strong>{esc(to if isinstance(to, str) else "?")}</strong>'
+                + (f" from {esc(frm)}" if isinstance(frm, str) else "") + "; nothing was rewritten</p>")
     elif t == "session.forked":
         child = d.get("childSessionId")
         if isinstance(child, str):
@@ -286,6 +290,39 @@ def gate_panel(s: Summary, live: bool) -> str:
                  "could not be read)</span>")
     return (f'<section class="gate {cls}"><h2>Resume gate: <span class="verdict">{esc(decision)}</span>{note}</h2>'
             f'<ul class="reasons">{"".join(rows)}</ul></section>')
+
+
+def branch_tree(s: Summary) -> str:
+    """The session's branch tree (entries with entryId and parentId, journal.session.branch):
+    each entry links to its event; the current leaf and the path to it are marked."""
+    if not s.branch_entries:
+        return ""
+    kids: dict[str | None, list[list[Any]]] = {}
+    known = {e[0] for e in s.branch_entries}
+    for e in s.branch_entries:
+        kids.setdefault(e[1] if e[1] in known else None, []).append(e)
+    parent_of = {e[0]: e[1] for e in s.branch_entries}
+    on_path, at = set(), s.branch_leaf
+    while at is not None and at not in on_path:
+        on_path.add(at)
+        at = parent_of.get(at)
+
+    def node(e: list[Any], depth: int) -> str:
+        # A straight run of single children is drawn as one line, so a long branch stays short.
+        run = [e]
+        while len(kids.get(run[-1][0], [])) == 1 and depth + len(run) < 200:
+            run.append(kids[run[-1][0]][0])
+        cls = ' class="here"' if run[-1][0] == s.branch_leaf else (' class="path"' if run[-1][0] in on_path else "")
+        label = (f'<a href="#e{int(run[0][2])}">{esc(run[0][0])}</a>' if len(run) == 1 else
+                 f'<a href="#e{int(run[0][2])}">{esc(run[0][0])}</a> … <a href="#e{int(run[-1][2])}">'
+                 f"{esc(run[-1][0])}</a> <span class=\"dim\">({len(run)})</span>")
+        sub = "".join(node(c, depth + len(run)) for c in kids.get(run[-1][0], [])) if depth < 200 else ""
+        return f"<li{cls}>{label}" + (f'<ul class="tree">{sub}</ul>' if sub else "") + "</li>"
+
+    roots = "".join(node(e, 0) for e in kids.get(None, []))
+    leaves = sum(1 for e in s.branch_entries if e[0] not in kids)
+    return (f'<h2>Branches</h2><p class="dim">{len(s.branch_entries)} entries, {leaves} leaves; leaf '
+            f'{esc(s.branch_leaf or "-")}</p><ul class="tree branches">{roots}</ul>')
 
 
 def _badges(statuses: Iterable[str]) -> str:

@@ -38,6 +38,7 @@ from journal.view import assets
 from journal.view.model import GROUPS, Item, Summary, item_of
 from journal.view.render import (
     Context,
+    branch_tree,
     damage_banner,
     esc,
     gate_panel,
@@ -304,6 +305,7 @@ class Viewer:
         if s.usage:
             facts.append(("usage", ", ".join(f"{k} {v:,.4g}" for k, v in s.usage.items())))
         facts_html = "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts) + "</dl>"
+        facts_html += branch_tree(s)
         return {"summary": s.to_json(), "verify": report,
                 "gate_html": damage_banner(report, read_error) + gate_panel(s, live), "facts_html": facts_html}
 
@@ -395,7 +397,7 @@ class Viewer:
                 f'<form id="evfilters" class="toolbar">{groups}<label>tool <select id="tool" name="tool">'
                 f'<option value="">any</option>{tool_opts}</select></label></form>'
                 f'<section id="timeline" class="timeline">{first.html}</section><div id="loading"></div></div>'
-                f'<aside><section><h2>Session</h2><div id="facts" class="dim">…</div></section>'
+                f'<aside><section><h2>Session</h2><div id="facts"><span class="dim">…</span></div></section>'
                 f'<section><h2>Fork tree</h2>{self.tree(sid)}</section><section><h2>Keys</h2>{KEYS_HELP}</section>'
                 "</aside></div></main>")
         return page(f"{title} · journal view", body, "session",
