@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_session_open.py              # 500 vs 50,000 events, three runs
     .venv/bin/python bench/bench_session_open.py --runs 5 --big 100000
+    .venv/bin/python bench/bench_session_open.py --append 50000 --runs 5   # the append path's cost of saves
+    .venv/bin/python bench/bench_session_open.py --append 50000 --deltas   # ... on the cheapest appends
 
 Each session is a run of turns with three tool calls each (13 events a turn), written with
 ``append_many`` under the journal, then opened once read-write as a runtime would after an
@@ -28,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import journal
 from journal import session
-from journal.session.session import SESSION_SNAPSHOT_NAME
+from journal.session.session import SESSION_SNAPSHOT_NAME, Session
 
 SID = "s-bench-open"
 TIME = "2026-01-01T00:00:00.000Z"
@@ -123,15 +125,86 @@ def one_run(paths: dict[int, str]) -> dict[str, dict[int, float]]:
     return out
 
 
+def deltas(total: int) -> Iterator[dict[str, Any]]:
+    """The cheapest appends there are: streamed deltas (buffered), an assistant message (flushed)
+    closing each attempt of 20. The worst case for what a snapshot save adds per event."""
+    yield ev("session.started", {"workspace": {"path": "/repo"}, "lineage": {"depth": 0}})
+    for n in range(1, total):
+        att = f"a{n // 21}"
+        if n % 21 == 20:
+            yield ev("assistant.message", {"text": f"reply {att}"}, attempt_id=att)
+        else:
+            yield ev("assistant.delta", {"text": "chunk "}, attempt_id=att)
+
+
+def append_run(root: str, total: int, use_snapshot: bool, tag: str, cheap: bool) -> float:
+    """Seconds to append ``total`` events through Session.append (each type at its own
+    durability: tool starts and results are synced), the snapshot saves included, and close."""
+    path = os.path.join(root, tag)
+    evs = list(deltas(total) if cheap else events(total))
+    keys = {"turnId": "turn_id", "toolCallId": "tool_call_id", "attemptId": "attempt_id"}
+    t0 = time.perf_counter()
+    s = session.open(path, create=True, snapshot=use_snapshot, session_id=SID, clock=lambda: TIME)
+    for e in evs[1:]:
+        s.append(e["type"], e["data"], **{keys[k]: v for k, v in e.items() if k in keys})
+    s.close()
+    took = time.perf_counter() - t0
+    shutil.rmtree(path)
+    return took
+
+
+def append_cost(root: str, total: int, runs: int, cheap: bool) -> None:
+    """The append path with snapshot saves (every SNAPSHOT_EVERY_EVENTS) against without, runs
+    interleaved so the machine's drift falls on both."""
+    from journal.session.session import SNAPSHOT_EVERY_EVENTS
+
+    with_s, without = [], []
+    saving: list[float] = []
+    real = Session.save_snapshot
+
+    def timed_save(self: Session) -> bool:
+        t0 = time.perf_counter()
+        done = real(self)
+        if done:
+            saving.append(time.perf_counter() - t0)
+        return done
+
+    Session.save_snapshot = timed_save  # type: ignore[method-assign]
+    for r in range(runs):
+        without.append(append_run(root, total, False, f"a-off-{r}", cheap))
+        with_s.append(append_run(root, total, True, f"a-on-{r}", cheap))
+    ratios = [a / b for a, b in zip(with_s, without, strict=True)]
+    kind = "streamed deltas" if cheap else "turns of three tool calls"
+    print(f"\nappending {total} events ({kind}) through Session.append, snapshot every {SNAPSHOT_EVERY_EVENTS} events "
+          f"(median of {runs} runs, interleaved)")
+    print("| appends | seconds | us/event |")
+    print("|---|---:|---:|")
+    for name, xs in (("without snapshots", without), ("with snapshots", with_s)):
+        m = statistics.median(xs)
+        print(f"| {name} | {m:.3f} | {m / total * 1e6:.1f} |")
+    Session.save_snapshot = real  # type: ignore[method-assign]
+    print(f"with/without: {statistics.median(ratios):.3f}x ({', '.join(f'{x:.3f}' for x in ratios)})")
+    share = sum(saving) / sum(with_s)
+    print(f"snapshot saves: {len(saving)} in {runs} runs, {sum(saving) / len(saving) * 1000:.1f} ms each on "
+          f"average, {share:.2%} of the time of the runs with snapshots "
+          f"({sum(saving) / (total * runs) * 1e6:.2f} us per appended event)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", type=int, default=500, help="events in the small session")
     ap.add_argument("--big", type=int, default=50_000, help="events in the big session")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    ap.add_argument("--append", type=int, default=0, metavar="N",
+                    help="instead: the append path's cost of snapshot saves, over N events")
+    ap.add_argument("--deltas", action="store_true", help="with --append: streamed deltas, the cheapest appends")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="bench-session-open-", dir=args.dir)
     try:
+        if args.append:
+            append_cost(root, args.append, args.runs, args.deltas)
+            return 0
         paths = {n: os.path.join(root, f"s{n}") for n in (args.small, args.big)}
         for n, p in paths.items():
             build(p, n)

@@ -88,6 +88,9 @@ def test_open_from_the_snapshot_decides_what_a_full_replay_decides(tmp_path: Pat
             s.append("approval.requested", {}, turn_id="open", tool_call_id="x2", approval_id="ap")
             for call in ("zz", "aa", "mm"):  # pending, in an order their ids do not sort in
                 s.append("tool.requested", {"tool": "read", "sideEffect": "read"}, turn_id="open", tool_call_id=call)
+        if rng.random() < 0.7:  # a snapshot holding what is open, and a tail after it
+            assert s.save_snapshot()
+            s.append("user.message", {"text": "and one more"})
         s.journal.sync()
         crashed = tmp_path / "crashed"
         shutil.copytree(src, crashed)  # a power loss now: the journal as synced, the snapshot as saved
@@ -144,6 +147,14 @@ def test_the_session_snapshot_is_left_alone_by_verify_salvage_and_copy(tmp_path:
         assert j.last_seq > 0
     with session.open(tmp_path / "salvaged") as s2:  # no snapshot there: replayed, and it works
         assert s2.snapshot_seq == 0 and s2.state.session_id
+    (tmp_path / "prefix").mkdir()
+    with journal.open(src) as j:
+        j.copy_prefix(str(tmp_path / "prefix"), j.last_seq - 3)  # type: ignore[attr-defined]
+    assert not snap_file(tmp_path / "prefix").exists()
+    assert snap_file(src).read_bytes() == data
+    with session.open(tmp_path / "prefix", readonly=True) as s3:
+        assert s3.snapshot_seq == 0 and s3.state.session_id
+    assert verify(str(src)).verdict == "clean"
 
 
 # --- each defect falls back to a full replay, and says why --------------------------------------

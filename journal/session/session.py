@@ -77,7 +77,7 @@ SESSION_SNAPSHOT_NAME = "session.snap"
 # open at most this many events of replay. Each save syncs the journal and writes what is not
 # history (and the history added since, once): chosen so that the append path's cost moves
 # within noise (bench/README.md, "Session snapshots").
-SNAPSHOT_EVERY_EVENTS = 4096
+SNAPSHOT_EVERY_EVENTS = 16384
 # At close a snapshot is saved when at least this many events were folded since the last one:
 # fewer cost the next open less than writing the file costs this close.
 SNAPSHOT_AT_CLOSE_MIN_EVENTS = 64
@@ -355,6 +355,9 @@ class Session:
         """The state from seq 1: what a lazily loaded history is replaced by if it does not load."""
         return replay(self.journal, self.registry, SessionReducer()).state
 
+    def _saves_snapshots(self) -> bool:
+        return self._snapshot is not None and self._snapshot_writable and self.snapshot_error is None
+
     def save_snapshot(self) -> bool:
         """Save the session snapshot now (a writer only); False when none was saved.
 
@@ -362,7 +365,8 @@ class Session:
         not raised. It warns (SnapshotWriteWarning), keeps the error in ``snapshot_error`` and
         turns saving off for this session, so a failing disk is not written again and again.
         """
-        if self._snapshot is None or not self._snapshot_writable or self.snapshot_error is not None:
+        target = self._snapshot
+        if target is None or not self._saves_snapshots():
             return False
         seq = self._state.last_seq
         if seq == 0:
@@ -379,11 +383,11 @@ class Session:
             saved = SavedSession(sid if isinstance(sid, str) else None, seq, xxhash.xxh64_intdigest(rec.payload),
                                  self._reducer.name, self._reducer.version, self.skipped, self._dangling.dump(),
                                  dump.core)
-            save_session(self._snapshot_fs, self._snapshot, saved, dump.parts)
+            save_session(self._snapshot_fs, target, saved, dump.parts)
         except (OSError, JournalError, SessionError, ValueError, TypeError) as exc:
             self.snapshot_error = exc
             warnings.warn(SnapshotWriteWarning(
-                f"the session snapshot at {where_of(self._snapshot)!r} was not saved ({exc!r}); nothing is lost, "
+                f"the session snapshot at {where_of(target)!r} was not saved ({exc!r}); nothing is lost, "
                 "the next open replays from the last snapshot saved; this session saves no more"), stacklevel=2)
             return False
         self._state.saved(dump)
@@ -391,7 +395,7 @@ class Session:
         return True
 
     def close(self) -> None:
-        if not self._closed and self._since_snapshot >= SNAPSHOT_AT_CLOSE_MIN_EVENTS:
+        if not self._closed and self._since_snapshot >= SNAPSHOT_AT_CLOSE_MIN_EVENTS and self._saves_snapshots():
             self.save_snapshot()
         self._closed = True
         self.journal.close()
@@ -453,7 +457,7 @@ class Session:
                 self._state = self._reducer.apply(self._state, event, spec)
                 self._dangling.apply(event, spec)
                 self._since_snapshot += 1
-                if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
+                if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS and self._saves_snapshots():
                     self.save_snapshot()
         return Appended(event, out, spec.durability.value, level)
 

@@ -544,5 +544,12 @@ def save_session(fs: FileSystem | None, path: SnapshotSource, saved: SavedSessio
     data = encode_session(saved, parts)
     if isinstance(path, SnapshotSlot):
         path.store(data)
+        return
+    fs = fs or OsFileSystem()
+    p = os.fspath(path)
+    if fs.is_dir(os.path.dirname(os.path.abspath(p))):
+        # The journal's own directory (or one made before): durable already, so temp file,
+        # fsync, rename and a fsync of this directory are all a save needs.
+        fs_write_atomic(fs, p, data, p + TMP_SUFFIX)
     else:
-        write_atomic(fs or OsFileSystem(), os.fspath(path), data)
+        write_atomic(fs, p, data)
