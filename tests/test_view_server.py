@@ -264,3 +264,53 @@ def test_the_token_redirect_stays_on_this_server(server: ViewerServer) -> None:
         assert r.status == 303 and r.getheader("Location") == where, (path, r.getheader("Location"))
     r = request(server, "/\\\\evil.example?token=" + token)
     assert r.status == 303 and r.getheader("Location") == "/"
+
+
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+CORPUS_FORMATS = {"codex-rollout": "codex", "pi-session": "pi", "claude-code": "claude"}
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
+def test_every_imported_corpus_session_is_listed_shown_and_searched(tmp_path: Path) -> None:
+    """Real agents' logs, imported: each listed with its format as agent and a title, every page
+    of its timeline rendered, a word of its title found. The store has no index.json: the viewer
+    reads the sessions' headers, and writes no index into the store."""
+    from journal.session import importers
+
+    root = tmp_path / "store"
+    (root / "sessions").mkdir(parents=True)
+    formats = {}
+    for folder, fmt in CORPUS_FORMATS.items():
+        for src in sorted((CORPUS / folder).glob("*.jsonl")):
+            tmp = tmp_path / "tmp" / src.name
+            rep = importers.import_file(fmt, str(src), str(tmp), split_joined=True)
+            if (root / "sessions" / rep.session_id).exists():
+                continue  # the same session read twice (a live log's prefix)
+            (root / "sessions" / rep.session_id).mkdir()
+            tmp.rename(root / "sessions" / rep.session_id / "journal")
+            formats[rep.session_id] = fmt
+    assert formats
+    viewer = Viewer(open_source(str(root)), str(tmp_path / "cache"), index_in_background=False)
+    viewer.indexer.one_pass()
+    assert viewer.indexer.errors == {}
+    listed = {s["sessionId"]: s for s in viewer.listing({"limit": "500"})["sessions"]}
+    assert listed.keys() == formats.keys()
+    for sid, fmt in formats.items():
+        assert listed[sid]["agent"] == fmt
+        after, pages = 0, 0
+        while True:
+            page = viewer.events(sid, after, None, "")
+            pages += 1
+            assert 'class="ev damage"' not in page.html
+            if page.done:
+                break
+            after = page.next
+        assert "<script" not in page.html
+        title = listed[sid]["title"]
+        if title:
+            words = [w for w in title.split() if w.isalpha() and len(w) > 3][:2]
+            if words:
+                assert sid in {h["session_id"] for h in viewer.search(" ".join(words))["hits"]} or \
+                    len(viewer.search(" ".join(words))["hits"]) == 50, (sid, words)
+    assert not (root / "index.json").exists()
+    viewer.close()

@@ -208,7 +208,7 @@ def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, lis
             body = (f'<p class="meta">forked into <a class="fork-child" href="{session_href(child)}">'
                     f"{esc(child)}</a></p>")
     elif not it.synthetic:  # a closer's fields are said in words by _closer_note
-        shown = {k: v for k, v in d.items() if k not in ("entryId", "parentId")}
+        shown = {k: v for k, v in d.items() if k not in ("entryId", "parentId", "import")}
         if shown:
             body = _text_block(json.dumps(shown, ensure_ascii=False, indent=1, default=str)[:ARGS_CHARS_MAX * 4],
                                "json", it.seq, sid)
@@ -217,6 +217,11 @@ def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, lis
     for child in (children or {}).get(it.seq, []):
         body += (f'<p class="forkpoint">↳ fork point: <a class="fork-child" href="{session_href(child)}">'
                  f"{esc(child)}</a> continues from here</p>")
+    imported = d.get("import")
+    if isinstance(imported, dict) and type(imported.get("line")) is int:
+        # Where an imported event came from: the source's line (the original is kept in the record).
+        head.append(f'<span class="chip" title="imported{" (derived)" if imported.get("derived") else ""}">'
+                    f'source line {imported["line"]}</span>')
     if isinstance(d.get("entryId"), str):
         head.append(f'<span class="id" title="branch entry (parent {esc(d.get("parentId") or "root")})">'
                     f"⎇ {esc(d['entryId'])}</span>")
