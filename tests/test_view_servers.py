@@ -57,6 +57,13 @@ def test_a_server_store_is_listed_searched_and_shown_read_only(server: Backend, 
         summary = viewer.summary(built.crashed)
         assert "TOOL_OUTCOME_UNKNOWN" in summary["gate_html"]
         viewer.close()
+        # One session by its journal URL: shown as a store of that one session.
+        one_url = url + ("&" if "?" in url else "?") + f"journal={built.crashed}"
+        one = Viewer(open_source(one_url), str(tmp_path / "cache-one"), index_in_background=False)
+        assert list(one.entries()) == [built.crashed]
+        first = one.events(built.crashed, 0, None, "")
+        assert first.done and first.html.count("synthetic closer") == 3
+        one.close()
         assert _state(st) == before  # the catalog and every journal as they were
     finally:
         st.close()
