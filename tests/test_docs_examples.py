@@ -39,6 +39,18 @@ IMPORTS_ONLY: dict[tuple[str, str], str] = {
     ("docs/ADAPTERS.md", "saver = JournalSaver(\"checkpoints/\", allowed_types"): "names the application's types",
     ("docs/ADAPTERS.md", "from journal.adapters.adk import"): "needs an agent and a model to call",
     ("docs/ADAPTERS.md", "from journal.adapters.pydantic_ai import"): "needs an agent and a model to call",
+    ("docs/ADAPTERS.md", "from strands import Agent"): (
+        "needs the application's tools and a model; examples/strands_crash_safe_tool.py runs an agent with the guard"
+    ),
+    ("docs/ADAPTERS.md", "from journal.adapters.agent_framework import JournalCheckpointStorage"): (
+        "needs a chat client and the application's workflow; tests/test_adapter_agent_framework.py runs both stores"
+    ),
+    ("docs/ADAPTERS.md", "from journal.adapters.agent_framework import JournalHistoryProvider\nfrom"): (
+        "needs a chat client and the application's tools; examples/agent_framework_crash_safe_tool.py runs the guard"
+    ),
+    ("docs/ADAPTERS.md", "from claude_agent_sdk import ClaudeAgentOptions"): (
+        "needs the Claude Code CLI and a model; examples/claude_agent_sdk_store.py runs the store through the SDK"
+    ),
     ("docs/ADAPTERS.md", "from journal.adapters.langgraph import JournalSaver\nfrom journal.adapters.langgraph_"): (
         "needs the application's graph; tests/test_guard_langgraph.py runs the guard"
     ),
