@@ -263,3 +263,25 @@ def test_a_sessions_branch_tree_is_drawn_and_its_entries_reached(browser: Any, t
     finally:
         ctx.close()
         served.close()
+
+
+def test_an_event_far_down_a_long_session_is_reached_by_its_address(browser: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "long")
+    with open_session(path, create=True) as s:
+        for i in range(3000):
+            s.append("user.message", {"text": f"message {i}"})
+        far = s.journal.last_seq - 5
+    served = Served(path, str(tmp_path / "cache"))
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.set_default_timeout(WAIT_MS)
+        pg.goto(served.server.url)
+        (sid,) = served.viewer.entries()
+        pg.goto(f"{served.base}/s/{sid}#e{far}")  # past the first page of 200: loaded until it is there
+        pg.wait_for_selector(f"#e{far}")
+        pg.locator(f"#e{far}:focus").wait_for()  # the page went to it
+        assert f"message {far - 2}" in pg.inner_text(f"#e{far}")
+    finally:
+        ctx.close()
+        served.close()

@@ -139,43 +139,49 @@ function storePage(){
 function sessionPage(){
   const sid=body.dataset.sid, base="/api/session/"+encodeURIComponent(sid);
   const tl=$("#timeline"), more=$("#loading"), form=$("#evfilters");
-  let next=+body.dataset.next, done=body.dataset.done=="1", busy=false, pending=[], es=null;
+  let next=+body.dataset.next, done=body.dataset.done=="1", es=null, want=null;
   function params(){const p=new URLSearchParams();const g=$$("input[name=g]:checked",form).map(i=>i.value);
     if(g.length!=$$("input[name=g]",form).length)p.set("groups",g.join(","));const t=$("#tool",form).value;if(t)p.set("tool",t);return p;}
-  async function page(){
-    if(busy||done)return;busy=true;
-    try{const p=params();p.set("after",next);const d=await getJSON(base+"/events?"+p);
+  // One request at a time: a caller while one is under way gets that one's promise (so code that
+  // waits for a page, as going to an event far down does, never spins on a busy loader).
+  let inflight=null;
+  function page(){
+    if(done)return Promise.resolve();
+    if(inflight)return inflight;
+    inflight=(async()=>{
+      const p=params();p.set("after",next);if(want&&want>next+200)p.set("limit",2000);
+      const d=await getJSON(base+"/events?"+p);
       tl.appendChild(frag(d.html));next=d.next;done=d.done;
-      if(done){more.textContent="";flush();}else more.textContent=`loaded to seq ${next.toLocaleString()} of ${d.last_seq.toLocaleString()}`;
-    }finally{busy=false;}
-    if(!done&&more.getBoundingClientRect().top<innerHeight*2)page();
+      if(done){more.textContent="";live();}else more.textContent=`loaded to seq ${next.toLocaleString()} of ${d.last_seq.toLocaleString()}`;
+    })().finally(()=>{inflight=null;if(!done&&!want&&more.getBoundingClientRect().top<innerHeight*2)page();});
+    return inflight;
   }
-  function flush(){for(const h of pending)tl.appendChild(frag(h));pending=[];}
   new IntersectionObserver(es=>{if(es.some(e=>e.isIntersecting))page();},{rootMargin:"800px"}).observe(more);
+  // The live tail starts once the timeline has been read to its end, from where that read stopped.
   function live(){
-    if(es)es.close();const p=params();p.set("after",body.dataset.last);
+    if(es)es.close();const p=params();p.set("after",next);
     es=new EventSource(base+"/stream?"+p);
-    es.addEventListener("items",e=>{const d=JSON.parse(e.data);body.dataset.last=d.last;
-      if(done)tl.appendChild(frag(d.html));else pending.push(d.html);
+    es.addEventListener("items",e=>{const d=JSON.parse(e.data);next=d.last;body.dataset.last=d.last;
+      tl.appendChild(frag(d.html));
       $("#last").textContent=String(d.last);
       clearTimeout(sumTimer);sumTimer=setTimeout(summary,1000);});
     es.addEventListener("open",()=>$("#live").hidden=false);
     es.addEventListener("error",()=>{$("#live").hidden=true;});
   }
-  form.addEventListener("change",()=>{tl.replaceChildren();next=0;done=false;pending=[];body.dataset.last=body.dataset.start;page().then(live);});
+  form.addEventListener("change",async()=>{if(es){es.close();es=null;$("#live").hidden=true;}
+    if(inflight)await inflight.catch(()=>{});  // its events are of the old filter
+    tl.replaceChildren();next=0;done=false;await page();});
   function summary(){getJSON(base+"/summary").then(d=>{$("#gate").replaceChildren(frag(d.gate_html));$("#facts").replaceChildren(frag(d.facts_html));
     const h=$("header.top h1");if(d.summary.title&&h.textContent==sid){h.textContent=d.summary.title;document.title=d.summary.title+" · journal view";}
     body.dataset.summary="1";}).catch(e=>{$("#gate").textContent=String(e);});}
   let sumTimer=null;
   summary();
-  let want=null;
   function target(){const m=location.hash.match(/^#e(\d+)$/);if(!m)return;want=+m[1];
     const a=document.getElementById("e"+m[1]);
     if(a){want=null;$$("details",a).forEach(d=>d.open=true);a.focus({preventScroll:true});a.scrollIntoView({block:"center"});}
     else if(!done)page().then(target);}
   addEventListener("hashchange",target);
-  if(!done)page().then(target);else{flush();target();}
-  live();
+  if(!done)page().then(target);else{target();live();}
   function evs(){return $$("article.ev",tl).filter(a=>a.offsetParent!==null);}
   function move(d,sel){const all=sel?evs().filter(a=>a.matches(sel)):evs();if(!all.length)return;
     const cur=document.activeElement, i=all.indexOf(cur);let j;

@@ -53,6 +53,7 @@ from journal.view.source import Entry, FileStore, Source, UnknownSessionError
 
 TOKEN_BYTES = 32
 PAGE_EVENTS = 200  # events rendered per timeline page
+PAGE_EVENTS_MAX = 2000  # per page when the page asks for more (going to an event far down)
 SCAN_RECORDS_MAX = 20_000  # records one timeline request reads looking for filtered matches
 STORE_PAGE_MAX = 500  # sessions per store page, at most
 STORE_PAGE_DEFAULT = 50
@@ -213,7 +214,7 @@ class Viewer:
             return got
 
     def events(self, sid: str, after: int, groups: set[str] | None, tool: str,
-               children: dict[int, list[str]] | None = None) -> Page:
+               children: dict[int, list[str]] | None = None, limit: int = PAGE_EVENTS) -> Page:
         lock, ctx = self._context(sid)
         with lock, self.source.open_journal(sid) as j:
             last = j.last_seq
@@ -236,7 +237,7 @@ class Viewer:
                         shown += 1
                     else:
                         ctx.advance(it)
-                    if shown >= PAGE_EVENTS or scanned >= SCAN_RECORDS_MAX:
+                    if shown >= limit or scanned >= SCAN_RECORDS_MAX:
                         break
             except JournalError as exc:
                 where = _where(exc)
@@ -557,7 +558,9 @@ class Handler(BaseHTTPRequestHandler):
             if what == "summary":
                 self._json(v.summary(sid))
             elif what == "events":
-                p = v.events(sid, max(0, _int(q.get("after"), 0)), _groups(q), q.get("tool", ""), v.children_at(sid))
+                limit = max(1, min(PAGE_EVENTS_MAX, _int(q.get("limit"), PAGE_EVENTS)))
+                p = v.events(sid, max(0, _int(q.get("after"), 0)), _groups(q), q.get("tool", ""), v.children_at(sid),
+                             limit)
                 self._json({"html": p.html, "next": p.next, "done": p.done, "last_seq": p.last_seq})
             elif what == "stream":
                 self._stream(sid, max(0, _int(q.get("after"), 0)), _groups(q), q.get("tool", ""))
