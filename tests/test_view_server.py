@@ -314,3 +314,43 @@ def test_every_imported_corpus_session_is_listed_shown_and_searched(tmp_path: Pa
                     len(viewer.search(" ".join(words))["hits"]) == 50, (sid, words)
     assert not (root / "index.json").exists()
     viewer.close()
+
+
+def test_a_crafted_index_and_crafted_records_are_shown_not_trusted(built: Built, tmp_path: Path) -> None:
+    import xxhash
+
+    import journal
+
+    # The store's index with fields of every wrong type (its checksum right, so it is read).
+    sessions = {
+        built.clean: {"session_id": built.clean, "status": 7, "workspace": [], "created": 1, "updated": {},
+                      "last_seq": "many", "parent": ["x"], "fork_seq": "3", "open": "yes"},
+        built.child: {"session_id": "someone-else", "last_seq": 10**30, "workspace": {"path": "<b>x</b>"}},
+    }
+    body = json.dumps({"version": 2, "generation": 99, "sessions": sessions}).encode()
+    head = b"journal-session-index 2 99 2\n" + body + b"\n"
+    with open(os.path.join(built.root, "index.json"), "wb") as f:
+        f.write(head + b"xxh64 %016x\n" % xxhash.xxh64_intdigest(head))
+    # A session whose records are no envelopes: bytes, an object without or with a bad type, fields
+    # of the wrong types.
+    odd = os.path.join(built.root, "sessions", "odd-1", "journal")
+    os.makedirs(os.path.dirname(odd))
+    with journal.open(odd, create=True) as j:
+        for ev in (b"[1, 2]", b"\x00\xffbytes", {"no": "type"}, {"type": ["x"], "data": "y"},
+                   {"schemaVersion": 1, "sessionId": "odd-1", "type": "user.message", "data": {"text": ["a", 5]}},
+                   {"schemaVersion": 1, "sessionId": "odd-1", "type": "tool.result", "toolCallId": 5,
+                    "data": {"status": None, "output": {"deep": [[[]]]}}}):
+            j.append(ev)
+    viewer = Viewer(open_source(built.root), str(tmp_path / "cache"), index_in_background=False)
+    viewer.indexer.one_pass()
+    listing = viewer.listing({"sort": "seq"})
+    assert {s["sessionId"] for s in listing["sessions"]} == {built.clean, built.child, built.crashed, "odd-1"}
+    assert "<b>x</b>" not in listing["html"]
+    assert "&lt;b&gt;x&lt;/b&gt;" in listing["html"]
+    for sid in (built.clean, built.child, "odd-1"):
+        page = viewer.session_page(sid)
+        assert "<b>x" not in page
+        viewer.summary(sid)
+    odd_page = viewer.events("odd-1", 0, None, "")
+    assert odd_page.done and odd_page.html.count("<article") == 6
+    viewer.close()
