@@ -250,8 +250,8 @@ def _transcript_name(key: _Key) -> str:
     project, session, sub = key
     name = TRANSCRIPT_PREFIX + ".".join(_escape(p) for p in (project, session, *(() if sub is None else (sub,))))
     if len(name) > NAME_BYTES_MAX:
-        joined = "\0".join((project, session, sub if sub is not None else "\0"))
-        return TRANSCRIPT_PREFIX + "%%" + sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+        # the digest of the escaped name, which is 1:1: parts joined by a byte they may hold were not
+        return TRANSCRIPT_PREFIX + "%%" + sha256(name.encode("ascii")).hexdigest()
     return name
 
 
