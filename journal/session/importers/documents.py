@@ -70,6 +70,11 @@ CHUNK_BYTES = 1024 * 1024
 # A mapped field larger than this (a tool's output of many MiB) is left out of its event, which
 # says so: the exact value is in the chunks, and the event stays well under a record's limit.
 MAPPED_VALUE_BYTES_MAX = 1024 * 1024
+# The mapped values of a document together hold at most this many times its bytes (plus one
+# value's limit): one value may be mapped into many events (a tool message naming thousands of
+# calls gives each its content), which made journals of hundreds of times the document's size.
+# A real document maps each value once, or twice (aider's edits are in the reply's text too).
+MAPPED_BYTES_PER_DOCUMENT_BYTE = 4
 READ_BYTES = 1024 * 1024  # one pread while reading a source
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
@@ -257,6 +262,7 @@ class DocBuilder:
     turns: int = 0
     open_calls: dict[str, _Call] = field(default_factory=dict)
     seen_calls: set[str] = field(default_factory=set)
+    mapped_left: int = MAPPED_VALUE_BYTES_MAX  # bytes the mapped values may still hold (import_document sets it)
 
     # -- defects ----------------------------------------------------------------------------
 
@@ -279,7 +285,7 @@ class DocBuilder:
 
     def add(self, type_: str, data: dict[str, Any], at: str, when: Any, call: str | None = None,
             turn: str | None = None, ignorable: bool = False) -> None:
-        data = _clipped(data)
+        data, self.mapped_left = _clipped(data, self.mapped_left)
         data["import"] = {"derived": True, "at": at}
         self.events.append(Event(type=type_, session_id=self.session_id, time=when if isinstance(when, str) else None,
                                  data=data, turn_id=turn if turn is not None else self.open_turn,
@@ -346,18 +352,27 @@ def _line_of(at: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _clipped(data: dict[str, Any]) -> dict[str, Any]:
+def _clipped(data: dict[str, Any], left: int) -> tuple[dict[str, Any], int]:
+    """``data`` with each value over a mapped value's limit, or past the ``left`` bytes the
+    document's mapped values may still hold, left out; and the bytes left after it."""
     out = dict(data)
     for key in ("text", "output", "args"):
         value = out.get(key)
+        if not isinstance(value, (str, dict, list)):
+            continue
         # a string this short cannot reach the limit, escaped (6 bytes per character at most)
         small = isinstance(value, str) and len(value) <= MAPPED_VALUE_BYTES_MAX // 6
-        if isinstance(value, (str, dict, list)) and not small:
-            size = len(compact(value).encode("utf-8", "surrogatepass"))
-            if size > MAPPED_VALUE_BYTES_MAX:
-                out[key] = None
-                out.setdefault("clipped", {})[key] = {"bytes": size, "why": "kept exactly in the source chunks"}
-    return out
+        if left <= 0 and not small:  # not measured: measuring a value shared by many events is the cost
+            out[key] = None
+            out.setdefault("clipped", {})[key] = {"why": "the document's mapped values are past their bound; "
+                                                         "kept exactly in the source chunks"}
+            continue
+        size = len(value) if small else len(compact(value).encode("utf-8", "surrogatepass"))  # len: O(1)
+        left -= size  # charged when clipped too: what was measured is spent
+        if size > MAPPED_VALUE_BYTES_MAX or left < 0:
+            out[key] = None
+            out.setdefault("clipped", {})[key] = {"bytes": size, "why": "kept exactly in the source chunks"}
+    return out, left
 
 
 class DocumentFormat(Protocol):
@@ -424,7 +439,8 @@ def import_document(fmt: DocumentFormat, source: str, dest: str, skip_bad: bool 
     sid, cwd, when = fmt.session_info(doc) if parsed else (None, None, None)
     session_id = _valid_id(sid) or new_session_id()
     report.session_id = session_id
-    b = DocBuilder(session_id, source, report, skip_bad)
+    b = DocBuilder(session_id, source, report, skip_bad,
+                   mapped_left=MAPPED_BYTES_PER_DOCUMENT_BYTE * len(data) + MAPPED_VALUE_BYTES_MAX)
     header = {"workspace": {"path": cwd} if cwd else {}, "lineage": {"depth": 0},
               "importedFrom": {"format": fmt.name, "file": os.path.basename(source), "document": True}}
     b.add("session.started", header, "/", when)
