@@ -46,7 +46,7 @@ def _first_life(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
     fs = MemFileSystem()
     ctx = Ctx(fs, options, seed, fs.op_count, tag="first-life-")
     rng = ctx.rng
-    s = Session.attach(cast(Journal, ctx.open(sector_bytes=0)), create=True, session_id=SESSION_ID,
+    s = Session.attach(cast(Journal, ctx.open()), create=True, session_id=SESSION_ID,
                        clock=lambda: FIXED_TIME, workspace={"path": "/repo"}, fs=fs)
     talk(s, rng, rng.randint(1, 3))
     assert s.save_snapshot(), s.snapshot_error
@@ -132,7 +132,14 @@ def session_open(ctx: Ctx) -> None:
     """One life: open from the snapshot (repair), append, save, append, save, close."""
     s = _attach(ctx.open(create=False), ctx.fs)
     talk(s, ctx.rng, ctx.rng.randint(1, 2), first=20)
+    _stream(s, "a20")  # buffered events last: the save's own journal sync is what makes them durable
     s.save_snapshot()
     talk(s, ctx.rng, 1, first=30)
+    _stream(s, "a30")
     s.save_snapshot()
     s.close()
+
+
+def _stream(s: Session, attempt: str) -> None:
+    for k in range(3):
+        s.append("assistant.delta", {"text": f"chunk {k}"}, attempt_id=attempt)

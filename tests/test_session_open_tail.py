@@ -408,3 +408,22 @@ def test_a_closed_call_changed_after_a_save_is_saved_again(tmp_path: Path) -> No
     got.pop("lazy"), full.pop("lazy")
     assert got == full
     assert r.state.tools[done[0].tool_call_id].reconciled == "applied"
+
+
+def test_the_gate_takes_the_live_state_and_reads_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """resume_gate evaluates the state the session holds (opened and appended to), without
+    reading the journal again: its verdict follows an append made after the open."""
+    p = _session(tmp_path)
+    with session.open(p, clock=lambda: FIXED_TIME) as s:
+        before = s.resume_gate(ResumeChecks(authorized=True))
+        s.append("turn.started", turn_id="late")
+        s.append("tool.requested", {"tool": "bash", "sideEffect": "process"}, turn_id="late", tool_call_id="late.c")
+        s.append("tool.started", turn_id="late", tool_call_id="late.c")
+
+        def no_reads(*_: Any, **__: Any) -> Any:
+            raise AssertionError("the gate read the journal")
+
+        monkeypatch.setattr(s.journal, "read", no_reads)
+        after = s.resume_gate(ResumeChecks(authorized=True))
+        monkeypatch.undo()
+    assert "TOOL_PENDING" not in before.codes() and "TOOL_PENDING" in after.codes()
