@@ -78,7 +78,7 @@ MAPPED_BYTES_PER_DOCUMENT_BYTE = 4
 READ_BYTES = 1024 * 1024  # one pread while reading a source
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-_BIG_INT = re.compile(r"\d{4000,}")
+_BIG_INT = re.compile(r"(?<!\d)\d{4000,}")  # from a run's first digit only: linear, not a rescan at each
 
 
 class DocumentError(MalformedLineError):
