@@ -427,3 +427,22 @@ def test_the_gate_takes_the_live_state_and_reads_nothing(tmp_path: Path, monkeyp
         after = s.resume_gate(ResumeChecks(authorized=True))
         monkeypatch.undo()
     assert "TOOL_PENDING" not in before.codes() and "TOOL_PENDING" in after.codes()
+
+
+def test_a_lazy_state_dropped_unused_closes_its_snapshot_file(tmp_path: Path) -> None:
+    import gc
+
+    p = _session(tmp_path)
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    gc.collect()  # what earlier tests left is closed first
+    before = fds()
+    held = [session.open(p, readonly=True) for _ in range(20)]
+    for s in held:
+        s.close()
+        assert not s.state.history_loaded
+    assert fds() >= before + 20  # each lazy state holds its snapshot file open
+    del held, s
+    gc.collect()
+    assert fds() == before

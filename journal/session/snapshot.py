@@ -34,6 +34,7 @@ import contextlib
 import gc
 import json
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -418,7 +419,9 @@ class Parts:
         self._path = path
         self._spans = spans  # (offset, length, xxh64)
         self._pread: Callable[[int, int], bytes] | None = pread
-        self._close = close
+        # A state dropped before its history was used closes the file with it (the file layer's
+        # File has no finalizer of its own: its descriptor would stay open to the end).
+        self._close = weakref.finalize(self, close)
 
     def count(self) -> int:
         return len(self._spans)
