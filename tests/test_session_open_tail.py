@@ -446,3 +446,27 @@ def test_a_lazy_state_dropped_unused_closes_its_snapshot_file(tmp_path: Path) ->
     del held, s
     gc.collect()
     assert fds() == before
+
+
+def test_a_crafted_open_structure_is_only_a_cache(tmp_path: Path) -> None:
+    """An opening event in the snapshot is checked as a record of the journal is."""
+    p = _session(tmp_path)
+    saved, parts = snap.read_session(str(snap_file(p)))
+    parts.close()
+    dangling = json.loads(json.dumps(saved.dangling))
+    dangling["turns"]["evil"] = [3, False, {"schemaVersion": 1, "sessionId": 7, "type": "turn.started", "data": {}}]
+    _rewrite(p, dangling=dangling)
+    _falls_back(p, "does not load", tmp_path)
+
+
+def test_a_snapshot_kept_elsewhere(tmp_path: Path) -> None:
+    """``snapshot=`` a path: saved there (its directory made), used from there, none in the journal."""
+    p, elsewhere = tmp_path / "s", tmp_path / "snaps" / "s1.snap"
+    s = write_session(str(p), 6, 4, snapshot=str(elsewhere))
+    assert s.save_snapshot()
+    s.close()
+    assert elsewhere.exists() and not snap_file(p).exists()
+    with session.open(p, readonly=True, snapshot=str(elsewhere)) as r:
+        assert r.snapshot_seq > 0
+    with session.open(p, readonly=True, snapshot=False) as r:
+        assert r.snapshot_seq == 0 and r.snapshot_reason == "no snapshot is kept for this journal"
