@@ -112,6 +112,9 @@ class PrefixCopy:
     segments_copied: list[str] = field(default_factory=list)  # whole sealed segments, where links failed
     cut_segment: str | None = None  # the segment whose first records became the new live segment
     bytes_copied: int = 0
+    # runs of small sealed segments written as one (names in seq order), so a copy of a copy of
+    # ... keeps a bounded number of files; their bytes are in bytes_copied
+    segments_merged: list[list[str]] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
+from dataclasses import dataclass
+
+import xxhash
 
 from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
@@ -32,11 +36,28 @@ from journal.engine import tail
 from journal.engine.encoding import Encoded, frame_specs
 from journal.engine.options import Options
 from journal.engine.reader import DROPPED, THERE, Record, decode_block, raise_for_stop, segment_named, why_missing
-from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
-from journal.errors import CorruptionError, InvariantError, SequenceError
+from journal.engine.segment import TMP_SUFFIX, SegmentName, list_segments, read_header, read_seal, read_start
+from journal.errors import CorruptionError, ForeignSegmentError, InvariantError, SequenceError
 from journal.fs import File, FileSystem, pread_exact, write_all, write_atomic
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
+# Merging small sealed segments (see plan_merges). A chain of forks seals one small segment per
+# fork (journal/session/fork.py seals each child's cut); linked as they are, a child at depth
+# 10,000 would hold 10,000 files, and every later fork would link and open each one. Sealed
+# segments are grouped into size tiers a factor MERGE_FANIN apart, from MERGE_UNIT_BYTES up;
+# MERGE_FANIN segments of one tier at the end of the history are merged into one segment of
+# the next, so a tier holds fewer than MERGE_FANIN segments and a record is rewritten once per
+# tier it climbs (amortized bytes per fork: its own bytes times the tiers, at most
+# log_FANIN(MERGE_SEGMENT_BYTES_MAX / MERGE_UNIT_BYTES) + 1). Segments from
+# MERGE_SEGMENT_BYTES_MAX up are never merged: past that a file count grows with the history's
+# bytes only, as a writer's own roll-overs do.
+# A copy links up to this many small segments as they are, so a fork of an ordinary journal
+# (one written with a small segment size included) shares its whole sealed history; only past
+# it does a copy merge, which keeps a child's small segments at most this many plus one tier.
+SMALL_SEGMENTS_LINKED_MAX = 32
+MERGE_FANIN = 8
+MERGE_UNIT_BYTES = 4 * 1024
+MERGE_SEGMENT_BYTES_MAX = 4 * 1024 * 1024
 # errnos that mean "no hard link here": another device, a file system without links, a limit.
 _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS})
 
@@ -61,6 +82,7 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
             raise ValueError(f"journal {src!r} begins at seq {start.first_seq} (a prefix was dropped), after {at_seq}")
         segments = [seg for seg in segments if seg.base_seq >= start.first_seq]
         write_atomic(fs, os.path.join(dst, fmt.START_FILE), fmt.encode_start(start))
+    whole: list[_Whole] = []  # sealed segments wholly before at_seq: linked, copied or merged
     for i, seg in enumerate(segments):
         if seg.base_seq > at_seq:
             break
@@ -73,12 +95,7 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
             if seal is None and i < len(segments) - 1:
                 raise CorruptionError(seg.name, 0, None, "segment before the live one has no valid seal footer")
             if seal is not None and seal.last_seq <= at_seq:
-                if link and _try_link(fs, path, os.path.join(dst, seg.name)):
-                    out.segments_linked.append(seg.name)
-                else:
-                    _copy_file(fs, f, size, os.path.join(dst, seg.name))
-                    out.segments_copied.append(seg.name)
-                    out.bytes_copied += size
+                whole.append(_Whole(seg.name, path, size, header, seal))
                 if seal.last_seq == at_seq:
                     break
                 _next_by_name(fs, src, segments, i, seal.last_seq)
@@ -94,7 +111,24 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
         out.cut_segment = seg.name
         out.bytes_copied += copied
         break
-    if not (out.segments_linked or out.segments_copied or out.cut_segment):
+    for group in plan_merges([w.size for w in whole], [w.header.version for w in whole]):
+        members = whole[group[0] : group[-1] + 1]
+        if len(members) > 1:
+            out.bytes_copied += _merge(fs, members, dst)
+            out.segments_merged.append([w.name for w in members])
+            continue
+        w = members[0]
+        if link and _try_link(fs, w.path, os.path.join(dst, w.name)):
+            out.segments_linked.append(w.name)
+            continue
+        f = fs.open_read(w.path)
+        try:
+            _copy_file(fs, f, w.size, os.path.join(dst, w.name))
+        finally:
+            f.close()
+        out.segments_copied.append(w.name)
+        out.bytes_copied += w.size
+    if not (out.segments_linked or out.segments_copied or out.segments_merged or out.cut_segment):
         raise ValueError(f"journal {src!r} holds no record at seq {at_seq}")
     fs.fsync_dir(dst)
     return out
@@ -170,6 +204,7 @@ def _write_cut(
     raise ValueError(f"journal {src!r} ends at seq {last}, before seq {at_seq}")
 
 
+_U64 = struct.Struct("<Q")  # a frame's checksum, its first 8 bytes
 HOLE_PIECE_BYTES = 64 * 1024  # a run of zeros this long, aligned so, is left a hole in a copy
 
 
@@ -237,3 +272,122 @@ def _copy_file(fs: FileSystem, f: File, size: int, dst: str) -> None:
         out.fsync()
     finally:
         out.close()
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """A sealed segment of the source that the prefix holds whole."""
+
+    name: str
+    path: str
+    size: int
+    header: fmt.SegmentHeader
+    seal: fmt.SealInfo
+
+
+def _tier(size: int) -> int:
+    """The size tier of a segment of ``size`` bytes: 0 below MERGE_UNIT_BYTES * MERGE_FANIN, and so on."""
+    tier, bound = 0, MERGE_UNIT_BYTES * MERGE_FANIN
+    while size >= bound:
+        tier, bound = tier + 1, bound * MERGE_FANIN
+    return tier
+
+
+def plan_merges(sizes: list[int], versions: list[int]) -> list[list[int]]:
+    """Which of the sealed segments of ``sizes`` (in seq order) a copy links or copies alone and
+    which it merges: groups of their indices, in order; a group of one is taken as it is.
+
+    Like a counter's carries: walking the segments in order, whenever the last MERGE_FANIN
+    groups are small (below MERGE_SEGMENT_BYTES_MAX), of the same format version, and of a tier
+    no higher than the newest one's, they become one group. A history that was itself copied so
+    has fewer than MERGE_FANIN segments per tier, so a copy merges only what its newest segments
+    complete: the files of a copy stay bounded by the tiers, whatever the number of forks."""
+    if sum(1 for size in sizes if size < MERGE_SEGMENT_BYTES_MAX) <= SMALL_SEGMENTS_LINKED_MAX:
+        return [[i] for i in range(len(sizes))]
+    groups: list[tuple[list[int], int]] = []  # (indices, bytes)
+    for i, size in enumerate(sizes):
+        groups.append(([i], size))
+        while len(groups) >= MERGE_FANIN:
+            tail = groups[-MERGE_FANIN:]
+            top = _tier(tail[-1][1])
+            first = tail[0][0][0]
+            if not all(b < MERGE_SEGMENT_BYTES_MAX and _tier(b) <= top for _, b in tail):
+                break
+            if any(versions[k] != versions[first] for idx, _ in tail for k in idx):
+                break
+            merged = [k for idx, _ in tail for k in idx]
+            del groups[-MERGE_FANIN:]
+            groups.append((merged, sum(b for _, b in tail)))
+    return [idx for idx, _ in groups]
+
+
+def _merge(fs: FileSystem, members: list[_Whole], dst_dir: str) -> int:
+    """Write the records of the consecutive sealed ``members`` as one sealed segment in
+    ``dst_dir``, named and numbered as the first one; returns the bytes written.
+
+    Each record frame is kept byte for byte but for its checksum, which is salted with the
+    merged segment's salt (the first member's: same journal id, segment number and base seq);
+    every frame is checked against its own segment's salt first, so a frame that was not
+    genuine there is refused, never re-salted into a genuine one. The footer is built as the
+    writer builds one (sparse index, every member's idempotency keys). Written to a temp name,
+    fsync'd, renamed: the caller fsyncs the directory (a fork renames the whole child later)."""
+    first = members[0].header
+    header = fmt.SegmentHeader(first.version, first.journal_id, first.segment_number, first.base_seq, first.salt)
+    interval = members[0].seal.index_interval_bytes
+    final = os.path.join(dst_dir, members[0].name)
+    tmp = final + TMP_SUFFIX
+    out = fs.open_write(tmp, create=True)
+    try:
+        write_all(out, fmt.encode_segment_header(header), 0)
+        pos = fmt.SEGMENT_HEADER_SIZE_BYTES
+        index: list[tuple[int, int]] = []
+        next_index_at = pos
+        keys: list[tuple[int, bytes]] = []
+        last = header.base_seq - 1
+        for m in members:
+            if m.header.journal_id != first.journal_id:
+                raise ForeignSegmentError(m.name, m.path)
+            if m.header.base_seq != last + 1:
+                raise SequenceError(m.name, 0, m.header.base_seq, f"sequence gap between segments: seq {last} before")
+            f = fs.open_read(m.path)
+            try:
+                res = None
+                for win in tail.scan_windows(tail.FileBytes(f, m.seal.seal_offset), fmt.SEGMENT_HEADER_SIZE_BYTES,
+                                             m.header.salt, m.header.base_seq):
+                    res = win.res
+                    piece = bytearray()
+                    for frame in fmt.record_frames(win.res.frames):
+                        if frame.first_seq != last + 1:
+                            raise SequenceError(m.name, frame.offset, frame.first_seq, f"expected seq {last + 1}")
+                        at = pos + len(piece)
+                        if at >= next_index_at:
+                            index.append((frame.first_seq, at))
+                            next_index_at = at + interval
+                        body = win.buf[frame.offset - win.offset + 8 : frame.end - win.offset]
+                        piece += _U64.pack(xxhash.xxh64_intdigest(body, seed=header.salt))
+                        piece += body
+                        last = frame.seq
+                    write_all(out, bytes(piece), pos)
+                    pos += len(piece)
+            finally:
+                f.close()
+            if res is None or res.stop != fmt.Stop.END or last != m.seal.last_seq:
+                if res is not None:
+                    raise_for_stop(res, m.name, os.path.dirname(m.path), last)
+                raise CorruptionError(m.name, m.seal.seal_offset, last,
+                                      f"its frames end at seq {last}, its seal says {m.seal.last_seq}")
+            keys.extend(m.seal.keys)
+        payload = fmt.encode_seal_payload(last - header.base_seq + 1, header.base_seq, last, interval, index, pos, keys)
+        seal = fmt.encode_frame(last, fmt.KIND_SEAL, len(payload), payload, header.salt)
+        write_all(out, seal, pos)
+        out.fsync()
+    except BaseException:
+        out.close()
+        try:
+            fs.unlink(tmp)
+        except OSError:
+            pass  # the caller removes what it built
+        raise
+    out.close()
+    fs.rename(tmp, final)
+    return pos + len(seal)
