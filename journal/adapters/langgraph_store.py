@@ -67,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
+import json
 import math
 import os
 import threading
@@ -763,8 +764,19 @@ class JournalStore(BaseStore):
                 for key, entry in items.items()
                 if entry.expires_us is not None and entry.expires_us < now_us
             ]
-            if expired:
-                self._append({"op": "batch", "t": now_us, "r": [], "w": expired})
+            # Several records when one cannot hold them all (each delete stands on its own): a sweep
+            # in one record past the record limit failed every time, and expired items stayed forever.
+            part: list[list[Any]] = []
+            part_bytes = 0
+            for row in expired:
+                size = len(json.dumps(row, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+                if part and part_bytes + size > self.record_size_bytes_max // 2:  # half: room for the envelope
+                    self._append({"op": "batch", "t": now_us, "r": [], "w": part})
+                    part, part_bytes = [], 0
+                part.append(row)
+                part_bytes += size
+            if part:
+                self._append({"op": "batch", "t": now_us, "r": [], "w": part})
             return len(expired)
 
     async def asweep_ttl(self) -> int:
