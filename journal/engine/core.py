@@ -921,11 +921,17 @@ class Journal(Writer):
             for attempt in (1, 2):
                 try:
                     return self._point_read(seq)
+                except JournalError:
+                    raise
                 except FileNotFoundError as exc:
                     # A segment the cached listing names is gone: another handle dropped a prefix.
                     self._segments.close()
                     if attempt == 2:
                         raise JournalIOError(self.path, exc) from exc
+                except OSError as exc:
+                    # The file layer failed the read (EIO from the device, say): typed, with the
+                    # path and what to do, as opening and reading say it. Nothing was changed.
+                    raise JournalIOError(self.path, exc, "reading") from exc
         return None
 
     def _point_read(self, seq: int) -> Record | None:
