@@ -24,7 +24,9 @@
 #define JN_KIND_PADDING 0x0008u
 #define JN_KIND_BLOCK 0x000Cu
 #define JN_FLAG_COMMIT 0x0010u
-#define JN_FLAGS_KNOWN 0x00FFu
+/* FLAG_AFTER_SYNC (format version 3): every byte before the frame was fdatasync'd before it was written */
+#define JN_FLAG_AFTER_SYNC 0x0100u
+#define JN_FLAGS_KNOWN 0x01FFu
 /* FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC: per record in a block's table, never on its frame */
 #define JN_BLOCK_FRAME_FLAGS_REFUSED 0x00E0u
 #define JN_BLOCK_RECORDS_MAX 4096u

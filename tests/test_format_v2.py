@@ -46,7 +46,7 @@ def test_a_version_2_header_is_pinned_and_read() -> None:
     header = fmt.SegmentHeader(2, bytes.fromhex(VECTORS["journal_id"]), v["segment_number"], v["base_seq"], SALT)
     data = fmt.encode_segment_header(header)
     assert data.hex() == v["hex"]
-    assert struct.unpack_from("<H", data, 8)[0] == 2 == fmt.FORMAT_VERSION
+    assert struct.unpack_from("<H", data, 8)[0] == 2 and fmt.FORMAT_VERSION_MIN <= 2 < fmt.FORMAT_VERSION  # still read
     assert fmt.decode_segment_header(data) == header
 
 
@@ -360,7 +360,7 @@ def test_a_version_1_live_segment_takes_frames_of_one_record_until_it_rolls(tmp_
         j.seal()
         j.append_many(_events(30))
     segs = sorted(p for p in path.iterdir() if p.name.endswith(".seg"))
-    assert [fmt.decode_segment_header(p.read_bytes()).version for p in segs] == [1, 2]
+    assert [fmt.decode_segment_header(p.read_bytes()).version for p in segs] == [1, fmt.FORMAT_VERSION]
     assert any(f.records > 1 for f in _frames(path))
     with journal.open(path, readonly=True) as r:
         assert [rec.event for rec in r.read()] == _events(5) + _events(30) + _events(30)

@@ -90,7 +90,7 @@ def test_encode_batch_same_bytes(specs: list[fmt.FrameSpec], first_seq: int, sal
 @pytest.mark.parametrize(
     ("first_seq", "specs", "salt"),
     [
-        (1, [fmt.FrameSpec(0x100, 1, b"x")], 7),  # an unknown flag bit
+        (1, [fmt.FrameSpec(0x200, 1, b"x")], 7),  # an unknown flag bit
         (1, [fmt.FrameSpec(0, -1, b"x")], 7),  # negative raw length
         (1, [fmt.FrameSpec(0, 1 << 32, b"x")], 7),  # raw length past u32
         (U64_MAX, [fmt.FrameSpec(0, 1, b"x")] * 2, 7),  # the second seq does not fit in u64

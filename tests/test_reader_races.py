@@ -308,7 +308,7 @@ def _newer_frame(seg: Path) -> None:
     frame = fmt.scan(bytes(data), fmt.SEGMENT_HEADER_SIZE_BYTES, header.salt, header.base_seq).frames[0]
     flags_at = frame.offset + 24
     (flags,) = struct.unpack_from("<H", data, flags_at)
-    struct.pack_into("<H", data, flags_at, flags | 0x0100)
+    struct.pack_into("<H", data, flags_at, flags | 0x0200)
     end = frame.offset + fmt.FRAME_HEADER_SIZE_BYTES + frame.stored_len
     checksum = xxhash.xxh64_intdigest(bytes(data[frame.offset + 8 : end]), seed=header.salt)
     struct.pack_into("<Q", data, frame.offset, checksum)

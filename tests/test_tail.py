@@ -181,6 +181,6 @@ def test_each_kind_of_tail_is_named_by_the_classifier() -> None:
     damaged[len(seg) + 40] ^= 1  # inside seq 4, with commit-marked seq 6 and a higher seq 7 after it
     assert kind_of(bytes(damaged)) == tail.CORRUPT
     # A genuine frame with a flag bit this version does not know: written by a newer format.
-    head = struct.pack("<IIQHHI", 1, 1, 4, 0x0100, 0, fmt.FRAME_MARKER) + b"z"
+    head = struct.pack("<IIQHHI", 1, 1, 4, 0x0200, 0, fmt.FRAME_MARKER) + b"z"
     newer = struct.pack("<Q", xxhash.xxh64_intdigest(head, seed=header.salt)) + head
     assert kind_of(seg + newer) == tail.NEWER

@@ -39,9 +39,12 @@ from journal.errors import InvariantError, invariant, present
 # block frames (KIND_BLOCK); a version 1 segment never holds one, and software of version 1
 # refuses a version 2 segment by its header (NewerFormatError) instead of meeting a kind it does
 # not know. A writer appending to a version 1 live segment keeps writing version 1 frames in it.
-FORMAT_VERSION = 2
+# Version 3 added FLAG_AFTER_SYNC (below): only a version 3 segment holds a frame carrying it, so
+# software of version 2 refuses such a segment by its header, not by meeting an unknown flag.
+FORMAT_VERSION = 3
 FORMAT_VERSION_MIN = 1  # the oldest this version reads
 BLOCK_FORMAT_VERSION_MIN = 2  # the first segment version that may hold block frames
+AFTER_SYNC_FORMAT_VERSION_MIN = 3  # the first segment version that may hold FLAG_AFTER_SYNC frames
 # The start marker's layout has not changed since version 1, so it is still written as version 1.
 START_VERSION = 1
 
@@ -152,7 +155,15 @@ FLAG_COMMIT = 0x0010  # last frame of a batch that was fdatasync'd: marks a dura
 FLAG_KEYED = 0x0020  # stored payload starts with u8 key length + idempotency key (not compressed)
 FLAG_BYTES = 0x0040  # payload is opaque bytes; otherwise it is UTF-8 JSON
 FLAG_SYNTHETIC = 0x0080  # written by a repair, not by the application
-FLAGS_KNOWN = FLAG_CODEC_MASK | FLAG_KIND_MASK | FLAG_COMMIT | FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC
+# Written after a sync (format version 3): every byte before this frame in its segment had been
+# fdatasync'd (the fdatasync had returned) before this frame was written. So a genuine frame
+# carrying it anywhere after damage proves the damage is in synced data, not a torn write. The
+# writer sets it on the first frame of a write when it knows the claim holds, and only then: a
+# frame without it claims nothing (find_durable_point).
+FLAG_AFTER_SYNC = 0x0100
+FLAGS_KNOWN = (
+    FLAG_CODEC_MASK | FLAG_KIND_MASK | FLAG_COMMIT | FLAG_KEYED | FLAG_BYTES | FLAG_SYNTHETIC | FLAG_AFTER_SYNC
+)
 CODECS_KNOWN = (CODEC_RAW, CODEC_ZSTD)
 KINDS_KNOWN = (KIND_DATA, KIND_SEAL, KIND_PADDING, KIND_BLOCK)
 # A record's own flags, which a block frame keeps per record (in its table) rather than in the
@@ -443,6 +454,8 @@ class FrameSpec(NamedTuple):
 
 def encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_last: bool) -> bytes:
     """Frames for consecutive seqs from ``first_seq``; the last one carries FLAG_COMMIT if asked.
+    Each frame carries its spec's flags as given (the writer puts FLAG_AFTER_SYNC in the first
+    spec's flags when that frame may carry it).
     A block frame takes as many seqs as it holds records and carries the last of them.
 
     This is the hot append path that the C helper replaces (for frames of one record); the
@@ -681,19 +694,42 @@ def find_later_commit(buf: bytes | memoryview, start: int, salt: int, after_seq:
         pos = got.offset + 1
 
 
+def find_after_sync(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
+    """Offset (in ``buf``) of the first genuine FLAG_AFTER_SYNC frame at or after ``start``
+    whose seq is above ``after_seq``, if any: every byte before it was fdatasync'd before it was
+    written (the flag's claim, which only a genuine frame can make)."""
+    pos = start
+    while True:
+        got = next_genuine_frame(buf, pos, salt)
+        if got is None:
+            return None
+        if got.seq > after_seq and got.flags & FLAG_AFTER_SYNC:
+            return got.offset
+        pos = got.offset + 1
+
+
 def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq: int) -> int | None:
     """Offset of a frame at or after ``start`` that proves the bytes before it were fdatasync'd.
 
+    Two things prove it, and nothing else does:
+
+    * a genuine frame carrying FLAG_AFTER_SYNC (format version 3) with a seq above
+      ``after_seq``: its writer set the flag only after an fdatasync of every byte before it had
+      returned (the frame's offset is returned);
+    * a commit-marked (or seal) frame followed by a genuine frame with a higher seq: the writer
+      never writes a batch before the previous batch's fdatasync has returned, so the later
+      frame proves the commit frame's fdatasync completed (the commit frame's offset).
+
     A commit-marked frame alone proves nothing: its batch may have been in flight when the power
     failed, with the commit frame on disk and earlier bytes of the same batch (or of unsynced
-    batches before it) lost. But the writer never writes a batch before the previous batch's
-    fdatasync has returned, so a genuine frame with a higher seq anywhere after a commit frame
-    proves that commit frame's fdatasync completed. Recovery uses this to tell a torn tail
-    (nothing proven durable after the damage: cut it) from corruption of committed data.
+    batches before it) lost. Recovery uses this to tell a torn tail (nothing proven durable
+    after the damage: cut it) from corruption of synced data (refuse it). When both proofs are
+    present, the first in the bytes is returned.
     """
+    after = find_after_sync(buf, start, salt, after_seq)
     commit_at = find_later_commit(buf, start, salt, after_seq)
-    if commit_at is None:
-        return None
+    if commit_at is None or (after is not None and after < commit_at):
+        return after
     commit = present(verify_frame(buf, commit_at, salt), "find_later_commit returned a frame that does not verify")
     # Usually the very next frame is the proof; search the rest only if it is not.
     nxt = verify_frame(buf, commit.end, salt)
@@ -703,7 +739,7 @@ def find_durable_point(buf: bytes | memoryview, start: int, salt: int, after_seq
     while True:
         later = next_genuine_frame(buf, pos, salt)
         if later is None:
-            return None
+            return after
         if later.seq > commit.seq:
             return commit_at
         pos = later.offset + 1

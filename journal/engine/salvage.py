@@ -68,7 +68,7 @@ class Loss:
     reason: str
     seq_first: int | None = None  # None when the seqs around the damage do not say
     seq_last: int | None = None
-    durable_after: bool = False  # a commit-marked frame or a seal follows in the same segment
+    durable_after: bool = False  # a commit-marked, seal or after-sync frame follows in the same segment
     newer: bool = False  # written by a newer format: not damage; this version cannot read it
 
     def seqs(self) -> str:
@@ -244,14 +244,15 @@ def reading(path: str) -> Iterator[None]:
 
 
 def _durable_after(frames: tail.GenuineFrames, offset: int) -> bool:
-    """Whether a genuine commit-marked or seal frame follows ``offset`` in the same segment."""
+    """Whether a genuine commit-marked, seal or FLAG_AFTER_SYNC frame follows ``offset`` in the
+    same segment (the last says outright that the bytes before it were synced)."""
     pos = offset
     while True:
         got = frames.next(pos)
         if got is None:
             return False
         # Every commit-marked or seal frame carries a seq of at least 1 (seqs start there).
-        if got.seq > 0 and (got.flags & fmt.FLAG_COMMIT or got.kind == fmt.KIND_SEAL):
+        if got.seq > 0 and (got.flags & (fmt.FLAG_COMMIT | fmt.FLAG_AFTER_SYNC) or got.kind == fmt.KIND_SEAL):
             return True
         pos = got.offset + 1
 

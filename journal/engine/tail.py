@@ -17,8 +17,10 @@ The answers, checked in this order:
 * ``gap``      a genuine frame with a seq out of order (a gap or a duplicate): refuse.
 * ``newer``    a genuine frame with flags this version does not know: refuse.
 * ``corrupt``  damage (bad checksum, torn frame, zeros) with a durable point after it: a
-               commit-marked frame followed by a higher seq proves its fdatasync returned
-               (format.find_durable_point), so the damage is in committed data: refuse.
+               genuine frame carrying FLAG_AFTER_SYNC (written only once every byte before it
+               had been fdatasync'd), or a commit-marked frame followed by a higher seq (its
+               fdatasync returned); format.find_durable_point. The damage is in synced data:
+               refuse.
 * ``zeros``    only zero bytes follow the last frame: a writer's reserved space, or space a
                file system extended; nothing was written there.
 * ``torn``     anything else: damage with nothing durable after it. Recovery cuts it (keeping
@@ -340,15 +342,18 @@ def frame_at(src: SegmentBytes, offset: int, salt: int) -> tuple[fmt.GenuineFram
 
 
 def durable_point(span: Span, salt: int, after_seq: int) -> int | None:
-    """``fmt.find_durable_point`` over ``span`` (segment offsets): the offset of a genuine
-    commit-marked or seal frame above ``after_seq`` with a genuine frame of a higher seq after
-    it, which proves the bytes before it were fdatasync'd; None if there is none."""
+    """``fmt.find_durable_point`` over ``span`` (segment offsets): the offset of the first proof
+    that the bytes before it were fdatasync'd, or None if there is none. A proof is a genuine
+    FLAG_AFTER_SYNC frame above ``after_seq`` (its writer wrote it only after an fdatasync of
+    every byte before it had returned), or a genuine commit-marked or seal frame above
+    ``after_seq`` with a genuine frame of a higher seq after it."""
+    after = _after_sync(span, salt, after_seq)
     frames = GenuineFrames(span.src, salt)
     pos = span.start
     while True:
         commit = frames.next(pos)
-        if commit is None:
-            return None
+        if commit is None or (after is not None and commit.offset > after):
+            return after
         if commit.seq > after_seq and (commit.flags & fmt.FLAG_COMMIT or commit.kind == fmt.KIND_SEAL):
             break
         pos = commit.offset + 1
@@ -356,10 +361,23 @@ def durable_point(span: Span, salt: int, after_seq: int) -> int | None:
     while True:
         later = frames.next(pos)
         if later is None:
-            return None
+            return after
         if later.seq > commit.seq:
             return commit.offset
         pos = later.offset + 1
+
+
+def _after_sync(span: Span, salt: int, after_seq: int) -> int | None:
+    """``fmt.find_after_sync`` over ``span`` (segment offsets)."""
+    frames = GenuineFrames(span.src, salt)
+    pos = span.start
+    while True:
+        got = frames.next(pos)
+        if got is None:
+            return None
+        if got.seq > after_seq and got.flags & fmt.FLAG_AFTER_SYNC:
+            return got.offset
+        pos = got.offset + 1
 
 
 def classify(
@@ -404,6 +422,9 @@ def classify(
         # caller passed a partial scan; the stop name then reads "end".
         at = stop + durable - span.start  # rest's offsets start at the stop, a Span's are the segment's
         found = fmt.STOP_DAMAGE.get(res.stop, f"{res.stop.name.lower()} frame")
-        reason = f"{found} before a durable (commit-marked) frame at offset {at}"
+        reason = (
+            f"{found} before a durable frame at offset {at} (written after a sync, or commit-marked with a"
+            " later frame): the damage is in synced data"
+        )
         return Tail(CORRUPT, stop, last_seq, CorruptionError(segment, stop, last_seq + 1, reason))
     return Tail(TORN, stop, last_seq)

@@ -135,6 +135,12 @@ class Writer:
     _next_seq: int
     _buffered_bytes: int
     _unsynced: bool
+    # (the live segment's file, an offset): every byte of that file before the offset had been
+    # fdatasync'd (by this handle, the call returned) and nothing was written since at or after
+    # it. A frame written there may carry FLAG_AFTER_SYNC. None when that is not known (at open,
+    # after a failed fdatasync, after a seal): a frame then goes without the flag, which claims
+    # nothing (a missing flag only keeps recovery from proving an earlier batch durable).
+    _synced_at: tuple[File, int] | None = None
     _keys: dict[str, int]
     _segment_room_bytes: int  # a new segment's room for frames (its size less header and padding)
     _pending_keys: dict[str, tuple[Request, int]]
@@ -144,6 +150,26 @@ class Writer:
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosedError()
+
+    def _after_sync_flag(self, active: File, start: int) -> int:
+        """FLAG_AFTER_SYNC if a frame written at ``start`` of ``active`` may carry it, else 0.
+
+        Only when this handle itself fdatasync'd every byte before ``start`` and wrote nothing
+        since (``_synced_at``), in a segment of a format version that holds the flag. A shared
+        writer never sets it: other processes write and sync the same file between its batches.
+        """
+        synced = self._synced_at
+        header = self._active_header
+        if (
+            synced is None
+            or synced[0] is not active
+            or synced[1] != start
+            or self.shared
+            or header is None
+            or header.version < fmt.AFTER_SYNC_FORMAT_VERSION_MIN
+        ):
+            return 0
+        return fmt.FLAG_AFTER_SYNC
 
     def _note_frame(self, seq: int, offset: int) -> None:
         if offset >= self._next_index_at:
@@ -273,8 +299,9 @@ class Writer:
                 # queue, and the next batch compresses their records together.
                 spec = enc.spec = alone_spec(enc, self.options)
                 enc.deferred = False
+            flags = spec.flags | self._after_sync_flag(active, start)
             data = fmt.encode_frame(
-                seq, spec.flags | fmt.FLAG_COMMIT if sync else spec.flags, spec.raw_len, spec.stored, header.salt
+                seq, flags | fmt.FLAG_COMMIT if sync else flags, spec.raw_len, spec.stored, header.salt
             )
             results = ("failed", "interrupted before the write finished", None)
             results = self._write_frames(active, data, start, sync, header_last=False)
@@ -663,14 +690,19 @@ class Writer:
             return ("not_written", f"segment roll-over failed: {exc}", exc.errno)
         active = present(self._active, "a segment is live after roll-over")
         salt = present(self._active_header, "a live segment has a header").salt
+        start = self._active_size
+        # The batch's first frame says so if every byte before it is synced (FLAG_AFTER_SYNC);
+        # its later frames do not: they are written with it, before any fdatasync of it.
+        after_sync = self._after_sync_flag(active, start)
         if len(specs) == 1:
             # One frame: a struct pack and a hash beat the setup of a batch call into C.
             spec = specs[0]
-            flags = spec.flags | fmt.FLAG_COMMIT if want_sync else spec.flags
+            flags = spec.flags | after_sync
+            flags = flags | fmt.FLAG_COMMIT if want_sync else flags
             data = fmt.encode_frame(first_seq + spec.records - 1, flags, spec.raw_len, spec.stored, salt)
         else:
-            data = fmt.encode_batch(first_seq, specs, salt, commit_last=want_sync)
-        start = self._active_size
+            framed = [specs[0]._replace(flags=specs[0].flags | after_sync), *specs[1:]] if after_sync else specs
+            data = fmt.encode_batch(first_seq, framed, salt, commit_last=want_sync)
         data_end = start + len(data)
         if want_sync and self.options.sector_bytes:
             data += self._padding(data_end, first_seq + records - 1)
@@ -768,6 +800,7 @@ class Writer:
             # fs.write_all_synced), with the same outcomes as the calls one by one below.
             was_unsynced = self._unsynced
             self._unsynced = True  # until the fdatasync returns, whatever stops this call
+            self._synced_at = None  # likewise: bytes are being written, their sync unknown
             try:
                 write_all_synced(active, data, start, first_last)
             except SyncError as exc:
@@ -776,7 +809,10 @@ class Writer:
                 self._unsynced = was_unsynced  # the write failed: nothing of it is left to sync
                 return self._roll_back(start, f"write failed: {exc}", exc.errno)
             self._unsynced = False
+            self._synced_at = (active, start + len(data))
             return WRITTEN
+        if data:
+            self._synced_at = None  # bytes written and not synced: the next frame claims nothing
         try:
             if data:
                 write_all(active, data, start, first_last)
@@ -789,6 +825,7 @@ class Writer:
             except OSError as exc:
                 return ("failed", f"fdatasync failed: {exc}", exc.errno)
             self._unsynced = False
+            self._synced_at = (active, start + len(data))
         return WRITTEN
 
     def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], records: int, start: int, end: int) -> None:
@@ -813,12 +850,15 @@ class Writer:
     def _roll_back(self, start: int, reason: str, errno_: int | None) -> Results:
         if not (self._active is not None):
             raise InvariantError('self._active is not None')
+        self._synced_at = None
         try:
             self._active.truncate(start)
             self._reserved_end = start
             self._active.fdatasync()
         except OSError as exc:
             return ("failed", f"{reason}; rollback failed too: {exc}", errno_)
+        # The fdatasync synced every byte the file still holds, all of them before ``start``.
+        self._synced_at = (self._active, start)
         return ("rolled_back", reason, errno_)
 
     def _seal_now(self) -> Results:
@@ -854,6 +894,7 @@ class Writer:
             ),
         )
         frame = fmt.encode_frame(self._last_seq, fmt.KIND_SEAL, len(payload), payload, self._active_header.salt)
+        self._synced_at = None  # the segment closes; a seal frame goes without FLAG_AFTER_SYNC
         if self._unreserve():
             # The footer must end the file (readers find it from the end), and a crash must
             # not keep the footer but lose the cut: the cut is made durable first.
@@ -872,6 +913,8 @@ class Writer:
         self._active_header = header
         self._active_size = fmt.SEGMENT_HEADER_SIZE_BYTES + len(header_padding(header, self.options.sector_bytes))
         self._reserved_end = self._active_size
+        # create_segment fsynced the header (and its padding) before the file got its name.
+        self._synced_at = (self._active, self._active_size)
         self._reserve_refused = False
         self._active_count = 0
         self._index = []
