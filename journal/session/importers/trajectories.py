@@ -184,6 +184,15 @@ class SweAgentFormat(_Json):
 
 
 _BASH_BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
+_CLOSE = "\n```"
+
+
+def _bash_blocks(text: str) -> list[str]:
+    """_BASH_BLOCK's blocks in ``text``, searched up to its last closing only: an opening after it
+    cannot close, and each such opening scanned to the text's end (quadratic in a text of
+    openings); every block ends at or before the last closing, so the blocks are the same."""
+    end = text.rfind(_CLOSE)
+    return _BASH_BLOCK.findall(text, 0, end + len(_CLOSE)) if end >= 0 else []
 
 
 class MiniSweAgentFormat(_Json):
@@ -223,7 +232,7 @@ class MiniSweAgentFormat(_Json):
                     if msg.get("tool_calls"):
                         _tool_calls(b, msg["tool_calls"], at, None)
                     else:
-                        blocks = _BASH_BLOCK.findall(text or "")
+                        blocks = _bash_blocks(text or "")
                         if len(blocks) == 1:  # the agent runs exactly one; another count is a format error
                             pending = b.call(f"messages-{i}", "bash", {"command": blocks[0]}, at, None)
                 elif role == "tool":
