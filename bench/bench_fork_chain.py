@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import journal
 from journal import session
 from journal.session import fork as forking
 
@@ -55,25 +56,29 @@ def child_cost(path: str) -> tuple[int, int]:
     return new, files
 
 
-def append_messages(path: str, n: int, tag: str, create: bool = False) -> int:
-    with session.open(path, create=create, session_id="s-root" if create else None) as s:
-        seq = 0
-        for k in range(n):
-            seq = s.append("user.message", {"text": f"{tag}: step {k}, please go on with the refactor of module {k}"},
-                     time=TIME).event.seq
-        return seq
+def append_messages(path: str, session_id: str, n: int, tag: str) -> int:
+    """Append ``n`` user messages to the session journal at ``path`` through the journal (one synced
+    batch): what a runtime writes between two forks, without a session open (whose cost is
+    bench/bench_session_open.py's subject, not this one's). Returns the last seq."""
+    events = [{"schemaVersion": 1, "sessionId": session_id, "type": "user.message", "time": TIME,
+               "data": {"text": f"{tag}: step {k}, please go on with the refactor of module {k}"}} for k in range(n)]
+    with journal.open(path) as j:
+        out = j.append_many(events, durability="sync")
+        return j.last_seq if out else 0
 
 
 def chain(base: str, depth: int, events: int) -> list[Step]:
     prev = os.path.join(base, "c0")
-    last = append_messages(prev, ROOT_EVENTS, "root", create=True)
+    session.open(prev, create=True, session_id="s-root").close()  # its header, seq 1
+    sid = "s-root"
+    last = append_messages(prev, sid, ROOT_EVENTS, "root")
     out: list[Step] = []
     for d in range(1, depth + 1):
         if d > 1:
-            last = append_messages(prev, events, f"c{d - 1}")
+            last = append_messages(prev, sid, events, f"c{d - 1}")
         child = os.path.join(base, f"c{d}")
         t0 = time.perf_counter()
-        forking.fork(prev, child, last, origin="bench", time=TIME)
+        sid = forking.fork(prev, child, last, origin="bench", time=TIME).session_id
         dt = time.perf_counter() - t0
         new, files = child_cost(child)
         out.append(Step(dt, new, files))
