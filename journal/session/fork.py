@@ -8,9 +8,12 @@ A fork copies a finished prefix of the past and gives it a new identity (seed 00
 The child keeps the parent's seqs (seed 003: never renumber, so seq F names the same event in
 both), then starts its own future with a header that records where it came from. Storage is
 shared, not copied: sealed segments are linked and only the segment holding F is cut
-(the journal's copy_prefix, journal.api.PrefixCopier), so the cost does not grow with the sealed history. The child is
-built in a temporary directory, header included, and renamed into place, so a crash leaves
-either no child or a complete one.
+(the journal's copy_prefix, journal.api.PrefixCopier), so the cost does not grow with the sealed
+history. The child seals its cut and saves its fork state at its header (FORK_SNAPSHOT_NAME), so
+a fork of the child links the cut and checks from there: in a chain of forks each fork costs the
+events since the last one, whatever the depth (copy_prefix keeps the number of linked segments
+bounded by merging small ones). The child is built in a temporary directory, header and
+snapshot included, and renamed into place, so a crash leaves either no child or a complete one.
 
 Clean boundaries (seeds 003 and 004): right after a user message, or after an assistant message
 that asked for no tool, and only when nothing is open there: no turn, step, tool call, approval,
