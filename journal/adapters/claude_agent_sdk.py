@@ -807,18 +807,16 @@ class JournalSessionStore(SessionStore):
     def _delete(self, key: _Key) -> None:
         project, session, sub = key
         idx = self._index(project, reconcile=False)
+        # Only the names the keys give: an index entry's own journal name may be crafted (another key's).
         if sub is None:
-            names = {e.journal for (s, _), e in idx.entries.items() if s == session}
+            names = {_transcript_name((project, s, u)) for (s, u) in idx.entries if s == session}
             mine = TRANSCRIPT_PREFIX + _escape(project) + "." + _escape(session)
             names |= {n for n in self._store.names() if n == mine or n.startswith(mine + ".")}
             names.add(_transcript_name(key))
             listed = any(s == session for (s, _) in idx.entries)
         else:
             names = {_transcript_name(key)}
-            e = idx.entries.get((session, sub))
-            if e is not None:
-                names.add(e.journal)
-            listed = e is not None
+            listed = (session, sub) in idx.entries
         # The journals first, then the index record: a crash between leaves entries whose journal
         # is gone, which the next listing drops (never a deleted transcript listed again).
         for name in sorted(names):
