@@ -83,6 +83,8 @@ article.hidden{display:none}
 .why{margin:4px 0;font-size:.9rem}.must{margin:2px 0;font-size:.88rem;color:var(--dim)}
 .forkpoint{margin:4px 0;font-size:.88rem;color:var(--accent)}.meta{margin:2px 0}.usage{margin:2px 0}
 .dim{color:var(--dim)}.cut{font-size:.82rem;color:var(--dim);margin:0}
+ul.artifacts{list-style:none;margin:.3rem 0;padding:0;font-size:.84rem}ul.artifacts li{margin:.1rem 0}
+button.artifact-check{border:1px solid var(--dim);background:none;color:var(--dim);cursor:pointer}
 details.long>summary{cursor:pointer;color:var(--dim);font-size:.84rem}
 .tree{list-style:none;padding-left:14px;margin:0;font-size:.88rem}.tree .here>a{font-weight:700;color:var(--fg)}
 .branches{padding-left:4px;font-family:var(--mono);font-size:.8rem}.branches .path>a{font-weight:600}aside h2+p{margin:0 0 4px;font-size:.82rem}
@@ -197,9 +199,18 @@ function sessionPage(){
     else if(k=="c"){move(1,"article.synthetic,article.damage");}
     else if(k=="g"){const a=evs()[0];if(a){a.focus();a.scrollIntoView();}}
     else if(k=="G"){const a=evs().pop();if(a){a.focus();a.scrollIntoView();}}
-    else if(k=="Enter"||k=="o"){const a=document.activeElement;if(a&&a.matches("article.ev"))$$("details",a).forEach(d=>d.open=!d.open);}
+    else if(k=="Enter"||k=="o"){const a=document.activeElement;if(a&&a.matches("article.ev")){$$("details",a).forEach(d=>d.open=!d.open);checkArtifacts(a);}}
   });
 }
+// An artifact's verdict is asked for when its event is expanded or its button pressed, never at
+// render: a long page does not hash every blob it references.
+async function checkOne(b){if(b.disabled)return;b.disabled=true;b.textContent="checking…";
+  try{const d=await getJSON("/api/artifact/"+encodeURIComponent(b.dataset.digest));const s=document.createElement("span");
+    s.className="badge artifact-state "+(d.state=="verified"?"ok":"err");s.textContent=d.badge;b.replaceWith(s);}
+  catch(e){b.disabled=false;b.textContent="check failed: retry";}}
+function checkArtifacts(root){$$("button.artifact-check",root).forEach(checkOne);}
+document.addEventListener("click",e=>{const b=e.target.closest&&e.target.closest("button.artifact-check");if(b)checkOne(b);});
+document.addEventListener("toggle",e=>{const a=e.target.open&&e.target.closest&&e.target.closest("article.ev");if(a)checkArtifacts(a);},true);
 if(page=="store")storePage();else if(page=="session")sessionPage();
 })();
 """

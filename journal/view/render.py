@@ -16,10 +16,13 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from journal.session.artifacts import SCHEME, refs_in
 from journal.view import assets
+from journal.view.artifacts import UNAVAILABLE, VERIFIED, ArtifactReader
 from journal.view.model import ARGS_CHARS_MAX, TEXT_CHARS_MAX, Item, Summary, output_of, text_of, usage_of
 from journal.view.source import Entry
 
+ARTIFACT_REFS_SHOWN_MAX = 20  # artifact references linked per event; the rest are counted
 COLLAPSE_LINES = 12  # a text longer than this many lines (or TEXT_CHARS_MAX/4 chars) starts collapsed
 
 
@@ -114,6 +117,44 @@ def _text_block(text: str, cls: str, seq: int, sid: str | None) -> str:
     return body
 
 
+def artifact_block(d: dict[str, Any], artifacts: ArtifactReader | None) -> str:
+    """Every ``artifact://`` reference in an event's data as a link to the viewer's artifact route,
+    with a badge: the verdict of an earlier read when the blob is unchanged since, else a button
+    that has it checked (hashing every blob at render would make a long page slow). Without an
+    artifact store (a single journal, a server store, a page written to a file) the reference is
+    said to be not available here."""
+    digests = list(dict.fromkeys(r[len(SCHEME):] for r in refs_in(d)))  # each is SCHEME + 64 hex
+    if not digests:
+        return ""
+    size = d.get("outputBytes") if type(d.get("outputBytes")) is int else None
+    out_ref = d.get("outputRef") if isinstance(d.get("outputRef"), str) else None
+    rows = []
+    for digest in digests[:ARTIFACT_REFS_SHOWN_MAX]:
+        label = f"artifact {digest[:12]}…"
+        what = " (the whole output)" if out_ref == SCHEME + digest else ""
+        sized = f" · {size:,} bytes" if what and size is not None else ""
+        if artifacts is None or not artifacts.available:
+            why = "not available here" + ("" if artifacts is None else f": {artifacts.where} has no artifact store")
+            rows.append(f'<li><span class="id" title="{esc(digest)}">{esc(label)}</span>{what}{sized} '
+                        f'<span class="badge artifact-state {UNAVAILABLE}">artifact {esc(why)}</span></li>')
+            continue
+        known = artifacts.cached(digest)
+        if known is not None:
+            cls = "ok" if known.state == VERIFIED else "err"
+            badge = f'<span class="badge artifact-state {cls}">{esc(known.badge())}</span>'
+            if known.size is not None:
+                sized = f" · {known.size:,} bytes"
+        else:
+            badge = (f'<button type="button" class="badge artifact-check" data-digest="{esc(digest)}">'
+                     "not checked yet: check</button>")
+        rows.append(f'<li><a class="artifact" href="/artifact/{esc(digest)}" data-digest="{esc(digest)}" '
+                    f'title="sha256 {esc(digest)}">{esc(label)}</a>{what}{sized} {badge}</li>')
+    more = len(digests) - ARTIFACT_REFS_SHOWN_MAX
+    if more > 0:
+        rows.append(f'<li class="dim">{more:,} more artifact references (see the whole event)</li>')
+    return f'<ul class="artifacts">{"".join(rows)}</ul>'
+
+
 def _closer_note(it: Item) -> str:
     d = it.data
     closes = d.get("closes") if isinstance(d.get("closes"), dict) else {}
@@ -133,7 +174,8 @@ def _closer_note(it: Item) -> str:
     return out
 
 
-def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, list[str]] | None = None) -> str:
+def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, list[str]] | None = None,
+                artifacts: ArtifactReader | None = None) -> str:
     """One event as an <article>; ``ctx`` must have seen the events before it (then is advanced)."""
     ids = it.ids()
     d = it.data
@@ -214,6 +256,7 @@ def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, lis
                                "json", it.seq, sid)
     if it.synthetic and not t.startswith("tool."):
         body = _closer_note(it) + body
+    body += artifact_block(d, artifacts)
     for child in (children or {}).get(it.seq, []):
         body += (f'<p class="forkpoint">↳ fork point: <a class="fork-child" href="{session_href(child)}">'
                  f"{esc(child)}</a> continues from here</p>")

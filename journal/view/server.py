@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from journal.api import JournalError
 from journal.view import assets
+from journal.view.artifacts import DAMAGED, MISSING, REFUSED, UNAVAILABLE, VERIFIED, ArtifactReader, Verdict
 from journal.view.model import GROUPS, Item, Summary, item_of
 from journal.view.render import (
     Context,
@@ -72,6 +73,11 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 SESSION_PATH = re.compile(r"^/s/([^/]+)$")
 SAFE_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9._~%/-]*")
 API_SESSION = re.compile(r"^/api/session/([^/]+)/(summary|events|stream|event/(\d{1,19}))$")
+ARTIFACT_PATH = re.compile(r"^/(api/)?artifact/([^/]*)(/raw)?$")
+ARTIFACT_DIGEST = re.compile(r"[0-9a-f]{64}")  # the only thing of the URL that reaches the artifact store
+ARTIFACT_INLINE_BYTES = 1 << 20  # 1 MiB of an artifact's text shown per page; the whole is a download
+ARTIFACT_STATUS = {MISSING: HTTPStatus.NOT_FOUND, REFUSED: HTTPStatus.FORBIDDEN, UNAVAILABLE: HTTPStatus.NOT_FOUND,
+                   DAMAGED: HTTPStatus.UNPROCESSABLE_ENTITY}
 KEYS_HELP = ('<p class="keys"><kbd>j</kbd>/<kbd>k</kbd> next/previous event · <kbd>n</kbd>/<kbd>p</kbd> turn · '
              "<kbd>c</kbd> next closer or damage · <kbd>Enter</kbd> expand · <kbd>g</kbd>/<kbd>G</kbd> top/end</p>")
 
@@ -91,6 +97,8 @@ class Viewer:
         self.source = source
         root = source.root if isinstance(source, FileStore) else None
         self.index = SearchIndex(cache_dir, root, rebuild=rebuild_index)
+        where = {"journal": "a single journal", "server": "a server store"}.get(source.kind, source.kind)
+        self.artifacts = ArtifactReader(root, where)
         self.token = secrets.token_urlsafe(TOKEN_BYTES)
         self._entries: tuple[float, dict[str, Entry]] | None = None
         self._lock = threading.Lock()
@@ -233,7 +241,7 @@ class Viewer:
                     nxt = rec.seq
                     scanned += 1
                     if _matches(it, ctx, groups, tool):
-                        out.append(render_item(it, ctx, sid, children))
+                        out.append(render_item(it, ctx, sid, children, self.artifacts))
                         shown += 1
                     else:
                         ctx.advance(it)
@@ -548,6 +556,10 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/api/search":
             self._json(v.search(q.get("q", "")))
             return
+        m = ARTIFACT_PATH.match(path)
+        if m:
+            self._artifact(m.group(2), api=bool(m.group(1)), raw=bool(m.group(3)), q=q)
+            return
         m = SESSION_PATH.match(path)
         if m:
             self._html(v.session_page(self._sid(m.group(1))))
@@ -574,6 +586,77 @@ class Handler(BaseHTTPRequestHandler):
         if sid not in self.server.viewer.entries():
             raise UnknownSessionError(sid[:200])
         return sid
+
+    def _artifact(self, digest: str, api: bool, raw: bool, q: dict[str, str]) -> None:
+        """An artifact's content, read whole and hashed before any of it is served: its text
+        escaped in a page (ARTIFACT_INLINE_BYTES a page), or the whole as a download. A blob that
+        does not hash to its name is named damaged with the reason and never served."""
+        if not ARTIFACT_DIGEST.fullmatch(digest) or (api and raw):
+            self._plain(HTTPStatus.BAD_REQUEST, "refused: an artifact is named by its SHA-256 digest, 64 lowercase "
+                                                "hex digits (/artifact/<digest>), never by a path")
+            return
+        reader = self.server.viewer.artifacts
+        if api:
+            got, _ = reader.check(digest)
+            self._json(got.to_json())
+            return
+        if raw:
+            self._artifact_raw(reader, digest)
+            return
+        offset = max(0, _int(q.get("offset"), 0))
+        got, shown = reader.check(digest, (offset, ARTIFACT_INLINE_BYTES))
+        if got.state != VERIFIED:
+            self._artifact_refused(digest, got)
+            return
+        size = got.size or 0
+        head = (f'<header class="top"><h1>artifact <span class="id">{esc(digest)}</span></h1><p class="sub">'
+                f'<span class="badge ok">{esc(got.badge())}</span> {size:,} bytes · sha256 checked while reading · '
+                f'<a href="/artifact/{digest}/raw">download the whole ({size:,} bytes)</a></p></header>')
+        if not got.text:
+            body = '<p>not UTF-8 text: it is offered as a download only, never shown.</p>'
+        else:
+            end = min(size, offset + len(shown))
+            # A page boundary may cut a character: its bytes are shown whole on the page it starts on.
+            text = shown.decode("utf-8", "ignore")
+            nav = []
+            if offset > 0:
+                nav.append(f'<a href="/artifact/{digest}?offset={max(0, offset - ARTIFACT_INLINE_BYTES)}">'
+                           "← previous MiB</a>")
+            if end < size:
+                nav.append(f'<a href="/artifact/{digest}?offset={end}">next MiB →</a>')
+            body = (f'<p class="dim">bytes {offset:,} to {end:,} of {size:,} (1 MiB a page)</p>'
+                    f'<pre class="output">{esc(text)}</pre><p class="pager">{" · ".join(nav)}</p>')
+        self._html(page(f"artifact {digest[:12]} · journal view", head + f"<main>{body}</main>", "artifact"))
+
+    def _artifact_refused(self, digest: str, got: Verdict) -> None:
+        words = got.badge()
+        if got.state in (MISSING, UNAVAILABLE) and got.why:  # the badge is short; the reason is said here
+            words += f": {got.why}"
+        if got.state in (DAMAGED, REFUSED):
+            words += "; none of its bytes are served"
+        self._plain(ARTIFACT_STATUS.get(got.state, HTTPStatus.INTERNAL_SERVER_ERROR), f"artifact://{digest}: {words}")
+
+    def _artifact_raw(self, reader: ArtifactReader, digest: str) -> None:
+        """The whole content as a download: checked in a first pass, then sent in a second pass
+        that hashes again; a blob changed between the two passes is cut short (the download falls
+        short of its Content-Length), never completed with other bytes."""
+        got, _ = reader.check(digest)
+        if got.state != VERIFIED:
+            self._artifact_refused(digest, got)
+            return
+        self.send_response(200)
+        for k, v in (("Content-Type", "application/octet-stream"), ("Content-Length", str(got.size or 0)),
+                     ("Content-Disposition", f'attachment; filename="{digest}.bin"'),
+                     ("X-Content-Type-Options", "nosniff"), ("Content-Security-Policy", CSP),
+                     ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-store")):
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        again, _ = reader.check(digest, sink=self.wfile.write)
+        if again.state != VERIFIED or again.size != got.size:
+            self.close_connection = True
+            self.connection.shutdown(2)  # the client sees a short download, not a whole one
 
     def _event(self, sid: str, seq: int) -> None:
         with self.server.viewer.source.open_journal(sid) as j:
@@ -615,7 +698,7 @@ class Handler(BaseHTTPRequestHandler):
                                     stop=v.stop):
                     it = item_of(rec)
                     last = rec.seq
-                    html = render_item(it, ctx, sid) if _matches(it, ctx, groups, tool) else ""
+                    html = render_item(it, ctx, sid, None, v.artifacts) if _matches(it, ctx, groups, tool) else ""
                     if not html:
                         ctx.advance(it)
                     data = json.dumps({"html": html, "last": last})
