@@ -284,3 +284,18 @@ def test_a_chain_goes_on_from_journals_an_earlier_version_wrote(tmp_path: pathli
     assert texts[:6] == [f"old {k}" for k in range(6)] and len(texts) == 6 + 2 * (d + 1)
     with journal.open(prev) as j:
         assert j.recovery.actions == []
+
+
+def test_the_bench_runs_a_short_chain(tmp_path: pathlib.Path) -> None:
+    # CI's quick look at bench/bench_fork_chain.py: it builds, measures and prints every figure;
+    # the verdict (timing) is the bench's, not this test's.
+    import subprocess
+    import sys
+
+    bench = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_fork_chain.py"
+    got = subprocess.run([sys.executable, str(bench), "--depth", "40", "--runs", "1", "--window", "5",
+                          "--pairs", "3", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert got.returncode in (0, 1), got.stderr
+    for figure in ("time x", "bytes x", "fork B x", "files max"):
+        assert f"\n{figure} " in got.stdout, got.stdout
+    assert os.listdir(tmp_path) == []  # the chains are removed
