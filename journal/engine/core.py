@@ -511,6 +511,11 @@ class Journal(Writer):
             f.fdatasync()
         self._active_size = decision.valid_end
         self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
+        if not decision.sealed:
+            # Both branches above fdatasync'd the live segment up to its end: the first frame
+            # this writer appends there may carry FLAG_AFTER_SYNC (docs/FORMAT.md), so damage in
+            # a previous writer's last batch followed by this writer's first append is refused.
+            self._synced_at = (f, decision.valid_end)
         self._active_count = live_records
         self._index = []
         self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
@@ -862,6 +867,10 @@ class Journal(Writer):
         cursor = Cursor(self._fs, self.path, after_seq, size_max, hint, journal_id=self._journal_id)
         try:
             yield from cursor.read()
+        except JournalError:
+            raise
+        except OSError as exc:  # the file system under a read: typed, with the path and what to do
+            raise JournalIOError(self.path, exc, "reading") from exc
         finally:
             cursor.close()
 
@@ -880,9 +889,14 @@ class Journal(Writer):
         try:
             while not (stop is not None and stop.is_set()):
                 got = False
-                for rec in cursor.read():
-                    got = True
-                    yield rec
+                try:
+                    for rec in cursor.read():
+                        got = True
+                        yield rec
+                except JournalError:
+                    raise
+                except OSError as exc:  # as read() says it
+                    raise JournalIOError(self.path, exc, "reading") from exc
                 now = time.monotonic()
                 if got:
                     idle_since = now
