@@ -29,7 +29,7 @@ from typing import Any, Final
 from journal.api import LOCK_FILE, Committed, Journal
 from journal.engine.core import Journal as FileJournal
 from journal.engine.segment import list_segments
-from journal.errors import InvalidArgumentError, JournalError, JournalLockedError, JournalNotFoundError
+from journal.errors import InvalidArgumentError, JournalError, JournalIOError, JournalLockedError, JournalNotFoundError
 from journal.fs import (
     FileSystem,
     OsFileSystem,
@@ -118,19 +118,27 @@ class DirectoryStore:
 
     def exists(self, name: str) -> bool:
         where = self.path_of(name)
-        return not self._fs.is_link(where) and self._fs.is_dir(where) and bool(list_segments(self._fs, where))
+        try:
+            return not self._fs.is_link(where) and self._fs.is_dir(where) and bool(list_segments(self._fs, where))
+        except JournalError:
+            raise
+        except OSError as exc:  # "cannot tell" is not "no": typed, with the path
+            raise JournalIOError(where, exc, "looking at") from exc
 
     def names(self) -> list[str]:
-        if not self._fs.exists(self.root):
-            return []
-        out = []
-        for name in sorted(self._fs.listdir(self.root)):
-            if name.startswith(".") or not _NAME.fullmatch(name):
-                continue
-            path = os.path.join(self.root, name)
-            if not self._fs.is_link(path) and self._fs.is_dir(path):  # a link is no journal of the store's
-                out.append(name)
-        return out
+        try:
+            if not self._fs.exists(self.root):
+                return []
+            out = []
+            for name in sorted(self._fs.listdir(self.root)):
+                if name.startswith(".") or not _NAME.fullmatch(name):
+                    continue
+                path = os.path.join(self.root, name)
+                if not self._fs.is_link(path) and self._fs.is_dir(path):  # a link is no journal of the store's
+                    out.append(name)
+            return out
+        except OSError as exc:
+            raise JournalIOError(self.root, exc, "listing") from exc
 
     def delete(self, name: str) -> None:
         where = self.path_of(name)
