@@ -186,6 +186,18 @@ class OutcomeUnknownError(JournalStoreError):
         self.outcome = outcome
 
 
+class VectorDimsError(JournalStoreError, ValueError):
+    """A query's vector and a stored one differ in length: they were made by other embedders."""
+
+    def __init__(self, query_dims: int, stored_dims: int) -> None:
+        super().__init__(
+            f"the query is embedded in {query_dims} dimensions and a stored item's vector has {stored_dims} "
+            "dimensions: the store's vectors were made by another embedder (vectors are kept with the puts, never "
+            "made again). "
+            "Open the store with the index config its vectors were made with, or put the items again to re-embed them"
+        )
+
+
 class StoreFormatError(JournalStoreError, ForeignRecordError):
     """The store's journal holds a record this adapter did not write; nothing of it was served."""
 
@@ -313,6 +325,9 @@ def _cosine(query: list[float], vectors: list[list[float]]) -> list[float]:
     """Cosine similarity of ``query`` with each vector (0 for a zero vector)."""
     if not vectors:
         return []
+    for y in vectors:  # else numpy's bare shape error, or (without numpy) a score of truncated vectors
+        if len(y) != len(query):
+            raise VectorDimsError(len(query), len(y))
     try:  # numpy when it is there (one matrix product), the same sums in Python otherwise
         np: Any = importlib.import_module("numpy")
     except ImportError:
@@ -842,4 +857,5 @@ __all__ = [
     "StoreClosedError",
     "StoreFormatError",
     "StoreValueError",
+    "VectorDimsError",
 ]
