@@ -141,6 +141,17 @@ def test_long_text_is_shown_one_mib_a_page(server: ViewerServer, made: Made) -> 
     assert second.status == 200 and TAIL_MARK in second.text and "row 00000000" not in second.text
 
 
+def test_a_character_a_page_boundary_cuts_is_shown_whole_once(server: ViewerServer, made: Made) -> None:
+    n = ARTIFACT_INLINE_BYTES // 2 + 10
+    ref = SessionStore(made.root).artifacts.put(("x" + "é" * n).encode())  # 1 MiB falls inside an é
+    first = get(server, f"/artifact/{hexof(ref)}")
+    nxt = first.text.split("?offset=")[1].split('"')[0]
+    second = get(server, f"/artifact/{hexof(ref)}?offset={nxt}")
+    assert first.status == second.status == 200
+    assert "\ufffd" not in first.text + second.text
+    assert first.text.count("é") + second.text.count("é") == n
+
+
 def _replace_blob(path: str, content: bytes) -> None:
     """A blob rewritten beside and renamed over the original: a new inode, so nothing kept
     about the old one can stand for it."""

@@ -604,7 +604,8 @@ class Handler(BaseHTTPRequestHandler):
             self._artifact_raw(reader, digest)
             return
         offset = max(0, _int(q.get("offset"), 0))
-        got, shown = reader.check(digest, (offset, ARTIFACT_INLINE_BYTES))
+        # Three bytes past the page: a character the page boundary cuts is shown whole here.
+        got, shown = reader.check(digest, (offset, ARTIFACT_INLINE_BYTES + 3))
         if got.state != VERIFIED:
             self._artifact_refused(digest, got)
             return
@@ -615,16 +616,23 @@ class Handler(BaseHTTPRequestHandler):
         if not got.text:
             body = '<p>not UTF-8 text: it is offered as a download only, never shown.</p>'
         else:
-            end = min(size, offset + len(shown))
-            # A page boundary may cut a character: its bytes are shown whole on the page it starts on.
-            text = shown.decode("utf-8", "ignore")
+            # A character a page boundary cuts is shown whole on the page it starts on: the bytes
+            # that continue one from the page before are skipped, those that end one are taken.
+            lead = 0
+            while lead < min(3, len(shown)) and shown[lead] & 0xC0 == 0x80:
+                lead += 1
+            cut = min(len(shown), ARTIFACT_INLINE_BYTES)
+            while cut < len(shown) and shown[cut] & 0xC0 == 0x80:
+                cut += 1
+            text = shown[lead:cut].decode("utf-8", "replace")  # whole characters of verified UTF-8
+            end = offset + cut
             nav = []
             if offset > 0:
                 nav.append(f'<a href="/artifact/{digest}?offset={max(0, offset - ARTIFACT_INLINE_BYTES)}">'
                            "← previous MiB</a>")
             if end < size:
-                nav.append(f'<a href="/artifact/{digest}?offset={end}">next MiB →</a>')
-            body = (f'<p class="dim">bytes {offset:,} to {end:,} of {size:,} (1 MiB a page)</p>'
+                nav.append(f'<a href="/artifact/{digest}?offset={end}">next MiB →</a>')  # where this page stopped
+            body = (f'<p class="dim">bytes {offset + lead:,} to {end:,} of {size:,} (1 MiB a page)</p>'
                     f'<pre class="output">{esc(text)}</pre><p class="pager">{" · ".join(nav)}</p>')
         self._html(page(f"artifact {digest[:12]} · journal view", head + f"<main>{body}</main>", "artifact"))
 
