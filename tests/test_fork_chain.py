@@ -299,3 +299,19 @@ def test_the_bench_runs_a_short_chain(tmp_path: pathlib.Path) -> None:
     for figure in ("time x", "bytes x", "fork B x", "files max"):
         assert f"\n{figure} " in got.stdout, got.stdout
     assert os.listdir(tmp_path) == []  # the chains are removed
+
+
+def test_a_fork_at_the_last_clean_point_does_not_scan_the_chain(
+    chain: list[Link], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = chain[-1].path
+    at = append(deep, 2, "tail")
+    want = forking.fork_points(deep)[-1].last_seq
+    assert want == at
+
+    def no_scan(*_: object) -> list[forking.ForkPoint]:
+        raise AssertionError("the whole log was scanned for the last clean point")
+
+    monkeypatch.setattr(forking, "scan_points", no_scan)
+    got = forking.fork(deep, str(tmp_path / "next"), None, origin="test", time=TIME)
+    assert got.fork_seq == at and got.checked_from_seq == chain[-1].got.header_seq

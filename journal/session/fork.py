@@ -430,6 +430,13 @@ def plan_fork(
     """Check the fork point in the parent ``pj`` (the last clean point by default) and make the
     child's header. Raises UncleanForkPointError; reads only."""
     registry = registry or Registry()
+    if at_seq is None and snapshot is not None and pj.last_seq >= 1:
+        # The last clean point from the snapshot and the tail: when the end is clean, it is the
+        # last seq (the run of seqs after the last message ends there), and the whole log (a
+        # whole chain's, for a child) need not be read to find it.
+        got = resume(pj, registry, ForkReducer(), snapshot, fs=fs)
+        if got.from_snapshot and got.state.clean() and got.replayed.last_seq == pj.last_seq:
+            at_seq = pj.last_seq
     if at_seq is None:
         points = scan_points(pj, registry)
         if not points:
