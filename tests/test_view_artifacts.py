@@ -182,6 +182,36 @@ def test_a_blob_changed_on_disk_is_damaged_and_never_served(server: ViewerServer
     assert got.status == 422 and "does not decompress" in got.text and made.binary not in got.body
 
 
+def test_a_blob_changed_between_the_check_and_the_sending_is_never_a_whole_download(
+        server: ViewerServer, made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The download reads the blob twice: the check, then the sending. A blob replaced with other
+    bytes of the same size in between must not reach its Content-Length."""
+    digest = hexof(made.long_ref)
+    reader = server.viewer.artifacts
+    original = type(reader).check
+    forged = get(server, f"/artifact/{digest}/raw").body.replace(b"row 00000007", b"ROW 00000007")
+    calls: list[bool] = []
+
+    def check(self: object, d: str, window: object = None, sink: object = None) -> object:
+        got = original(reader, d, window, sink)  # type: ignore[arg-type]
+        if sink is None and not calls:  # the check passed: now the blob changes under the download
+            calls.append(True)
+            _replace_blob(made.blob(made.long_ref), forged)
+        return got
+
+    monkeypatch.setattr(type(reader), "check", check)
+    port = server.server_address[1]
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", f"/artifact/{digest}/raw",
+              headers={"Host": f"127.0.0.1:{port}", "Cookie": f"{server.cookie_name}={server.viewer.token}"})
+    r = c.getresponse()
+    assert r.status == 200 and int(r.getheader("Content-Length") or 0) == len(forged)
+    with pytest.raises(http.client.IncompleteRead) as got:
+        r.read()
+    assert len(got.value.partial) < len(forged) and calls == [True]
+    c.close()
+
+
 def test_a_missing_blob_is_a_404_that_says_so(server: ViewerServer, made: Made) -> None:
     for path in (f"/artifact/{hexof(made.absent_ref)}", f"/artifact/{hexof(made.absent_ref)}/raw"):
         got = get(server, path)

@@ -22,6 +22,7 @@ import hmac
 import json
 import re
 import secrets
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -661,10 +662,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
-        again, _ = reader.check(digest, sink=self.wfile.write)
-        if again.state != VERIFIED or again.size != got.size:
+        held = _HeldBack(self.wfile.write, got.size or 0)
+        again, _ = reader.check(digest, sink=held)
+        if again.state == VERIFIED and again.size == got.size and not held.over:
+            held.finish()
+        else:  # changed since the first pass: the last chunk is never sent, so the download falls short
             self.close_connection = True
-            self.connection.shutdown(2)  # the client sees a short download, not a whole one
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def _event(self, sid: str, seq: int) -> None:
         with self.server.viewer.source.open_journal(sid) as j:
@@ -714,6 +718,37 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                 self.wfile.write(b": idle\n\n")
                 self.wfile.flush()
+
+
+class _HeldBack:
+    """A download's sink that sends each decoded chunk only once the next one has come, and the
+    last only when the whole read verified (``finish``): a blob changed between the check and
+    the sending never reaches its Content-Length, so no forged download looks whole. Nothing
+    past ``size`` bytes is sent."""
+
+    def __init__(self, write: Callable[[bytes], object], size: int) -> None:
+        self.write = write
+        self.size = size
+        self.sent = 0
+        self.pending = b""
+        self.over = False
+
+    def __call__(self, chunk: bytes) -> None:
+        if self.pending and not self.over:
+            self._send(self.pending)
+        self.pending = chunk
+
+    def _send(self, data: bytes) -> None:
+        if self.sent + len(data) > self.size:
+            self.over = True
+            return
+        self.write(data)
+        self.sent += len(data)
+
+    def finish(self) -> None:
+        if self.pending and not self.over:
+            self._send(self.pending)
+        self.pending = b""
 
 
 class ViewerServer(ThreadingHTTPServer):
