@@ -105,7 +105,9 @@ class AiderFormat:
         reply: _Reply | None = None
         prompt: list[str] = []
         prompt_at = 0
-        recent: list[str] = []  # the last reply's edit calls: what aider's next notes report on
+        # the last reply's edit calls by path: what aider's next notes report on (by path, so a
+        # note is matched without looking through every edit of a reply of thousands)
+        recent: dict[str | None, list[str]] = {}
 
         def flush_prompt() -> None:
             nonlocal prompt
@@ -130,8 +132,9 @@ class AiderFormat:
                 recent.clear()
             for e in reply.edits:
                 try:
-                    recent.append(b.call(f"line-{e.lineno}", "edit", {"path": e.path, "search": "\n".join(e.search),
-                                                        "replace": "\n".join(e.replace)}, f"line {e.lineno}", None))
+                    recent.setdefault(e.path, []).append(
+                        b.call(f"line-{e.lineno}", "edit", {"path": e.path, "search": "\n".join(e.search),
+                                                            "replace": "\n".join(e.replace)}, f"line {e.lineno}", None))
                 except Skip:
                     continue
             reply = None
@@ -178,11 +181,11 @@ class AiderFormat:
         else:
             (block.replace if block.in_replace else block.search).append(line)
 
-    def _note(self, note: str, n: int, b: DocBuilder, recent: list[str]) -> None:
+    def _note(self, note: str, n: int, b: DocBuilder, recent: dict[str | None, list[str]]) -> None:
         for prefix, failed in ((APPLIED, False), (NOT_APPLIED, True)):
             if note.startswith(prefix):
                 path = note[len(prefix):].strip()
-                for cid in recent:
+                for cid in recent.pop(path, []):  # each gets its result here, or has one: none is looked at again
                     call = b.open_calls.get(cid)
                     if call is not None and isinstance(call.args, dict) and call.args.get("path") == path:
                         b.result(cid, note, failed, f"line {n}", None)
