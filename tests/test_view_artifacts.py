@@ -241,7 +241,8 @@ def test_a_symlinked_blob_or_directory_is_refused(server: ViewerServer, made: Ma
     os.symlink(elsewhere, blob)
     for path in (f"/artifact/{digest}", f"/artifact/{digest}/raw"):
         got = get(server, path)
-        assert got.status == 403 and "symbolic link" in got.text and got.body != made.text.encode(), path
+        assert got.status == 403 and got.body != made.text.encode(), path
+        assert f"artifacts/{digest[:2]}/{digest}.zst is a symbolic link" in got.text, got.text
     os.unlink(blob)
     shutil.copyfile(elsewhere, blob)
     assert get(server, f"/artifact/{digest}/raw").body == made.text.encode()
@@ -252,8 +253,22 @@ def test_a_symlinked_blob_or_directory_is_refused(server: ViewerServer, made: Ma
         os.symlink(moved, d)
         got = get(server, f"/artifact/{digest}/raw")
         assert got.status == 403 and "symbolic link" in got.text, d
+        assert os.path.relpath(d, made.root) + " is a symbolic link" in got.text, got.text
         os.unlink(d)
         os.rename(moved, d)
+
+
+def test_a_blob_that_is_a_fifo_or_a_directory_is_refused(server: ViewerServer, made: Made) -> None:
+    digest = hexof(made.binary_ref)
+    blob = made.blob(made.binary_ref)
+    os.unlink(blob)
+    os.mkfifo(blob)  # opened to read, a FIFO would wait for a writer forever
+    got = get(server, f"/artifact/{digest}/raw")
+    assert got.status == 403 and "is a FIFO (named pipe), not a blob" in got.text, got.text
+    os.unlink(blob)
+    os.mkdir(blob)
+    got = get(server, f"/artifact/{digest}/raw")
+    assert got.status == 403 and "is a directory, not a blob" in got.text, got.text
 
 
 def test_every_artifact_route_needs_the_token_and_the_host(server: ViewerServer, made: Made) -> None:

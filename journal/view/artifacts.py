@@ -102,6 +102,11 @@ class ArtifactReader:
         shard = refuse_link(self.fs, os.path.join(top, digest[:2]))
         return os.path.join(shard, digest + BLOB_SUFFIX)
 
+    def _name(self, path: str) -> str:
+        """``path`` as the store names it (from its root), for a reason shown on a page."""
+        assert self.root is not None
+        return os.path.relpath(path, self.root)
+
     def _stat_key(self, path: str) -> tuple[int, int, int] | None:
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -136,10 +141,11 @@ class ArtifactReader:
         except ValueError as exc:
             return Verdict(REFUSED, str(exc)), b""
         except UnexpectedLinkError as exc:
-            return Verdict(REFUSED, f"{exc.filename or 'a path on the way'} is a symbolic link; the viewer never "
-                                    "follows one"), b""
+            return Verdict(REFUSED, f"{self._name(exc.path)} is a symbolic link; the viewer never follows one"), b""
         except UnexpectedFileError as exc:
-            return Verdict(REFUSED, f"{exc.filename} is not a regular file"), b""
+            return Verdict(REFUSED, f"{self._name(exc.path)} is {exc.kind}, not a blob"), b""
+        except IsADirectoryError:
+            return Verdict(REFUSED, f"{self._name(path)} is a directory, not a blob"), b""
         except (FileNotFoundError, NotADirectoryError):
             return Verdict(MISSING, f"{SCHEME}{digest} is not in the artifact store"), b""
         try:
