@@ -11,7 +11,9 @@ Security model (docs/VIEWER.md says it for users):
 - GET and HEAD only. Responses carry a Content-Security-Policy allowing only the viewer's own
   script and style, no framing, no referrer.
 - No part of a URL reaches the file system: static assets are a fixed table of names held in
-  memory, a session id passes the store's id rule and must name a listed session, seqs are ints.
+  memory, a session id passes the store's id rule and must name a listed session, seqs are ints,
+  an artifact is named by its 64-hex digest alone (journal/view/artifacts.py reads it, refusing a
+  link, and hashes it whole before any byte is served).
 - Everything is opened read-only: no lock is taken, nothing is repaired, no byte of the store
   changes. The search index lives in a cache directory outside the store.
 """
