@@ -50,6 +50,7 @@ def test_one_content_named_by_many_calls_is_not_copied_into_each(tmp_path: pathl
     size, written, evs = imported(tmp_path, swe_doc(CALLS))
     results = [e for e in evs if e["type"] == "tool.result"]
     assert len(results) == CALLS  # every call still has its result
+    assert all(e["data"]["status"] == "ok" for e in results)  # what is small is kept past the bound
     # the chunks (1x), the mapped values (bounded) and each event's envelope
     assert written <= 8 * size + 1024 * 1024, (size, written)
     held = sum(len(json.dumps(e)) for e in evs)  # what a reader of the journal holds

@@ -76,6 +76,12 @@ MAPPED_VALUE_BYTES_MAX = 1024 * 1024
 # A real document maps each value once, or twice (aider's edits are in the reply's text too).
 MAPPED_BYTES_PER_DOCUMENT_BYTE = 4
 READ_BYTES = 1024 * 1024  # one pread while reading a source
+# An ISO 8601 time with nanoseconds and an offset is 35 characters; a longer "time" is no time,
+# and one of megabytes made its event too large for a record.
+TIME_CHARS_MAX = 64
+# A string field this short (a status, a reason, a tool's name) is always kept and not counted
+# against the mapped bytes' bound: it costs no more than the event's envelope.
+FIELD_CHARS_ALWAYS_KEPT = 256
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 _BIG_INT = re.compile(r"(?<!\d)\d{4000,}")  # from a run's first digit only: linear, not a rescan at each
@@ -287,7 +293,8 @@ class DocBuilder:
             turn: str | None = None, ignorable: bool = False) -> None:
         data, self.mapped_left = _clipped(data, self.mapped_left)
         data["import"] = {"derived": True, "at": at}
-        self.events.append(Event(type=type_, session_id=self.session_id, time=when if isinstance(when, str) else None,
+        time = when if isinstance(when, str) and len(when) <= TIME_CHARS_MAX else None
+        self.events.append(Event(type=type_, session_id=self.session_id, time=time,
                                  data=data, turn_id=turn if turn is not None else self.open_turn,
                                  tool_call_id=call, ignorable=ignorable))
 
@@ -356,9 +363,11 @@ def _clipped(data: dict[str, Any], left: int) -> tuple[dict[str, Any], int]:
     """``data`` with each value over a mapped value's limit, or past the ``left`` bytes the
     document's mapped values may still hold, left out; and the bytes left after it."""
     out = dict(data)
-    for key in ("text", "output", "args"):
+    for key in list(out):  # every field: thought, observation, a tool's name may be as large as a text
         value = out.get(key)
         if not isinstance(value, (str, dict, list)):
+            continue
+        if isinstance(value, str) and len(value) <= FIELD_CHARS_ALWAYS_KEPT:
             continue
         # a string this short cannot reach the limit, escaped (6 bytes per character at most)
         small = isinstance(value, str) and len(value) <= MAPPED_VALUE_BYTES_MAX // 6
