@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,19 @@ def test_sweep_of_more_expired_items_than_one_record_holds(tmp_path: pathlib.Pat
     with JournalStore(tmp_path, clock=lambda: now[0], record_size_bytes_max=RECORD_BYTES) as store:
         assert store.search(("users",), limit=10) == []  # the deletes are stored, not only folded
         assert store.get(("keep",), "k") is not None
+
+
+def test_a_search_refreshing_more_items_than_one_record_holds(tmp_path: pathlib.Path) -> None:
+    """A read that refreshes TTLs wrote every refresh in one record: past the record limit the
+    search itself failed, blaming "the batch's puts" of a batch that had none."""
+    now = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
+    ttl: Any = {"refresh_on_read": True}
+    with JournalStore(tmp_path, clock=lambda: now[0], record_size_bytes_max=RECORD_BYTES, ttl=ttl) as store:
+        for start in range(0, ITEMS, PER_BATCH):
+            store.batch([PutOp(("users", "u"), f"key-{i:06d}", {"v": i}, ttl=10.0)
+                         for i in range(start, start + PER_BATCH)])
+        now[0] += timedelta(minutes=8)
+        assert len(store.search(("users",), limit=ITEMS)) == ITEMS  # refreshed to 10 minutes after now
+    now[0] += timedelta(minutes=5)  # past the first expiry, before the refreshed one
+    with JournalStore(tmp_path, clock=lambda: now[0], record_size_bytes_max=RECORD_BYTES, ttl=ttl) as store:
+        assert store.sweep_ttl() == 0  # the refreshes are stored, not only folded

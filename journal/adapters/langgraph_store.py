@@ -671,7 +671,9 @@ class JournalStore(BaseStore):
                     results.append(self._list_namespaces(op, now_us))
                 else:
                     results.append(None)
-            if plan.writes or refresh:
+            if refresh and not plan.writes:  # reads only: each refresh stands on its own, as a sweep's delete
+                self._append_split(now_us, "r", [[list(ns), key, exp] for (ns, key), exp in refresh.items()])
+            elif plan.writes:
                 writes = [
                     [list(ns), key, plan.values[(ns, key)], op.ttl if plan.values[(ns, key)] is not None else None,
                      vectors.get((ns, key), {})]
@@ -781,18 +783,23 @@ class JournalStore(BaseStore):
             ]
             # Several records when one cannot hold them all (each delete stands on its own): a sweep
             # in one record past the record limit failed every time, and expired items stayed forever.
-            part: list[list[Any]] = []
-            part_bytes = 0
-            for row in expired:
-                size = len(json.dumps(row, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-                if part and part_bytes + size > self.record_size_bytes_max // 2:  # half: room for the envelope
-                    self._append({"op": "batch", "t": now_us, "r": [], "w": part})
-                    part, part_bytes = [], 0
-                part.append(row)
-                part_bytes += size
-            if part:
-                self._append({"op": "batch", "t": now_us, "r": [], "w": part})
+            self._append_split(now_us, "w", expired)
             return len(expired)
+
+    def _append_split(self, now_us: int, field: str, rows: list[list[Any]]) -> None:
+        """Append ``rows`` (refreshes "r" or writes "w" that each stand on their own) in as many
+        batch records as the record limit needs. Under self._lock."""
+        part: list[list[Any]] = []
+        part_bytes = 0
+        for row in rows:
+            size = len(json.dumps(row, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if part and part_bytes + size > self.record_size_bytes_max // 2:  # half: room for the envelope
+                self._append({"op": "batch", "t": now_us, "r": [], "w": [], field: part})
+                part, part_bytes = [], 0
+            part.append(row)
+            part_bytes += size
+        if part:
+            self._append({"op": "batch", "t": now_us, "r": [], "w": [], field: part})
 
     async def asweep_ttl(self) -> int:
         return await asyncio.to_thread(self.sweep_ttl)
