@@ -771,7 +771,7 @@ class JournalStore(BaseStore):
     # -- TTL -----------------------------------------------------------------------------------------
 
     def sweep_ttl(self) -> int:
-        """Delete every item whose expiry is before now, in one record; how many went."""
+        """Delete every item whose expiry is before now (in as many records as the deletes need); how many went."""
         with self._lock:
             self._open()
             now_us = _us_of(self._clock())
