@@ -260,6 +260,38 @@ def test_a_server_url_without_its_client_library_names_the_extra(url: str, libra
     assert got.stdout.count(f"pip install '{DISTRIBUTION}[{extra}]'") == 1, got.stdout
 
 
+@pytest.mark.parametrize(("package", "library", "extra"), [
+    ("journal.remote.postgres", "psycopg", "postgres"),
+    ("journal.remote.jetstream", "nats", "nats"),
+])
+def test_every_module_of_a_backend_without_its_client_library_names_the_extra(package: str, library: str,
+                                                                              extra: str) -> None:
+    """Whichever module of a server backend is imported first (a tool walking the package, a
+    test), a missing client library is MissingExtraError with the install line, never a bare
+    ModuleNotFoundError."""
+    code = (
+        "import importlib, pkgutil, sys\n"
+        f"sys.modules[{library!r}] = None  # as if it were not installed\n"
+        "from journal.errors import MissingExtraError\n"
+        f"spec = importlib.util.find_spec({package!r})\n"
+        "names = [''] + ['.' + m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)]\n"
+        "for name in names:\n"
+        "    for key in [k for k in sys.modules if k.startswith('journal.remote')]:\n"
+        "        del sys.modules[key]\n"
+        "    try:\n"
+        f"        importlib.import_module({package!r} + name)\n"
+        "        print(name, 'imported')\n"
+        "    except MissingExtraError as exc:\n"
+        f"        print(name, 'ok' if {extra!r} in str(exc) else 'no install line')\n"
+        "    except Exception as exc:\n"
+        "        print(name, type(exc).__name__)\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stdout + got.stderr
+    lines = got.stdout.split("\n")[:-1]
+    assert len(lines) > 5 and all(line.endswith(" ok") for line in lines), got.stdout
+
+
 def test_every_module_imports_on_this_python() -> None:
     # A module written for a later Python than the package claims fails here on the earlier
     # one (scripts/test-pythons runs this file on each). An adapter or backend whose framework

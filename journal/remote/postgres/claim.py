@@ -22,10 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import psycopg
-from psycopg import sql
-
 from journal.errors import JournalError, JournalLockedError
+from journal.remote.postgres.client import psycopg, sql
 from journal.remote.postgres.commit import _Op, _Writer
 from journal.remote.postgres.connection import Conn
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError

@@ -24,8 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-import psycopg
-
 from journal.engine import format as fmt
 from journal.engine.encoding import Encoded
 from journal.engine.options import Options
@@ -35,6 +33,7 @@ from journal.record import Record
 from journal.remote import records
 from journal.remote.batching import BARRIER, DUP, NEW, Fate, Held, Step, outcomes_of, plan_group
 from journal.remote.group import BATCH_BYTES_MAX_DEFAULT, BATCH_RECORDS_MAX_DEFAULT, GroupCommit
+from journal.remote.postgres.client import psycopg
 from journal.remote.postgres.connection import _BEGIN, _SET_COMMIT, Conn, _Queries, _unusable, reusable
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
 

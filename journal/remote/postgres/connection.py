@@ -22,14 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10's typing has none; it is the type checker's word (mypy reads this as 3.11)
     LiteralString = str
 
-from journal.errors import MissingExtraError
-
-try:
-    import psycopg
-    from psycopg import sql
-except ImportError as exc:  # pragma: no cover - the extra is not installed
-    raise MissingExtraError("journal.remote.postgres", "psycopg 3.1.18 or later", "postgres", exc) from exc
-
+from journal.remote.postgres.client import psycopg, sql
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
 
 # A dead server or network is noticed by TCP, not only when the OS gives up (libpq settings).

@@ -21,8 +21,6 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, Final
 
-import psycopg
-
 from journal.api import RecoveryReport
 from journal.engine import format as fmt
 from journal.engine.encoding import Encoded
@@ -30,6 +28,7 @@ from journal.engine.options import Options
 from journal.errors import InvalidArgumentError, JournalFailStoppedError, JournalNotFoundError
 from journal.remote import records
 from journal.remote.postgres.claim import ClaimPart
+from journal.remote.postgres.client import psycopg
 from journal.remote.postgres.commit import StoreWriter, _Barrier, _Op, _Writer
 from journal.remote.postgres.connection import Conn
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError

@@ -16,13 +16,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final
 
-import psycopg
-from psycopg import sql
-
 from journal.errors import JournalFailStoppedError, JournalIOError, SequenceError
 from journal.outcomes import AckLost, Durability, Outcome
 from journal.record import Record
 from journal.remote import records
+from journal.remote.postgres.client import psycopg, sql
 from journal.remote.postgres.connection import Conn, Query, reusable
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError
 from journal.remote.postgres.writer import WriterPart

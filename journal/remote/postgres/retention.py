@@ -8,10 +8,9 @@ that can be dropped on its own.
 
 from __future__ import annotations
 
-import psycopg
-
 from journal.api import PrefixDrop
 from journal.errors import InvalidArgumentError, JournalFailStoppedError
+from journal.remote.postgres.client import psycopg
 from journal.remote.postgres.commit import _Op
 from journal.remote.postgres.connection import _BEGIN, Conn
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
