@@ -34,6 +34,10 @@ log is read after it, harmlessly) or the new one (older logs are ignored, and re
 next compaction). Its O(n) cost comes once per n/4 updates, and a listing replays at most that
 many records after the snapshot. Listing opens the snapshot and the
 log's segments, never a session's journal.
+
+``read_index(root)`` is that reading alone, for a reader that must not write (the viewer): no
+lock, no refresh, no rebuild; the store's own loading is the same code, and so is the check of
+every field's type (an index's bytes may be crafted).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import errno
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -83,8 +87,17 @@ INDEX_LOAD_ATTEMPTS = 3  # reads of the index without the lock that may race a c
 HEAD_BYTES_MAX = 128
 _INDEX_MAGIC = b"journal-session-index "
 
+_loads: Callable[[bytes], Any] = json.loads
+try:
+    from orjson import loads as _orjson_loads  # the index of a large store parses several times faster
+
+    _loads = _orjson_loads
+except ImportError:  # not CPython: the standard library's
+    pass
+
 __all__ = [
     "SESSION_ID_RE",
+    "IndexRead",
     "InvalidSessionIdError",
     "SessionExistsError",
     "SessionInfo",
@@ -93,6 +106,8 @@ __all__ = [
     "StoreError",
     "StoreSession",
     "check_session_id",
+    "entry_from_fields",
+    "read_index",
 ]
 
 
@@ -512,82 +527,20 @@ class SessionStore:
         return self._dir(f"{INDEX_LOG_PREFIX}{generation:010d}")
 
     def _log_generations(self) -> builtins.list[int]:
-        out = []
-        for name in self.fs.listdir(self.root):
-            tail = name[len(INDEX_LOG_PREFIX) :]
-            if name.startswith(INDEX_LOG_PREFIX) and tail.isdigit() and len(tail) == 10:
-                out.append(int(tail))
-        return sorted(out)
+        return _log_generations(self.root, self.fs)
 
     def _snapshot_head(self) -> tuple[int, int] | None:
         """(generation, entries) from the snapshot's first line, for a writer: no checksum is
         checked and nothing else is read. A damaged snapshot that still has a readable first
         line only sends records to a log that the rebuild its readers do makes moot."""
-        try:
-            f = self.fs.open_read(self._dir(INDEX_FILE))
-        except FileNotFoundError:
-            return None
-        try:
-            first = f.pread(HEAD_BYTES_MAX, 0)
-        finally:
-            f.close()
-        return _parse_head(first[: first.find(b"\n") + 1])
+        return _snapshot_head(self.root, self.fs)
 
     def _load_index(self) -> dict[str, SessionInfo] | None:
-        """The index: the snapshot, then the logs of its generation and later; None when it is
-        missing or damaged (the caller rebuilds it from the sessions). Read without the lock, so
-        a compaction may remove a log meanwhile: the read is then made again."""
-        for _ in range(INDEX_LOAD_ATTEMPTS):
-            snap = self._read_snapshot()
-            if snap is None:
-                return None
-            generation, idx = snap
-            try:
-                for g in self._log_generations():
-                    if g >= generation:
-                        self._replay_log(g, idx)
-            except (JournalNotFoundError, FileNotFoundError):
-                continue  # a compaction removed a log after the snapshot was read: read again
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    continue  # the same, seen while the log was being opened
-                raise  # an I/O error says nothing about the index: never rebuild on it
-            except (JournalError, ValueError, TypeError, KeyError, AttributeError):
-                return None  # a damaged log: rebuilt from the sessions
-            return idx
-        return None
-
-    def _replay_log(self, generation: int, idx: dict[str, SessionInfo]) -> None:
-        try:
-            j = journal.open(refuse_link(self.fs, self._log_path(generation)), readonly=True, fs=self.fs)
-        except NotAJournalError:
-            return  # made by a compaction, no update logged yet
-        with j:
-            for rec in j.read():
-                _apply(idx, rec.event)
-
-    def _read_snapshot(self) -> tuple[int, dict[str, SessionInfo]] | None:
-        path = self._dir(INDEX_FILE)
-        try:
-            f = self.fs.open_read(path)
-        except FileNotFoundError:
-            return None
-        try:
-            data = read_all(f)
-        finally:
-            f.close()
-        first = data.find(b"\n") + 1
-        cut = data.rfind(b"\n", 0, len(data) - 1) + 1
-        head = _parse_head(data[:first])
-        if head is None or data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
-            return None  # damaged or torn: rebuilt from the sessions
-        try:
-            body = json.loads(data[first : cut - 1])
-            if body.get("version") not in (1, INDEX_VERSION):
-                return None
-            return head[0], {k: SessionInfo(**v) for k, v in body["sessions"].items()}
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return None
+        """The index as ``read_index`` reads it; None when it is missing, damaged or holds an
+        entry or update the store never writes (a crafted field): the caller rebuilds it from
+        the sessions."""
+        got = read_index(self.root, self.fs)
+        return got.sessions if got is not None and got.exact else None
 
     def _save_snapshot(self, generation: int, idx: dict[str, SessionInfo]) -> None:
         body = json.dumps(
@@ -672,16 +625,6 @@ def info_from_journal(j: Journal, session_id: str, status: str) -> SessionInfo:
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SessionInfo))
 
 
-def _replace(info: SessionInfo, **changes: Any) -> SessionInfo:
-    """``info`` with ``changes`` (dataclasses.replace, without its cost: a listing replays many)."""
-    if not changes.keys() <= _FIELD_NAMES:
-        raise ValueError(f"unknown index entry fields {sorted(changes.keys() - _FIELD_NAMES)}")
-    new = object.__new__(SessionInfo)
-    new.__dict__.update(info.__dict__)
-    new.__dict__.update(changes)
-    return new
-
-
 def _put(info: SessionInfo) -> dict[str, Any]:
     return {"op": "put", "id": info.session_id, "info": _fields(info)}
 
@@ -695,21 +638,6 @@ def _set(session_id: str, **fields: Any) -> dict[str, Any]:
     return {"op": "set", "id": session_id, "fields": fields}
 
 
-def _apply(idx: dict[str, SessionInfo], rec: Any) -> None:
-    """One logged update. A ``set`` for an entry the index lacks is dropped: the directories
-    still show the session, and the next listing reads its entry from its journal."""
-    op, sid = rec["op"], rec["id"]
-    if op == "put":
-        idx[sid] = SessionInfo(**rec["info"])
-    elif op == "set":
-        if sid in idx:
-            idx[sid] = _replace(idx[sid], **rec["fields"])
-    elif op == "del":
-        idx.pop(sid, None)
-    else:
-        raise ValueError(f"unknown index update {op!r}")
-
-
 def _parse_head(line: bytes) -> tuple[int, int] | None:
     """(generation, entries) of a snapshot's first line; version 1 is generation 0."""
     if line == b"journal-session-index 1\n":
@@ -720,3 +648,210 @@ def _parse_head(line: bytes) -> tuple[int, int] | None:
     if not (fields[2].isdigit() and fields[3].isdigit()):
         return None
     return int(fields[2]), int(fields[3])
+
+
+# --- reading the index: the one parser of the store's own loading and of read-only readers -----
+
+INDEX_SEQ_MAX = 2**63 - 1  # a seq an index may name; a larger number (or a negative one) was crafted
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class IndexRead:
+    """The index as read from its files: the snapshot and the logs of its generation and later."""
+
+    sessions: dict[str, SessionInfo]
+    # Every entry and update was as the store writes them. False: some field had another type,
+    # an out-of-range number or an unknown name, or an id broke the store's rule; such a field was
+    # replaced by its default, such an id dropped. The store rebuilds such an index from its
+    # sessions; a read-only reader shows what was read, with nothing of the wrong type in it.
+    exact: bool
+    generation: int
+
+
+def read_index(root: str | os.PathLike[str], fs: FileSystem | None = None) -> IndexRead | None:
+    """The index of the store at ``root``, read only: no lock taken, nothing written, nothing
+    refreshed from the sessions or rebuilt. None when the snapshot is missing or damaged or a log
+    is damaged (the store rebuilds the index from its sessions then; a reader reads their
+    journals' headers), or when a compaction replaced the snapshot during each of
+    INDEX_LOAD_ATTEMPTS reads.
+
+    A compaction may run meanwhile (readers take no lock): it makes the log of generation g+1,
+    writes the snapshot of g+1 and then removes the older logs; nothing is appended to the log of
+    g once g+1's snapshot is written. A read that saw the old snapshot of g finds g's log listed
+    and reads it whole (the old snapshot, its log and the new log agree), or finds it gone while
+    opening it, or not listed (and the snapshot no longer of g): then it reads again, since the
+    old snapshot plus the logs left would lack the removed log's updates."""
+    root = os.fspath(root)
+    fs = fs or OsFileSystem()
+    for _ in range(INDEX_LOAD_ATTEMPTS):
+        snap = _read_snapshot(root, fs)
+        if snap is None:
+            return None
+        generation, idx, exact = snap
+        try:
+            generations = _log_generations(root, fs)
+            if generation not in generations:
+                # Made before this snapshot by the compaction that wrote it, so removed since by
+                # the next one, unless the snapshot has none (version 1): asked of its first line.
+                head = _snapshot_head(root, fs)
+                if head is None or head[0] != generation:
+                    continue  # a newer snapshot: the old one plus the logs left would lack an update
+            for g in generations:
+                if g >= generation:
+                    exact = _replay_log(root, fs, g, idx) and exact
+        except (JournalNotFoundError, FileNotFoundError):
+            continue  # a compaction removed a log after the snapshot was read: read again
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                continue  # the same, seen while the log was being opened
+            raise  # an I/O error says nothing about the index: never rebuild on it
+        except (JournalError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # a damaged log: rebuilt from the sessions
+        return IndexRead(idx, exact, generation)
+    return None
+
+
+def entry_from_fields(session_id: str, fields: dict[str, Any]) -> SessionInfo:
+    """An index entry from its fields as stored (an index or a catalog: its bytes may be
+    crafted): a field of the wrong type or range, or missing, gets its default."""
+    return _entry(session_id, fields)[0]
+
+
+def _opt_str(v: Any) -> bool:
+    return v is None or type(v) is str
+
+
+def _seq_ok(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= INDEX_SEQ_MAX
+
+
+# Each field but session_id: (whether a stored value is what the store writes, its default).
+_FIELD_RULES: dict[str, tuple[Callable[[Any], bool], Any]] = {
+    "status": (lambda v: type(v) is str, "active"),
+    "workspace": (lambda v: type(v) is dict, None),  # default: a new {} per entry
+    "created": (_opt_str, None),
+    "updated": (_opt_str, None),
+    "last_seq": (_seq_ok, 0),
+    "parent": (_opt_str, None),
+    "fork_seq": (lambda v: v is None or _seq_ok(v), None),
+    "open": (lambda v: type(v) is bool, False),
+}
+
+
+def _entry(session_id: str, fields: dict[str, Any]) -> tuple[SessionInfo, bool]:
+    """The entry ``fields`` describe, and whether they were exactly as the store writes them."""
+    exact = fields.keys() == _FIELD_NAMES and fields.get("session_id") == session_id
+    values: dict[str, Any] = {"session_id": session_id}
+    for name, (ok, default) in _FIELD_RULES.items():
+        v = fields.get(name, _MISSING)
+        if v is _MISSING or not ok(v):
+            exact = False
+            v = {} if name == "workspace" else default
+        values[name] = v
+    info = object.__new__(SessionInfo)  # SessionInfo(**values) without its cost: a listing makes many
+    info.__dict__.update(values)
+    return info, exact
+
+
+def _id_ok(session_id: str) -> bool:
+    return SESSION_ID_RE.fullmatch(session_id) is not None and ".." not in session_id
+
+
+def _apply(idx: dict[str, SessionInfo], rec: Any) -> bool:
+    """One logged update, and whether it was as the store writes them (a ``put`` or ``set`` of a
+    crafted field applies its default; an id that breaks the store's rule is dropped). A ``set``
+    for an entry the index lacks is dropped: the directories still show the session, and the
+    next listing reads its entry from its journal. Anything but an update raises ValueError."""
+    if type(rec) is not dict:
+        raise ValueError("an index update is not an object")
+    op, sid = rec.get("op"), rec.get("id")
+    if type(sid) is not str:
+        raise ValueError("an index update names no session")
+    if op == "put" and type(rec.get("info")) is dict:
+        if not _id_ok(sid):
+            return False
+        idx[sid], exact = _entry(sid, rec["info"])
+        return exact
+    if op == "set" and type(rec.get("fields")) is dict:
+        if not _id_ok(sid):
+            return False
+        old = idx.get(sid)
+        if old is None:
+            return True
+        idx[sid], exact = _entry(sid, {**old.__dict__, **rec["fields"]})
+        return exact
+    if op == "del":
+        idx.pop(sid, None)
+        return _id_ok(sid)
+    raise ValueError(f"unknown index update {op!r}")
+
+
+def _log_generations(root: str, fs: FileSystem) -> list[int]:
+    out = []
+    for name in fs.listdir(root):
+        tail = name[len(INDEX_LOG_PREFIX) :]
+        if name.startswith(INDEX_LOG_PREFIX) and tail.isdigit() and len(tail) == 10:
+            out.append(int(tail))
+    return sorted(out)
+
+
+def _snapshot_head(root: str, fs: FileSystem) -> tuple[int, int] | None:
+    """(generation, entries) from the snapshot's first line: no checksum checked, nothing else read."""
+    try:
+        f = fs.open_read(os.path.join(root, INDEX_FILE))
+    except FileNotFoundError:
+        return None
+    try:
+        first = f.pread(HEAD_BYTES_MAX, 0)
+    finally:
+        f.close()
+    return _parse_head(first[: first.find(b"\n") + 1])
+
+
+def _read_snapshot(root: str, fs: FileSystem) -> tuple[int, dict[str, SessionInfo], bool] | None:
+    """(generation, entries, exact) of the snapshot; None when it is missing, torn or damaged."""
+    try:
+        f = fs.open_read(os.path.join(root, INDEX_FILE))
+    except FileNotFoundError:
+        return None
+    try:
+        data = read_all(f)
+    finally:
+        f.close()
+    first = data.find(b"\n") + 1
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+    head = _parse_head(data[:first])
+    if head is None or data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
+        return None  # damaged or torn: rebuilt from the sessions
+    try:
+        body = _loads(data[first : cut - 1])
+    except ValueError:
+        return None
+    if type(body) is not dict or body.get("version") not in (1, INDEX_VERSION):
+        return None
+    if type(body.get("sessions")) is not dict:
+        return None
+    exact = True
+    idx: dict[str, SessionInfo] = {}
+    for sid, fields in body["sessions"].items():
+        if type(fields) is not dict or not _id_ok(sid):
+            exact = False
+            continue
+        idx[sid], ok = _entry(sid, fields)
+        exact = exact and ok
+    return head[0], idx, exact
+
+
+def _replay_log(root: str, fs: FileSystem, generation: int, idx: dict[str, SessionInfo]) -> bool:
+    """Apply the updates of one generation's log to ``idx``; whether they were all exact."""
+    path = os.path.join(root, f"{INDEX_LOG_PREFIX}{generation:010d}")
+    try:
+        j = journal.open(refuse_link(fs, path), readonly=True, fs=fs)  # made by the store: a link is refused
+    except NotAJournalError:
+        return True  # made by a compaction, no update logged yet
+    exact = True
+    with j:
+        for rec in j.read():
+            exact = _apply(idx, rec.event) and exact
+    return exact

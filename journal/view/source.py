@@ -1,9 +1,10 @@
 """What the viewer reads: a session store, a server store or one journal, opened read-only.
 
-Nothing here takes a lock, repairs, or writes. A file store's index is read as the store reads
-it (the ``index.json`` snapshot, then the ``index.log-<g>`` journals of its generation and
-later, opened read-only), but never refreshed or rebuilt into the store: a session the index
-lacks is read from its journal's header into the viewer's memory only. Whether a writer holds
+Nothing here takes a lock, repairs, or writes. A file store's index is read by the store's own
+reader (``journal.session.store.read_index``: the ``index.json`` snapshot, then the
+``index.log-<g>`` journals of its generation and later, opened read-only, each field's type
+checked), which never refreshes or rebuilds it: a session the index lacks is read from its
+journal's header into the viewer's memory only. Whether a writer holds
 a session is asked of Linux's /proc/locks (``journal.fs.flock_holder``), which takes no lock,
 so a writer opening the session at that moment is never turned away by the viewer.
 
@@ -15,18 +16,15 @@ the store's layout, and a symbolic link there is refused.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import xxhash
-
 import journal
-from journal.api import Journal, JournalError, JournalNotFoundError, NotAJournalError
+from journal.api import Journal, JournalError, JournalNotFoundError, NotAJournalError, UnexpectedFileError
 from journal.fs import OsFileSystem, flock_holder, refuse_link
 from journal.session.envelope import SESSION_ID_RE, check_session_id
 from journal.session.errors import InvalidSessionIdError
@@ -37,20 +35,11 @@ from journal.session.store import (
     JOURNAL_DIR,
     SESSIONS_DIR,
     SessionInfo,
+    entry_from_fields,
     info_from_journal,
+    read_index,
 )
 
-_loads: Callable[[bytes], Any] = json.loads
-try:
-    from orjson import loads as _orjson_loads  # the index of a large store parses several times faster
-
-    _loads = _orjson_loads
-except ImportError:  # not CPython: the standard library's
-    pass
-
-_FIELDS = frozenset(f.name for f in dataclasses.fields(SessionInfo))
-_INDEX_MAGIC = b"journal-session-index"
-INDEX_VERSIONS = (1, 2)  # the store's index versions this reader knows
 SINGLE_ID = "journal"  # the id a lone journal is shown under when its header names none
 
 
@@ -130,57 +119,6 @@ def _segment_bases(path: str) -> list[int]:
     return sorted(int(n[:20]) for n in names if len(n) == 24 and n.endswith(".seg") and n[:20].isdigit())
 
 
-def _typed(f: dict[str, Any]) -> bool:
-    """Whether every field has the type the store writes (the index's bytes may be crafted)."""
-    return (isinstance(f.get("workspace"), dict) and type(f.get("last_seq")) is int
-            and isinstance(f.get("status"), str) and isinstance(f.get("open"), bool)
-            and all(f.get(k) is None or isinstance(f.get(k), str) for k in ("created", "updated", "parent"))
-            and (f.get("fork_seq") is None or type(f.get("fork_seq")) is int))
-
-
-def _info(sid: str, fields: dict[str, Any]) -> SessionInfo:
-    if fields.keys() == _FIELDS and fields.get("session_id") == sid and _typed(fields):
-        return SessionInfo(**fields)  # as the store wrote it
-    known = {k: v for k, v in fields.items() if k in _FIELDS}
-    known["session_id"] = sid
-    known.setdefault("status", "active")
-    known.setdefault("workspace", {})
-    known.setdefault("created", None)
-    known.setdefault("updated", None)
-    known.setdefault("last_seq", 0)
-    if not isinstance(known["workspace"], dict):
-        known["workspace"] = {}
-    if type(known["last_seq"]) is not int:
-        known["last_seq"] = 0
-    if not isinstance(known["status"], str):
-        known["status"] = "active"
-    for k in ("created", "updated", "parent"):
-        if not isinstance(known.get(k), str):
-            known[k] = None
-    if type(known.get("fork_seq")) is not int:
-        known["fork_seq"] = None
-    known["open"] = known.get("open") is True
-    return SessionInfo(**known)
-
-
-def _apply(idx: dict[str, SessionInfo], rec: Any) -> None:
-    """One logged index update (the store's put / set / del); anything else is damage."""
-    if not isinstance(rec, dict):
-        raise ValueError("an index update is not an object")
-    op, sid = rec.get("op"), rec.get("id")
-    if not isinstance(sid, str):
-        raise ValueError("an index update names no session")
-    if op == "put" and isinstance(rec.get("info"), dict):
-        idx[sid] = _info(sid, rec["info"])
-    elif op == "set" and isinstance(rec.get("fields"), dict):
-        if sid in idx:
-            idx[sid] = _info(sid, {**idx[sid].__dict__, **rec["fields"]})
-    elif op == "del":
-        idx.pop(sid, None)
-    else:
-        raise ValueError(f"unknown index update {op!r}")
-
-
 class FileStore:
     """A session store directory (journal.session.store's layout), read-only."""
 
@@ -221,48 +159,12 @@ class FileStore:
             self._index_cache = (key, got)
         return dict(got) if got is not None else None
 
-    def _read_snapshot(self) -> tuple[int, dict[str, SessionInfo]] | None:
-        try:
-            with open(os.path.join(self.root, INDEX_FILE), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        first = data.find(b"\n") + 1
-        cut = data.rfind(b"\n", 0, len(data) - 1) + 1
-        head = data[:first].split()
-        if not head or head[0] != _INDEX_MAGIC:
-            return None
-        generation = int(head[2]) if len(head) == 4 and head[2].isdigit() else 0
-        if data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
-            return None  # torn or damaged: the index is rebuilt from the journals, here in memory only
-        try:
-            body = _loads(data[first: cut - 1])
-            if body.get("version") not in INDEX_VERSIONS or not isinstance(body.get("sessions"), dict):
-                return None
-            return generation, {k: _info(k, v) for k, v in body["sessions"].items() if isinstance(v, dict)}
-        except (ValueError, TypeError, AttributeError):
-            return None
-
     def _load_index(self) -> dict[str, SessionInfo] | None:
-        snap = self._read_snapshot()
-        if snap is None:
-            return None
-        generation, idx = snap
-        for name in sorted(os.listdir(self.root)):
-            tail = name[len(INDEX_LOG_PREFIX):]
-            if not (name.startswith(INDEX_LOG_PREFIX) and tail.isdigit() and len(tail) == 10):
-                continue
-            if int(tail) < generation:
-                continue
-            try:
-                with journal.open(refuse_link(self.fs, os.path.join(self.root, name)), readonly=True) as j:
-                    for rec in j.read():
-                        _apply(idx, rec.event)
-            except (NotAJournalError, JournalNotFoundError, FileNotFoundError):
-                continue  # made by a compaction with nothing logged yet, or removed by one meanwhile
-            except (JournalError, ValueError, TypeError, KeyError):
-                return None  # a damaged log: read from the journals instead
-        return idx
+        try:
+            got = read_index(self.root, self.fs)  # the store's own reader: no lock, nothing written
+        except UnexpectedFileError:
+            return None  # a link (or a FIFO...) where the store keeps its index: never followed
+        return got.sessions if got is not None else None
 
     def _ids(self, where: str) -> list[str]:
         try:
@@ -443,7 +345,7 @@ class ServerStore:
         out: dict[str, Entry] = {}
         for sid, fields in self.catalog.items():
             if sid in names and isinstance(fields, dict):
-                out[sid] = Entry(_info(sid, fields), False)
+                out[sid] = Entry(entry_from_fields(sid, fields), False)
         for sid in names - out.keys():
             info = self._header_info(sid)
             if info is not None:
