@@ -63,6 +63,25 @@ def test_the_reader_reads_what_the_store_lists(tmp_path: pathlib.Path) -> None:
     assert FileStore(store.root)._index() == got.sessions
 
 
+def _compact_once_after(monkeypatch: pytest.MonkeyPatch, step: str, writer: SessionStore) -> list[str]:
+    """Make the reader's ``step`` (a function of journal.session.store) run a writer's compaction
+    once, right after it returns: the interleaving forced, no thread, no timing. The list it
+    returns says whether it ran."""
+    real = getattr(st, step)
+    ran: list[str] = []
+
+    def then_compact(root: str, fs: Any) -> Any:
+        got = real(root, fs)
+        if not ran:
+            ran.append(root)  # first: the compaction's own reading comes here too
+            with writer._locked():
+                writer._compact([])
+        return got
+
+    monkeypatch.setattr(st, step, then_compact)
+    return ran
+
+
 def test_a_compaction_between_the_snapshot_and_the_logs_is_read_again(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, ids = _store(tmp_path, n=1)
@@ -71,23 +90,11 @@ def test_a_compaction_between_the_snapshot_and_the_logs_is_read_again(
     # The log of the snapshot's generation holds the close (open False): what a read of the old
     # snapshot plus the logs left after a compaction would miss.
     assert before.sessions[ids[0]].open is False
-    writer = SessionStore(store.root)
-    real = st._read_snapshot
-    compactions: list[str] = []
-
-    def snapshot_then_compact(root: str, fs: Any) -> Any:
-        got = real(root, fs)
-        if not compactions:  # once: the reader has the old snapshot, then a writer compacts
-            compactions.append(root)  # first: the compaction's own read comes here too
-            with writer._locked():
-                writer._compact([])
-        return got
-
-    monkeypatch.setattr(st, "_read_snapshot", snapshot_then_compact)
+    ran = _compact_once_after(monkeypatch, "_read_snapshot", SessionStore(store.root))
     after = read_index(store.root)
-    assert compactions and after is not None
+    assert ran and after is not None
+    assert after.sessions == before.sessions  # not the old snapshot without its log's updates
     assert after.generation == before.generation + 1  # read again from the new snapshot
-    assert after.sessions == before.sessions
     assert FileStore(store.root)._index() == before.sessions
 
 
@@ -96,21 +103,10 @@ def test_a_log_removed_while_it_is_opened_is_read_again(
     store, _ = _store(tmp_path, n=2)
     expected = read_index(store.root)
     assert expected is not None
-    writer = SessionStore(store.root)
-    real = st._log_generations
-    calls: list[str] = []
-
-    def list_then_compact(root: str, fs: Any) -> list[int]:
-        got = real(root, fs)  # the logs as listed: the compaction then removes the listed one
-        if not calls:
-            calls.append(root)  # first: the compaction's own listing comes here too
-            with writer._locked():
-                writer._compact([])
-        return got
-
-    monkeypatch.setattr(st, "_log_generations", list_then_compact)
+    # The logs as listed; the compaction then removes the listed one before it is opened.
+    ran = _compact_once_after(monkeypatch, "_log_generations", SessionStore(store.root))
     got = read_index(store.root)
-    assert calls and got is not None
+    assert ran and got is not None
     assert got.generation == expected.generation + 1 and got.sessions == expected.sessions
 
 
