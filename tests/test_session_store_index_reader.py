@@ -148,8 +148,8 @@ def test_a_crafted_index_is_read_with_nothing_of_the_wrong_type(tmp_path: pathli
     _write_snapshot(root, generation, {
         a: good,
         b: {**good, "session_id": b, "last_seq": "7", "workspace": ["x"], "open": "yes", "created": 5,
-            "status": None, "parent": {"p": 1}},
-        c: {**good, "session_id": c, "last_seq": 10**30, "fork_seq": -1, "extra": True},
+            "status": None, "parent": {"p": 1}, "fork_seq": -1, "extra": True},
+        c: {**good, "session_id": c, "last_seq": 2**64 - 1},  # every field but this one as the store writes it
         "../../etc": {**good, "session_id": "../../etc"},
         "s0": "not an entry",
     })
@@ -234,3 +234,15 @@ def test_a_link_at_the_index_is_never_followed(tmp_path: pathlib.Path) -> None:
         read_index(store.root)  # the store says so (its listing raises it)
     view = FileStore(store.root).entries()
     assert sorted(view) == ids and not any(e.in_index for e in view.values())  # read from the headers
+
+
+@pytest.mark.parametrize("name", sorted(st._FIELD_RULES))
+def test_the_fast_check_and_the_field_rules_agree(name: str) -> None:
+    """A listing checks an entry with the store's field names in one expression (_as_written);
+    a crafted one field by field (_FIELD_RULES): both must say the same of every value."""
+    good = dict(SessionInfo("s0", "active", {}, None, None, 0).__dict__)
+    ok = st._FIELD_RULES[name][0]
+    values: list[Any] = [None, True, False, 0, 1, -1, st.INDEX_SEQ_MAX, st.INDEX_SEQ_MAX + 1, 1.0, "", "x", {}, [],
+                         {"a": 1}]
+    for v in values:
+        assert st._as_written({**good, name: v}) == ok(v), (name, v)

@@ -739,19 +739,34 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], Any]] = {
 }
 
 
+def _as_written(f: dict[str, Any]) -> bool:
+    """Whether every field of an entry with exactly the store's field names has the type and
+    range the store writes (the rules of _FIELD_RULES, spelled out: a listing checks every entry)."""
+    last, fork = f["last_seq"], f["fork_seq"]
+    created, updated, parent = f["created"], f["updated"], f["parent"]
+    return (type(f["status"]) is str and type(f["workspace"]) is dict and type(f["open"]) is bool
+            and type(last) is int and 0 <= last <= INDEX_SEQ_MAX
+            and (fork is None or (type(fork) is int and 0 <= fork <= INDEX_SEQ_MAX))
+            and (created is None or type(created) is str) and (updated is None or type(updated) is str)
+            and (parent is None or type(parent) is str))
+
+
 def _entry(session_id: str, fields: dict[str, Any]) -> tuple[SessionInfo, bool]:
     """The entry ``fields`` describe, and whether they were exactly as the store writes them."""
-    exact = fields.keys() == _FIELD_NAMES and fields.get("session_id") == session_id
-    values: dict[str, Any] = {"session_id": session_id}
+    exact = fields.keys() == _FIELD_NAMES and fields["session_id"] == session_id
+    if exact and _as_written(fields):
+        info = object.__new__(SessionInfo)  # SessionInfo(**fields) without its cost: a listing makes many
+        info.__dict__.update(fields)
+        return info, True
+    values: dict[str, Any] = {"session_id": session_id}  # crafted: each field checked, defaults for the rest
     for name, (ok, default) in _FIELD_RULES.items():
         v = fields.get(name, _MISSING)
         if v is _MISSING or not ok(v):
-            exact = False
             v = {} if name == "workspace" else default
         values[name] = v
-    info = object.__new__(SessionInfo)  # SessionInfo(**values) without its cost: a listing makes many
+    info = object.__new__(SessionInfo)
     info.__dict__.update(values)
-    return info, exact
+    return info, False
 
 
 def _id_ok(session_id: str) -> bool:
