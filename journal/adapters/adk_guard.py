@@ -111,6 +111,7 @@ from journal.session.toolguard import (
     UnknownCall,
     Verdict,
     args_digest,
+    has_lone_surrogate,
 )
 
 PLUGIN_NAME: Final = "journal_tool_guard"
@@ -163,8 +164,9 @@ def scope_id(app_name: str, user_id: str, session_id: str) -> str:
 
 def guard_call_id(function_call_id: str) -> str:
     """The guard's call id for an ADK function-call id: the id itself when the guard can hold it."""
-    if len(function_call_id.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in function_call_id:
-        return "h" + hashlib.sha256(function_call_id.encode("utf-8")).hexdigest()
+    if (len(function_call_id.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in function_call_id
+            or has_lone_surrogate(function_call_id)):
+        return "h" + hashlib.sha256(function_call_id.encode("utf-8", "surrogatepass")).hexdigest()
     return function_call_id
 
 

@@ -87,6 +87,7 @@ from journal.session.toolguard import (
     UnknownCall,
     Verdict,
     args_digest,
+    has_lone_surrogate,
 )
 
 STAND_IN: Final = "$stands-for:"  # the tool name a stand-in is recorded under, + the earlier call's id
@@ -124,8 +125,8 @@ class CallIdReusedError(ToolGuardError):
 
 def _guard_id(framework_call_id: str) -> str:
     """The guard's call id for the framework's (at most CALL_ID_BYTES_MAX bytes, no "~")."""
-    if not framework_call_id or ATTEMPT_SEP in framework_call_id \
-            or len(framework_call_id.encode("utf-8")) > CALL_ID_BYTES_MAX:
+    if not framework_call_id or ATTEMPT_SEP in framework_call_id or has_lone_surrogate(framework_call_id) \
+            or len(framework_call_id.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX:
         return "h" + args_digest(framework_call_id)
     return framework_call_id
 

@@ -78,6 +78,7 @@ from journal.session.toolguard import (
     ToolGuardError,
     UnknownCall,
     Verdict,
+    has_lone_surrogate,
 )
 
 
@@ -151,8 +152,9 @@ class _Counters:
 
 def _call_id(ns: str, name: str, n: int) -> str:
     call_id = f"{ns}/{name}" + (f"#{n}" if n > 1 else "")
-    if len(call_id.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in call_id:
-        call_id = "h" + hashlib.sha256(call_id.encode("utf-8")).hexdigest()
+    if (len(call_id.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in call_id
+            or has_lone_surrogate(call_id)):
+        call_id = "h" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     return call_id
 
 

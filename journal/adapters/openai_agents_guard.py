@@ -106,6 +106,7 @@ from journal.session.toolguard import (
     UnknownCall,
     Verdict,
     args_digest,
+    has_lone_surrogate,
 )
 
 SESSION_ITEMS_ALL = sys.maxsize  # items: a get_items limit that reads the whole session
@@ -144,7 +145,8 @@ def _key_of(tool: str, args: Any) -> tuple[str, str]:
 
 def _call_id_of(sdk_call_id: str) -> str:
     """The guard's call id for the SDK's (the core takes at most CALL_ID_BYTES_MAX bytes, no "~")."""
-    if len(sdk_call_id.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in sdk_call_id or not sdk_call_id:
+    if (len(sdk_call_id.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in sdk_call_id
+            or not sdk_call_id or has_lone_surrogate(sdk_call_id)):
         return "h" + args_digest(sdk_call_id)
     return sdk_call_id
 

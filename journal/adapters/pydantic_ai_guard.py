@@ -106,6 +106,7 @@ from journal.session.toolguard import (
     ToolGuardError,
     Verdict,
     happened,
+    has_lone_surrogate,
 )
 
 GUARDS_SUFFIX: Final = ".tool-guards"  # the guard's store beside a JournalConversationStore's directory
@@ -148,7 +149,7 @@ def guard_for(store: Any, **options: Any) -> ToolGuard:
 
 def _digest(args: Any) -> str:
     text = json.dumps(args, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _raw_args(part: ToolCallPart) -> Any:
@@ -192,8 +193,8 @@ def call_key(messages: list[ModelMessage], tool_call_id: str) -> tuple[str, Any]
 
 def _fit(key: str) -> str:
     """``key``, or its sha256 when the guard could not take it (too long, or holding the attempt mark)."""
-    if len(key.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in key:
-        return f"{_KEY_PREFIX}:h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    if len(key.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in key or has_lone_surrogate(key):
+        return f"{_KEY_PREFIX}:h" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return key
 
 

@@ -91,6 +91,7 @@ from journal.session.toolguard import (
     UnknownCall,
     Verdict,
     args_digest,
+    has_lone_surrogate,
     journal_name,
 )
 
@@ -120,8 +121,9 @@ def scope_id(session_id: str, agent_id: str) -> str:
 
 def guard_call_id(tool_use_id: str) -> str:
     """The guard's call id for a toolUseId: the id itself when the guard can hold it."""
-    if not tool_use_id or len(tool_use_id.encode("utf-8")) > CALL_ID_BYTES_MAX or ATTEMPT_SEP in tool_use_id:
-        return "h" + hashlib.sha256(tool_use_id.encode("utf-8")).hexdigest()
+    if (not tool_use_id or len(tool_use_id.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX
+            or ATTEMPT_SEP in tool_use_id or has_lone_surrogate(tool_use_id)):
+        return "h" + hashlib.sha256(tool_use_id.encode("utf-8", "surrogatepass")).hexdigest()
     return tool_use_id
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -221,10 +222,22 @@ def _guarded(side_effect: str, idempotency: str) -> bool:
     return side_effect not in SIDE_EFFECT_FREE and idempotency != "safe"
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str every surrogate is a lone one
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone UTF-16 surrogate (no UTF-8 form: an id the guard hashes)."""
+    return _LONE_SURROGATE.search(text) is not None
+
+
 def _canonical(value: Any) -> tuple[Any, str]:
     """``value`` as JSON (objects JSON cannot hold become their repr) and the sha256 of its text."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
-    return json.loads(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # A lone surrogate (a model's output cut mid-emoji) is text no journal stores: the value kept
+    # reads it as U+FFFD, as a UTF-8 decoder reads a cut character, while the digest is taken of
+    # the exact text (surrogatepass), so two calls that differ only there still differ.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return json.loads(_LONE_SURROGATE.sub("\ufffd", text)), digest
 
 
 def args_digest(args: Any) -> str:
@@ -306,11 +319,13 @@ class GuardScope:
     def before(self, call_id: str, tool: str, args: Any = None, *, side_effect: str = "external-write",
                idempotency: str = "unsafe") -> Decision:
         """What to do with call ``call_id`` now; syncs its intent when it is to run."""
-        if (not isinstance(call_id, str) or not call_id or len(call_id.encode("utf-8")) > CALL_ID_BYTES_MAX
-                or ATTEMPT_SEP in call_id):
-            # "~" marks attempts: a call id holding it could name another call's attempt.
-            raise ValueError(f"call_id must be a non-empty string of at most {CALL_ID_BYTES_MAX} bytes without "
-                             f"{ATTEMPT_SEP!r}, not {call_id!r} (hash a longer or other id)")
+        if (not isinstance(call_id, str) or not call_id
+                or len(call_id.encode("utf-8", "surrogatepass")) > CALL_ID_BYTES_MAX
+                or ATTEMPT_SEP in call_id or has_lone_surrogate(call_id)):
+            # "~" marks attempts: a call id holding it could name another call's attempt. A lone
+            # surrogate is no UTF-8: the envelope could not keep the id as given.
+            raise ValueError(f"call_id must be a non-empty UTF-8 string of at most {CALL_ID_BYTES_MAX} bytes "
+                             f"without {ATTEMPT_SEP!r}, not {call_id!r} (hash a longer or other id)")
         with self._lock:
             call = self._calls.get(call_id)
             if call is None or not call.attempts:
@@ -342,7 +357,7 @@ class GuardScope:
         n = len(call.attempts) + 1 if call is not None else 1
         attempt = call_id if n == 1 else f"{call_id}{ATTEMPT_SEP}{n}"
         shown, digest = _canonical(args)
-        if len(json.dumps(shown, ensure_ascii=False).encode("utf-8")) > ARGS_INLINE_BYTES_MAX:
+        if len(json.dumps(shown, ensure_ascii=False).encode("utf-8", "surrogatepass")) > ARGS_INLINE_BYTES_MAX:
             shown = {"truncated": True, "prefix": json.dumps(shown, ensure_ascii=False)[:1024]}
         data = {"tool": tool, "args": shown, "argsDigest": digest, "sideEffect": side_effect,
                 "idempotency": idempotency, "callId": call_id, "attempt": n}
@@ -376,7 +391,7 @@ class GuardScope:
         value, _ = _canonical(result)
         if self.artifacts is None:
             return value
-        raw = json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        raw = json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogatepass")
         if len(raw) <= RESULT_INLINE_BYTES_MAX:
             return value
         return {ARTIFACT_KEY: self.artifacts.put(raw)}
@@ -553,5 +568,5 @@ class ToolGuard:
 __all__ = [
     "ABANDON", "ANSWER_OPTIONS", "RUN_AGAIN", "Answer", "AnswerConflictError", "CallRunningError", "Decision",
     "GuardScope", "IntentNotSavedError", "NotUnknownError", "ScopeMismatchError", "ToolGuard", "ToolGuardError",
-    "UnknownCall", "Verdict", "args_digest", "happened", "journal_name",
+    "UnknownCall", "Verdict", "args_digest", "happened", "has_lone_surrogate", "journal_name",
 ]
