@@ -11,6 +11,7 @@ says what a runtime resuming the session would be told.
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,14 +88,26 @@ def usage_of(data: Any) -> dict[str, float]:
         for src, dst in (("input_tokens", "in"), ("inputTokens", "in"), ("prompt_tokens", "in"),
                          ("output_tokens", "out"), ("outputTokens", "out"), ("completion_tokens", "out"),
                          ("cost", "cost"), ("costUsd", "cost"), ("cost_usd", "cost")):
-            v = u.get(src)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[dst] = out.get(dst, 0) + float(v)
+            v = _number(u.get(src))
+            if v is not None:
+                out[dst] = out.get(dst, 0) + v
     for src in ("cost", "costUsd"):
-        v = data.get(src)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and "cost" not in out:
-            out["cost"] = float(v)
+        v = _number(data.get(src))
+        if v is not None and "cost" not in out:
+            out["cost"] = v
     return out
+
+
+def _number(v: Any) -> float | None:
+    """A JSON number as a finite float, or None: a crafted int past the float range (10**400)
+    would raise OverflowError in whatever folds it, and stop the indexer's pass there."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 @dataclass

@@ -92,9 +92,11 @@ class Context:
 def _usage_chips(u: dict[str, float]) -> str:
     out = []
     if "in" in u:
-        out.append(f'<span class="chip">in {int(u["in"]):,} tok</span>')
+        # Formatted as floats: finite counts can still sum past the float range (to inf),
+        # which int() would refuse with OverflowError.
+        out.append(f'<span class="chip">in {u["in"]:,.0f} tok</span>')
     if "out" in u:
-        out.append(f'<span class="chip">out {int(u["out"]):,} tok</span>')
+        out.append(f'<span class="chip">out {u["out"]:,.0f} tok</span>')
     if "cost" in u:
         out.append(f'<span class="chip">${u["cost"]:.4f}</span>')
     return "".join(out)
