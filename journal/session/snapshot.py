@@ -547,6 +547,16 @@ def tail_items(
         raise SnapshotMismatchError(exc.why) from None
 
 
+class SnapshotTooLargeError(SessionError, ValueError):
+    """A session snapshot larger than SNAPSHOT_BYTES_MAX, which an open would refuse: not saved."""
+
+    def __init__(self, where: str, size: int) -> None:
+        super().__init__(f"the session snapshot for {where!r} would be {size} bytes, over the "
+                         f"{SNAPSHOT_BYTES_MAX} byte limit an open reads; not saved (opens replay from the last "
+                         "one saved)")
+        self.size = size
+
+
 class SnapshotMismatchError(SessionError):
     """Found while reading the tail: the snapshot does not belong to this log (a fallback)."""
 
@@ -558,6 +568,10 @@ class SnapshotMismatchError(SessionError):
 def save_session(fs: FileSystem | None, path: SnapshotSource, saved: SavedSession, parts: list[bytes]) -> None:
     """Replace the session snapshot atomically (the old one or the new one after a crash)."""
     data = encode_session(saved, parts)
+    if len(data) > SNAPSHOT_BYTES_MAX:
+        # read_session refuses such a file: saving it would replace a usable snapshot by one
+        # every later open replays past (and write it again at every save).
+        raise SnapshotTooLargeError(where_of(path), len(data))
     if isinstance(path, SnapshotSlot):
         path.store(data)
         return
