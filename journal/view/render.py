@@ -357,19 +357,28 @@ def branch_tree(s: Summary) -> str:
         on_path.add(at)
         at = parent_of.get(at)
 
+    # Each id is drawn once, however many records name it: children are found by id, so a
+    # crafted journal repeating ids would otherwise have a subtree drawn once per record naming
+    # its root, a count doubling per level (2^200 nodes from three records whose id is its own parent).
+    drawn: set[str] = set()
+
     def node(e: list[Any], depth: int) -> str:
         # A straight run of single children is drawn as one line, so a long branch stays short.
         run = [e]
-        while len(kids.get(run[-1][0], [])) == 1 and depth + len(run) < 200:
+        drawn.add(e[0])
+        while len(kids.get(run[-1][0], [])) == 1 and depth + len(run) < 200 \
+                and kids[run[-1][0]][0][0] not in drawn:
             run.append(kids[run[-1][0]][0])
+            drawn.add(run[-1][0])
         cls = ' class="here"' if run[-1][0] == s.branch_leaf else (' class="path"' if run[-1][0] in on_path else "")
         label = (f'<a href="#e{int(run[0][2])}">{esc(run[0][0])}</a>' if len(run) == 1 else
                  f'<a href="#e{int(run[0][2])}">{esc(run[0][0])}</a> … <a href="#e{int(run[-1][2])}">'
                  f"{esc(run[-1][0])}</a> <span class=\"dim\">({len(run)})</span>")
-        sub = "".join(node(c, depth + len(run)) for c in kids.get(run[-1][0], [])) if depth < 200 else ""
+        sub = "".join(node(c, depth + len(run)) for c in kids.get(run[-1][0], []) if c[0] not in drawn) \
+            if depth < 200 else ""
         return f"<li{cls}>{label}" + (f'<ul class="tree">{sub}</ul>' if sub else "") + "</li>"
 
-    roots = "".join(node(e, 0) for e in kids.get(None, []))
+    roots = "".join(node(e, 0) for e in kids.get(None, []) if e[0] not in drawn)
     leaves = sum(1 for e in s.branch_entries if e[0] not in kids)
     return (f'<h2>Branches</h2><p class="dim">{len(s.branch_entries)} entries, {leaves} leaves; leaf '
             f'{esc(s.branch_leaf or "-")}</p><ul class="tree branches">{roots}</ul>')
