@@ -350,7 +350,9 @@ def fork(
         own = os.path.join(parent_path, FORK_SNAPSHOT_NAME)
         # Checked by resume like any snapshot (reducer, the digest of the record it was made
         # after, the session of every later event); one that does not match is replayed past.
-        snapshot = own if fs.exists(own) else None
+        # A fork makes this name in its child: a symbolic link there was planted and is not
+        # followed (it would read a file outside the journal, up to the snapshot size limit).
+        snapshot = own if fs.exists(own) and not fs.is_link(own) else None
     with journal.open(parent_path, readonly=True, fs=fs, **limit) as pj:
         plan = plan_fork(pj, at_seq, session_id=session_id, origin=origin, workspace=workspace, registry=registry,
                          snapshot=snapshot, fs=fs, time=time)
