@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from journal.session.store import SessionStore
 from journal.view.model import Summary
 from journal.view.render import branch_tree
@@ -62,3 +64,16 @@ def test_a_branch_tree_whose_entry_ids_repeat_draws_each_entry_once() -> None:
     s2.branch_entries = [["X", None, 1], ["X", "X", 2], ["X", "X", 3]]
     s2.branch_leaf = "X"
     assert branch_tree(s2).count("<li") <= 3
+
+
+def test_a_lone_journals_search_index_is_never_written_inside_its_directory(tmp_path: Path) -> None:
+    from journal.session import open as open_session
+    from journal.view.searchindex import CacheLocationError
+
+    path = tmp_path / "lone"
+    with open_session(str(path), create=True) as s:
+        s.append("user.message", {"text": "hello"})
+    before = sorted(p.name for p in path.iterdir())
+    with pytest.raises(CacheLocationError):
+        Viewer(open_source(str(path)), str(path / "cache"), index_in_background=False)
+    assert sorted(p.name for p in path.iterdir()) == before  # no cache directory made in the journal's

@@ -53,7 +53,7 @@ from journal.view.render import (
     store_row,
 )
 from journal.view.searchindex import SNIPPET_CLOSE, SNIPPET_OPEN, Indexer, SearchIndex
-from journal.view.source import Entry, FileStore, Source, UnknownSessionError
+from journal.view.source import Entry, FileStore, SingleJournal, Source, UnknownSessionError
 
 TOKEN_BYTES = 32
 PAGE_EVENTS = 200  # events rendered per timeline page
@@ -99,7 +99,9 @@ class Viewer:
     def __init__(self, source: Source, cache_dir: str, rebuild_index: bool = False, index_in_background: bool = True):
         self.source = source
         root = source.root if isinstance(source, FileStore) else None
-        self.index = SearchIndex(cache_dir, root, rebuild=rebuild_index)
+        # The index is kept outside whatever the viewer reads: a store, or a lone local journal's directory.
+        local = source.target if isinstance(source, SingleJournal) and not source.remote else None
+        self.index = SearchIndex(cache_dir, root or local, rebuild=rebuild_index)
         where = {"journal": "a single journal", "server": "a server store"}.get(source.kind, source.kind)
         self.artifacts = ArtifactReader(root, where)
         self.token = secrets.token_urlsafe(TOKEN_BYTES)
