@@ -376,7 +376,16 @@ def _merge(fs: FileSystem, members: list[_Whole], dst_dir: str) -> int:
                     raise_for_stop(res, m.name, os.path.dirname(m.path), last)
                 raise CorruptionError(m.name, m.seal.seal_offset, last,
                                       f"its frames end at seq {last}, its seal says {m.seal.last_seq}")
-            keys.extend(m.seal.keys)
+            for seq, key in m.seal.keys:
+                # A seal's keys come from disk (its checksum can be made to match): one outside
+                # the member's seqs or of no length is a damaged source, said so here, before
+                # the merged seal's encoder takes it for a bug of its own.
+                if not (m.header.base_seq <= seq <= m.seal.last_seq and 1 <= len(key) <= fmt.IDEMPOTENCY_KEY_BYTES_MAX):
+                    raise CorruptionError(m.name, m.seal.seal_offset, seq,
+                                          f"seal footer lists a {len(key)}-byte idempotency key at seq {seq}, "
+                                          f"(its seqs are {m.header.base_seq}..{m.seal.last_seq}, a key 1 to "
+                                          f"{fmt.IDEMPOTENCY_KEY_BYTES_MAX} bytes)")
+                keys.append((seq, key))
         payload = fmt.encode_seal_payload(last - header.base_seq + 1, header.base_seq, last, interval, index, pos, keys)
         seal = fmt.encode_frame(last, fmt.KIND_SEAL, len(payload), payload, header.salt)
         write_all(out, seal, pos)
