@@ -510,10 +510,15 @@ def read_session(path: SnapshotSource, fs: FileSystem | None = None) -> tuple[Sa
         size = f.size()
         if size > SNAPSHOT_BYTES_MAX:
             raise SnapshotDamagedError(p, f"{size} bytes is over the {SNAPSHOT_BYTES_MAX} byte limit")
-        data = pread_upto(f, min(size, HEAD_READ_BYTES), 0)
+        want = min(size, HEAD_READ_BYTES)
+        data = pread_upto(f, want, 0)
         end = data.find(b"\n", len(SESSION_MAGIC))
-        if (end < 0 or len(data) < end + 24) and len(data) < size:
-            data = pread_upto(f, size, 0)  # a head longer than the first read
+        while (end < 0 or len(data) < end + 24) and len(data) == want < size:
+            # A head longer than the first read: read on, doubling, until its checksum line is
+            # in hand, never the whole file at once (its history parts can be most of 2 GiB).
+            want = min(size, 2 * want if end < 0 else end + 24)
+            data = pread_upto(f, want, 0)
+            end = data.find(b"\n", len(SESSION_MAGIC))
         saved, spans = _decode_head(data, size, p)
     except BaseException:
         f.close()
