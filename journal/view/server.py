@@ -466,7 +466,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def _end_if_body(self) -> None:
+        """A request body is never read here, and an unread one would be parsed as the next
+        request of a kept-alive connection (one of another page's writing, in a form it posts):
+        a request that has one ends its connection after the answer."""
+        if self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers:
+            self.close_connection = True
+
     def do_POST(self) -> None:
+        self._end_if_body()
         self._plain(HTTPStatus.METHOD_NOT_ALLOWED, "the viewer only reads: GET and HEAD")
 
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
@@ -518,6 +526,7 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def do_GET(self) -> None:
+        self._end_if_body()
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         if not self._allowed(query):
