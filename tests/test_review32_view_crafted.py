@@ -77,3 +77,30 @@ def test_a_lone_journals_search_index_is_never_written_inside_its_directory(tmp_
     with pytest.raises(CacheLocationError):
         Viewer(open_source(str(path)), str(path / "cache"), index_in_background=False)
     assert sorted(p.name for p in path.iterdir()) == before  # no cache directory made in the journal's
+
+
+def test_a_session_the_indexer_fails_on_stops_only_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any fault folding one crafted session (the float overflow above was one) is said for that
+    # session; the pass goes on to the others, which stay searchable.
+    from journal.view import model
+
+    store = SessionStore(str(tmp_path / "store"))
+    for sid in ("good1", "good2", "bad"):  # the last updated is indexed first
+        with store.create(workspace={"path": "/w"}, session_id=sid) as s:
+            s.append("user.message", {"text": f"{sid} heron"})
+    feed = model.Folder.feed
+
+    def failing(self: model.Folder, rec: object) -> model.Item:
+        it = feed(self, rec)  # type: ignore[arg-type]
+        if it.raw.get("sessionId") == "bad" or it.data.get("text") == "bad heron":
+            raise RuntimeError("a fault folding this session")
+        return it
+
+    monkeypatch.setattr(model.Folder, "feed", failing)
+    viewer = Viewer(open_source(str(tmp_path / "store")), str(tmp_path / "cache"), index_in_background=False)
+    try:
+        viewer.indexer.one_pass()
+        assert set(viewer.summaries()) == {"good1", "good2"}
+        assert "a fault folding this session" in viewer.indexer.errors["bad"]
+    finally:
+        viewer.close()

@@ -271,6 +271,7 @@ class Indexer(threading.Thread):
                 # A live session's index entry lags its journal: its journal is asked.
                 self.index.update_session(self.source, e.session_id, None if e.live else e.info.last_seq)
                 self.errors.pop(e.session_id, None)
-            except (JournalError, OSError) as exc:
-                self.errors[e.session_id] = str(exc)
+            except Exception as exc:  # crafted bytes of one session never stop the others' indexing
+                self.errors[e.session_id] = str(exc) if isinstance(exc, (JournalError, OSError)) else \
+                    f"{type(exc).__name__}: {exc}"
             self.done += 1
