@@ -23,6 +23,7 @@ from journal.view.model import ARGS_CHARS_MAX, TEXT_CHARS_MAX, Item, Summary, ou
 from journal.view.source import Entry
 
 ARTIFACT_REFS_SHOWN_MAX = 20  # artifact references linked per event; the rest are counted
+FILE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 COLLAPSE_LINES = 12  # a text longer than this many lines (or TEXT_CHARS_MAX/4 chars) starts collapsed
 
 
@@ -413,7 +414,10 @@ def page(title: str, body: str, kind: str, extra_attrs: dict[str, str] | None = 
     """A whole page: the style and script from the package (or inlined, for a standalone file)."""
     attrs = "".join(f' data-{k}="{esc(v)}"' for k, v in (extra_attrs or {}).items())
     if inline:
-        head = f"<style>{assets.STYLE_CSS}</style>"
+        # Opened from disk there is no server to send a policy: the page holds its own, allowing
+        # its inlined style and nothing else (it has no script), so an escaping slip never runs.
+        head = (f'<meta http-equiv="Content-Security-Policy" content="{FILE_CSP}">'
+                f"<style>{assets.STYLE_CSS}</style>")
     else:
         head = ('<link rel="stylesheet" href="/static/style.css">'
                 '<script src="/static/app.js" defer></script>')
