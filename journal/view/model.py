@@ -27,6 +27,7 @@ from journal.session.state import SessionState
 TITLE_CHARS_MAX = 160
 TEXT_CHARS_MAX = 4000  # a message's or result's text shown before "show all" (the rest on demand)
 ARGS_CHARS_MAX = 2000
+JSON_TEXT_CHARS_MAX = 64 * 1024  # of a non-text value shown or indexed as indented JSON
 STATE_BYTES_MAX = 4 * 1024 * 1024  # a gate state larger than this compressed is not cached: replayed instead
 BRANCH_ENTRIES_MAX = 5000  # branch-tree entries a summary keeps (the page draws the tree from them)
 
@@ -74,8 +75,22 @@ def output_of(data: Any) -> str:
         if isinstance(v, str):
             return v
         if v is not None:
-            return json.dumps(v, ensure_ascii=False, indent=1, default=str)
+            return json_text(v)
     return ""
+
+
+def json_text(value: Any, chars_max: int = JSON_TEXT_CHARS_MAX) -> str:
+    """``value`` as indented JSON, its first ``chars_max`` characters, written only that far:
+    indenting puts each value after as many spaces as it is deep, so a small record nested deep
+    is many times larger written whole (16 MiB nested 900 deep: some 7 GB)."""
+    out: list[str] = []
+    n = 0
+    for chunk in json.JSONEncoder(ensure_ascii=False, indent=1, default=str).iterencode(value):
+        out.append(chunk)
+        n += len(chunk)
+        if n >= chars_max:
+            break
+    return "".join(out)[:chars_max]
 
 
 def usage_of(data: Any) -> dict[str, float]:

@@ -9,7 +9,6 @@ a JSON string through ``json.dumps`` into a data attribute, escaped too), never 
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
@@ -19,7 +18,16 @@ from urllib.parse import quote
 from journal.session.artifacts import SCHEME, refs_in
 from journal.view import assets
 from journal.view.artifacts import UNAVAILABLE, VERIFIED, ArtifactReader
-from journal.view.model import ARGS_CHARS_MAX, TEXT_CHARS_MAX, Item, Summary, output_of, text_of, usage_of
+from journal.view.model import (
+    ARGS_CHARS_MAX,
+    TEXT_CHARS_MAX,
+    Item,
+    Summary,
+    json_text,
+    output_of,
+    text_of,
+    usage_of,
+)
 from journal.view.source import Entry
 
 ARTIFACT_REFS_SHOWN_MAX = 20  # artifact references linked per event; the rest are counted
@@ -205,9 +213,7 @@ def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, lis
         body = f'<pre class="text dim">{esc(text_of(d)[:200])}</pre>'
     elif t == "tool.requested":
         args = d.get("args", d.get("arguments"))
-        text = json.dumps(args, ensure_ascii=False, indent=1, default=str) if args is not None else "{}"
-        if len(text) > ARGS_CHARS_MAX * 4:
-            text = text[: ARGS_CHARS_MAX * 4]
+        text = json_text(args, ARGS_CHARS_MAX * 4) if args is not None else "{}"
         meta = " ".join(f'<span class="chip">{esc(k)}: {esc(d[k])}</span>' for k in ("sideEffect", "idempotency")
                         if isinstance(d.get(k), str))
         body = f'<p class="meta">{meta}</p>' + _text_block(text, "args", it.seq, sid)
@@ -255,8 +261,7 @@ def render_item(it: Item, ctx: Context, sid: str | None, children: dict[int, lis
     elif not it.synthetic:  # a closer's fields are said in words by _closer_note
         shown = {k: v for k, v in d.items() if k not in ("entryId", "parentId", "import")}
         if shown:
-            body = _text_block(json.dumps(shown, ensure_ascii=False, indent=1, default=str)[:ARGS_CHARS_MAX * 4],
-                               "json", it.seq, sid)
+            body = _text_block(json_text(shown, ARGS_CHARS_MAX * 4), "json", it.seq, sid)
     if it.synthetic and not t.startswith("tool."):
         body = _closer_note(it) + body
     body += artifact_block(d, artifacts)
