@@ -54,3 +54,42 @@ def test_a_deep_tool_output_is_indexed_in_bounded_memory() -> None:
     got: list[str] = []
     assert _peak(lambda: got.append(output_of({"output": deep}))) < PEAK_BYTES_MAX
     assert got[0].startswith("[\n [\n")
+
+
+def test_the_whole_event_route_answers_in_about_the_records_size(tmp_path: Any) -> None:
+    # The route that serves an event whole gives it as compact JSON: indented, the same record
+    # came back 130 times its size.
+    import http.client
+    import threading
+
+    from journal.session import open as open_session
+    from journal.view.server import Viewer, ViewerServer
+    from journal.view.source import open_source
+
+    path = str(tmp_path / "lone")
+    deep = _deep()
+    with open_session(path, create=True) as s:
+        seq = s.append("tool.requested", {"tool": "t", "args": deep}, tool_call_id="c1").event.seq
+    record_chars = len(json.dumps(deep))
+    srv = ViewerServer(Viewer(open_source(path), str(tmp_path / "cache"), index_in_background=False))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        (sid,) = srv.viewer.entries()
+        port = srv.server_address[1]
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", f"/api/session/{sid}/event/{seq}?token={srv.viewer.token}",
+                  headers={"Host": f"127.0.0.1:{port}"})
+        r = c.getresponse()
+        r.read()
+        cookie = (r.getheader("Set-Cookie") or "").split(";", 1)[0]
+        c.request("GET", f"/api/session/{sid}/event/{seq}", headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200
+        assert json.loads(body)["event"]["data"]["args"] == deep
+        assert len(body) < 2 * record_chars
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(10)

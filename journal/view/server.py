@@ -690,8 +690,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._plain(HTTPStatus.NOT_FOUND, f"no record at seq {seq}")
                 return
             it = item_of(rec)
+        # Compact: indented, a record nested deep grows by its depth (16 MiB 900 deep: some 7 GB).
         self._send(200, "application/json", json.dumps({"seq": it.seq, "synthetic": it.synthetic,
-                                                        "event": it.raw}, indent=1, default=str).encode())
+                                                        "event": it.raw}, default=str).encode())
 
     def _stream(self, sid: str, after: int, groups: set[str] | None, tool: str) -> None:
         """Server-Sent Events: each record committed after ``after``, rendered, as it comes (the
