@@ -511,11 +511,6 @@ class Journal(Writer):
             f.fdatasync()
         self._active_size = decision.valid_end
         self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
-        if not decision.sealed:
-            # Both branches above fdatasync'd the live segment up to its end: the first frame
-            # this writer appends there may carry FLAG_AFTER_SYNC (docs/FORMAT.md), so damage in
-            # a previous writer's last batch followed by this writer's first append is refused.
-            self._synced_at = (f, decision.valid_end)
         self._active_count = live_records
         self._index = []
         self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
