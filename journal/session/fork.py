@@ -48,6 +48,8 @@ PREVIEW_CHARS = 60
 # of that child checks its fork point from there and reads only the child's own events, so a
 # chain of forks does not read the whole chain again at each step.
 FORK_SNAPSHOT_NAME = "journal.fork" + SNAPSHOT_SUFFIX
+# The lock file in a fork's temp directory, held until the rename (removed from the child then).
+BUILD_LOCK_NAME = ".fork-build.lock"
 NEAREST_MAX = 3  # clean points named on each side in a refusal
 
 # role -> (structure kind, envelope attribute or data key holding its id, +1 opens / -1 closes / 0 neither)
@@ -361,11 +363,32 @@ def fork(
         tmp_prefix = f".{os.path.basename(child_path)}.fork-"
         # A fork of this child that crashed before its rename left its temp directory: a copy of
         # the parent's prefix (or links to it) and nothing else, never renamed, never trusted.
+        # A fork of the same name still running (a caller retrying one it thinks lost) has one
+        # that looks the same: it holds the lock file in it until its rename, and is left alone
+        # (removing files of its build would publish a child without its prefix).
         for stale in fs.listdir(parent_dir):
-            if stale.startswith(tmp_prefix):
-                remove_tree(fs, os.path.join(parent_dir, stale))
+            if not stale.startswith(tmp_prefix):
+                continue
+            path = os.path.join(parent_dir, stale)
+            try:
+                held = fs.try_lock(os.path.join(path, BUILD_LOCK_NAME))
+            except FileNotFoundError:
+                continue  # renamed into place meanwhile
+            if held is None:
+                continue  # being built right now
+            try:
+                remove_tree(fs, path)
+            finally:
+                held.release()
         tmp = os.path.join(parent_dir, f"{tmp_prefix}{uuid.uuid4().hex[:8]}")
         fs.mkdir(tmp)
+        try:
+            build = fs.try_lock(os.path.join(tmp, BUILD_LOCK_NAME))
+        except BaseException:
+            remove_tree(fs, tmp)
+            raise
+        if build is None:  # another fork's cleanup took it first: it removes this directory
+            raise SessionError(f"a fork into {child_path!r} is running beside this one; fork again when it is done")
         try:
             if not isinstance(pj, PrefixCopier):
                 raise SessionError(f"the journal of {parent_path!r} cannot copy its prefix: forks need a backend "
@@ -396,7 +419,12 @@ def fork(
             fs.rename(tmp, child_path)
         except BaseException:
             remove_tree(fs, tmp)
+            build.release()
             raise
+        try:  # renamed with the build: the child's, now, and no lock of a journal
+            fs.unlink(os.path.join(child_path, BUILD_LOCK_NAME))
+        finally:
+            build.release()
     fs.fsync_dir(os.path.dirname(os.path.abspath(child_path)))
     return ForkResult(child_path, plan.session_id, plan.parent_session_id, at_seq, plan.depth, origin, out.seq,
                       storage, plan.checked_from_seq, plan.snapshot_reason)
