@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from journal.cli.common import OK, int_at_least
 
@@ -41,10 +43,17 @@ def run(args: argparse.Namespace) -> int:
         import webbrowser
 
         webbrowser.open(server.url)
+    # Ctrl-C (and SIGTERM) ask the serving loop to stop, from a thread of their own: a
+    # KeyboardInterrupt raised wherever the main thread happens to be (inside a request's thread
+    # start, a lock) can leave the interpreter unable to exit.
+    def stop(_signum: int, _frame: object) -> None:
+        threading.Thread(target=server.shutdown, name="journal-view-stop", daemon=True).start()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.server_close()
     return OK
