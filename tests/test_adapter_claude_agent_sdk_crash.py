@@ -19,8 +19,9 @@ pytest.importorskip("claude_agent_sdk")
 
 from journal.adapters import claude_agent_sdk as adapter
 from journal.crashsim import campaign
-from journal.crashsim.workloads import WORKLOADS, claude_sdk
+from journal.crashsim.workloads import claude_sdk
 from tests.conftest import report_count
+from tests.on_demand_workloads import failures, registered_for_module
 
 CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
 STATES = 2_000 if CAMPAIGN else 200
@@ -31,16 +32,8 @@ SEED = int(os.environ.get("JOURNAL_CRASH_SEED", "0"))
 def registered() -> Iterator[tuple[str, ...]]:
     """The workload, registered for this module only (other tests' runs of every registered
     workload must not pick it up)."""
-    names = claude_sdk.register()
-    try:
-        yield names
-    finally:
-        for name in names:
-            WORKLOADS.pop(name, None)
+    yield from registered_for_module(claude_sdk.register)
 
-
-def _report(tally: campaign.Tally) -> str:
-    return "\n".join(f"seed {f.seed} ({f.saved_to}): {f.violations[:2]}" for f in tally.failures[:3])
 
 
 @pytest.mark.parametrize("model", ["psow", "npsow"])
@@ -48,7 +41,7 @@ def test_power_loss_in_the_middle_of_appends(registered: tuple[str, ...], model:
     assert registered == (claude_sdk.NAME,)
     (tally,) = campaign.run_campaign([claude_sdk.NAME], [model], STATES, SEED, save_dir=str(tmp_path))
     assert tally.states >= STATES, f"{model}: {tally.states} distinct states in {tally.runs} runs"
-    assert tally.violations == 0, _report(tally)
+    assert tally.violations == 0, failures(tally)
     report_count(f"Claude Agent SDK store crash states ({model})", tally.states)
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from journal.crashsim import campaign
-from journal.crashsim.workloads import WORKLOADS
 from journal.crashsim.workloads import guard_agent_framework as gaf
 from journal.session.toolguard import GuardScope
+from tests.on_demand_workloads import failures, registered_for_module
 
 CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
 STATES = 2_000 if CAMPAIGN else 200
@@ -34,16 +34,8 @@ pytest.importorskip("agent_framework", reason="the agent-framework extra is not 
 
 @pytest.fixture(scope="module")
 def registered() -> Iterator[tuple[str, ...]]:
-    names = gaf.register()
-    try:
-        yield names
-    finally:
-        for name in names:
-            WORKLOADS.pop(name, None)
+    yield from registered_for_module(gaf.register)
 
-
-def _report(tally: campaign.Tally) -> str:
-    return "\n".join(f"seed {f.seed} ({f.saved_to}): {f.violations[:2]}" for f in tally.failures[:3])
 
 
 @pytest.mark.parametrize("model", ["psow", "npsow"])
@@ -52,7 +44,7 @@ def test_power_loss_over_the_agent_framework_guard(registered: tuple[str, ...], 
     assert registered == (gaf.NAME,)
     (tally,) = campaign.run_campaign([gaf.NAME], [model], STATES, SEED, save_dir=str(tmp_path))
     assert tally.states >= STATES, f"{model}: {tally.states} distinct states in {tally.runs} runs"
-    assert tally.violations == 0, _report(tally)
+    assert tally.violations == 0, failures(tally)
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from journal.crashsim import campaign
-from journal.crashsim.workloads import WORKLOADS
 from journal.crashsim.workloads import guard_frameworks as gf
 from journal.session.toolguard import GuardScope
+from tests.on_demand_workloads import failures, registered_for_module
 
 CAMPAIGN = os.environ.get("JOURNAL_CAMPAIGN") == "1"
 STATES = 2_000 if CAMPAIGN else 200  # per workload and model, like the toolguard workload
@@ -35,16 +35,8 @@ FRAMEWORK = {"guard-langgraph": "langgraph", "guard-openai-agents": "agents", "g
 def registered() -> Iterator[tuple[str, ...]]:
     """The framework workloads, registered for this module only (other tests' runs of every
     registered workload must not pick them up)."""
-    names = gf.register()
-    try:
-        yield names
-    finally:
-        for name in names:
-            WORKLOADS.pop(name, None)
+    yield from registered_for_module(gf.register)
 
-
-def _report(tally: campaign.Tally) -> str:
-    return "\n".join(f"seed {f.seed} ({f.saved_to}): {f.violations[:2]}" for f in tally.failures[:3])
 
 
 def test_every_framework_has_a_workload() -> None:
@@ -59,7 +51,7 @@ def test_power_loss_over_a_framework_guard(registered: tuple[str, ...], name: st
     assert name in registered
     (tally,) = campaign.run_campaign([name], [model], STATES, SEED, save_dir=str(tmp_path))
     assert tally.states >= STATES, f"{name}/{model}: {tally.states} distinct states in {tally.runs} runs"
-    assert tally.violations == 0, _report(tally)
+    assert tally.violations == 0, failures(tally)
 
 
 @pytest.fixture

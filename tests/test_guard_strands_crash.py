@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from journal.crashsim import campaign
-from journal.crashsim.workloads import WORKLOADS
 from journal.crashsim.workloads import guard_strands as gs
 from journal.session.toolguard import GuardScope
 from tests.guard_harness import missing_framework_reason
+from tests.on_demand_workloads import failures, registered_for_module
 
 pytest.importorskip("strands", reason=missing_framework_reason("strands", "strands"))
 
@@ -36,16 +36,8 @@ SEED = int(os.environ.get("JOURNAL_CRASH_SEED", "0"))
 def registered() -> Iterator[tuple[str, ...]]:
     """The workload, registered for this module only (other tests' runs of every registered
     workload must not pick it up)."""
-    names = gs.register()
-    try:
-        yield names
-    finally:
-        for name in names:
-            WORKLOADS.pop(name, None)
+    yield from registered_for_module(gs.register)
 
-
-def _report(tally: campaign.Tally) -> str:
-    return "\n".join(f"seed {f.seed} ({f.saved_to}): {f.violations[:2]}" for f in tally.failures[:3])
 
 
 @pytest.mark.parametrize("model", ["psow", "npsow"])
@@ -53,7 +45,7 @@ def test_power_loss_over_the_strands_guard(registered: tuple[str, ...], model: s
     assert registered == (gs.NAME,)
     (tally,) = campaign.run_campaign([gs.NAME], [model], STATES, SEED, save_dir=str(tmp_path))
     assert tally.states >= STATES, f"{model}: {tally.states} distinct states in {tally.runs} runs"
-    assert tally.violations == 0, _report(tally)
+    assert tally.violations == 0, failures(tally)
 
 
 def test_catches_a_guard_whose_intent_is_not_synced(registered: tuple[str, ...],
