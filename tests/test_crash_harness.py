@@ -38,6 +38,8 @@ STATES: dict[str, int] = {
     "session-repair": STATES_PER_PAIR,
     "session-fork": 6_000 if CAMPAIGN else 600,
     "session-snapshot": 6_000 if CAMPAIGN else 600,
+    "session-open": 2_000 if CAMPAIGN else 200,
+    "session-fork-chain": 2_000 if CAMPAIGN else 200,
     "toolguard": 2_000 if CAMPAIGN else 200,
 }
 RUNS_MIN = {"session-fork": 5, "session-snapshot": 5}  # several parents, fork points, snapshots

@@ -4,6 +4,10 @@
     session_repair    session-repair: a power loss inside a structural repair
     session_fork      session-fork: a power loss inside a fork
     session_snapshot  session-snapshot: a power loss inside a snapshot save
+    session_open      session-open: a power loss while a session opens from its snapshot,
+                      repairs, appends and saves snapshots
+    session_fork_chain  session-fork-chain: a power loss inside a fork deep in a chain of forks,
+                      one that merges small sealed segments
     shared_writers    shared-writers: two shared-mode handles taking turns (journal/engine/shared.py)
     retention         retention: seal, append what stays, drop the prefix before it
     toolguard         toolguard: a power loss over the tool guard's intent and result writes
@@ -30,6 +34,8 @@ from journal.crashsim.workloads import (
     core,
     retention,
     session_fork,
+    session_fork_chain,
+    session_open,
     session_repair,
     session_snapshot,
     shared_writers,
@@ -38,9 +44,26 @@ from journal.crashsim.workloads import (
 from journal.crashsim.workloads.core import WORKLOADS, Ctx, Ledger, RecordingJournal, Workload, workload
 
 ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers", "retention")
-SESSION = ("session-repair", "session-fork", "session-snapshot", "toolguard")
+SESSION = (
+    "session-repair",
+    "session-fork",
+    "session-snapshot",
+    "session-open",
+    "session-fork-chain",
+    "toolguard",
+)
 BUILTIN = ENGINE + SESSION
-MODULES = (core, shared_writers, retention, session_repair, session_fork, session_snapshot, toolguard)
+MODULES = (
+    core,
+    shared_writers,
+    retention,
+    session_repair,
+    session_fork,
+    session_snapshot,
+    session_open,
+    session_fork_chain,
+    toolguard,
+)
 
 
 # Modules of workloads over optional frameworks: each has NAME (or NAMES) and register().

@@ -1,15 +1,14 @@
 """The session-fork-chain workload for the crash harness: a power loss inside a fork deep in a chain
 of forks, one that merges small sealed segments (issue 33).
 
-Importing this module registers the workload "session-fork-chain" (a workload of one's own,
-docs/CRASH-TESTING.md 5). Its starting image is a chain of forks built in ``/chain`` (each fork of
-the previous child, a turn appended between), continued until the next child's sealed segments
-are enough for its fork to merge some (journal/engine/copy.py, plan_merges); that child is
-moved to ``/j``. The recorded run is one fork of ``/j`` at its last
-clean point into ``/child``: its copy links, merges (temp file, rename) and cuts. Recovery and
-the checks are the session-fork workload's: the parent's files are untouched, ``/child`` is
-absent or whole with the records of an uncrashed fork, and a fork run again on the image
-succeeds.
+The built-in workload "session-fork-chain" (journal/crashsim/workloads/__init__.py). Its starting
+image is a chain of forks built in ``/chain`` (each fork of the previous child, a turn appended
+between), continued until the next child's sealed segments are enough for its fork to merge some
+(journal/engine/copy.py, plan_merges); that child is moved to ``/j``. The recorded run is one fork
+of ``/j`` at its last clean point into ``/child``: its copy links, merges (temp file, rename) and
+cuts. Recovery and the checks are the session-fork workload's: the parent's files are untouched,
+``/child`` is absent or whole with the records of an uncrashed fork, and a fork run again on the
+image succeeds.
 """
 
 from __future__ import annotations

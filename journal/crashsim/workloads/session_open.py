@@ -1,16 +1,15 @@
 """The session-open workload for the crash harness: a power loss while a session opens from its
 snapshot, repairs, appends and saves snapshots (issue 33).
 
-Importing this module registers the workload "session-open" (a workload of one's own,
-docs/CRASH-TESTING.md 5). Its starting image is a session in ``/j`` with a session snapshot saved
-part way and more events after it, sometimes ending inside a turn. The recorded run is one life
-of the session: open (from the snapshot and the tail; repair closes what was open), append
-turns, save a snapshot, append more, save again and close. The harness crashes it at every
-point and recovers each image with ``recover_and_check``: the core invariants on the journal,
-and, on two copies of the image, that opening from the snapshot decides exactly what a full
-replay decides (the state, the repair's closers and the records they make, the gate verdicts),
-and that a snapshot file that survived the crash is used (every save syncs the journal first,
-so a snapshot on disk never names a record the crash took).
+The built-in workload "session-open" (journal/crashsim/workloads/__init__.py). Its starting image is
+a session in ``/j`` with a session snapshot saved part way and more events after it, sometimes
+ending inside a turn. The recorded run is one life of the session: open (from the snapshot and the
+tail; repair closes what was open), append turns, save a snapshot, append more, save again and
+close. The harness crashes it at every point and recovers each image with ``recover_and_check``: the
+core invariants on the journal, and, on two copies of the image, that opening from the snapshot
+decides exactly what a full replay decides (the state, the repair's closers and the records they
+make, the gate verdicts), and that a snapshot file that survived the crash is used (every save syncs
+the journal first, so a snapshot on disk never names a record the crash took).
 """
 
 from __future__ import annotations
