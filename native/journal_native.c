@@ -128,7 +128,7 @@ size_t jn_encode_batch(uint8_t *out, size_t out_cap, const uint8_t *payloads, si
         wr32(w + 12, raw_lens[i]);
         wr64(w + 16, first_seq + i);
         wr16(w + 24, frame_flags);
-        wr16(w + 26, 0); /* dictionary id: reserved */
+        wr16(w + 26, 0); /* dictionary id: none (format.c_encode_batch frames the others in Python) */
         wr32(w + 28, JN_FRAME_MARKER);
         if (stored_lens[i] > 0) memcpy(w + JN_FRAME_HEADER_BYTES, payloads + r, stored_lens[i]);
         wr64(w, jn_xxh64(w + JN_FRAME_CHECKSUMMED_FROM,
@@ -150,7 +150,9 @@ static int all_zero(const uint8_t *p, size_t n) {
 static int flags_supported(uint32_t flags, uint32_t dict_id) {
     uint32_t kind = flags & JN_FLAG_KIND_MASK;
     /* Every kind the two kind bits can name is known; a block frame's record flags are in its table. */
-    return (flags & ~JN_FLAGS_KNOWN) == 0 && (flags & JN_FLAG_CODEC_MASK) <= 1u && dict_id == 0 &&
+    /* A dictionary (format version 4) only on a zstd (codec 1) data or block frame. */
+    int dict_ok = dict_id == 0 || ((flags & JN_FLAG_CODEC_MASK) == 1u && (kind == JN_KIND_DATA || kind == JN_KIND_BLOCK));
+    return (flags & ~JN_FLAGS_KNOWN) == 0 && (flags & JN_FLAG_CODEC_MASK) <= 1u && dict_ok &&
            (kind != JN_KIND_BLOCK || (flags & JN_BLOCK_FRAME_FLAGS_REFUSED) == 0);
 }
 

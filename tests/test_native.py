@@ -69,6 +69,7 @@ specs_st = st.lists(
         raw_len=st.integers(0, 0xFFFFFFFF),
         stored=st.binary(max_size=300),
         records=st.just(1),
+        dict_id=st.just(0) | st.integers(1, 0xFFFF),  # format version 4: the C path hands these to the twin
     ),
     max_size=24,
 )

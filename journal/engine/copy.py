@@ -33,11 +33,19 @@ import xxhash
 from journal.api import PrefixCopy as PrefixCopy  # explicit re-export: it moved to the api
 from journal.engine import format as fmt
 from journal.engine import tail
+from journal.engine.dictionary import (
+    DictionaryCache,
+    dictionary_file_name,
+    dictionary_ids,
+    encode_dictionary_file,
+    for_segment,
+    load_dictionary,
+)
 from journal.engine.encoding import Encoded, frame_specs
 from journal.engine.options import Options
 from journal.engine.reader import DROPPED, THERE, Record, decode_block, raise_for_stop, segment_named, why_missing
 from journal.engine.segment import TMP_SUFFIX, SegmentName, list_segments, read_header, read_seal, read_start
-from journal.errors import CorruptionError, ForeignSegmentError, InvariantError, SequenceError
+from journal.errors import CorruptionError, ForeignSegmentError, InvariantError, SequenceError, UnexpectedLinkError
 from journal.fs import File, FileSystem, pread_exact, write_all, write_atomic
 
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
@@ -82,6 +90,7 @@ def copy_prefix(fs: FileSystem, src: str, dst: str, at_seq: int, link: bool = Tr
             raise ValueError(f"journal {src!r} begins at seq {start.first_seq} (a prefix was dropped), after {at_seq}")
         segments = [seg for seg in segments if seg.base_seq >= start.first_seq]
         write_atomic(fs, os.path.join(dst, fmt.START_FILE), fmt.encode_start(start))
+    _copy_dictionaries(fs, src, dst)
     whole: list[_Whole] = []  # sealed segments wholly before at_seq: linked, copied or merged
     for i, seg in enumerate(segments):
         if seg.base_seq > at_seq:
@@ -156,7 +165,8 @@ def _copy_cut(
     out = fs.open_write(dst, create=True)
     try:
         write_all(out, pread_exact(f, fmt.SEGMENT_HEADER_SIZE_BYTES, 0), 0)
-        written = _write_cut(out, tail.FileBytes(f, limit), header, segment, src, at_seq, sealed)
+        dicts = DictionaryCache(fs, src)  # for a block cut in two that names one
+        written = _write_cut(out, tail.FileBytes(f, limit), header, segment, src, at_seq, sealed, dicts)
         if out.size() < written:
             out.truncate(written)  # it ends in zeros left a hole: they are its last bytes all the same
         out.fsync()
@@ -172,7 +182,14 @@ def _copy_cut(
 
 
 def _write_cut(
-    out: File, data: tail.SegmentBytes, header: fmt.SegmentHeader, segment: str, src: str, at_seq: int, sealed: bool
+    out: File,
+    data: tail.SegmentBytes,
+    header: fmt.SegmentHeader,
+    segment: str,
+    src: str,
+    at_seq: int,
+    sealed: bool,
+    dicts: DictionaryCache | None = None,
 ) -> int:
     """``_copy_cut``'s frames: written to ``out`` window by window; the end of what was written."""
     last = header.base_seq - 1
@@ -183,7 +200,8 @@ def _write_cut(
                 return frame.end
             if frame.first_seq <= at_seq < frame.seq:
                 size_max = fmt.FRAME_STORED_BYTES_LIMIT
-                kept = decode_block(frame, win.buf, win.offset, segment, size_max)[: at_seq - frame.first_seq + 1]
+                block = decode_block(frame, win.buf, win.offset, segment, size_max, for_segment(dicts, header.version))
+                kept = block[: at_seq - frame.first_seq + 1]
                 items = [
                     Encoded(fmt.FrameSpec(_record_flags(r), len(r.payload), r.payload), r.payload, None, deferred=True)
                     for r in kept
@@ -248,6 +266,26 @@ def _next_by_name(fs: FileSystem, src: str, segments: list[SegmentName], i: int,
         raise SequenceError(later.name, 0, later.base_seq,
                             f"sequence gap between segments: {segments[i].name} ends at seq {last_seq}")
     # else: nothing after it yet (the writer seals a segment before it makes the next)
+
+
+def _copy_dictionaries(fs: FileSystem, src: str, dst: str) -> None:
+    """Carry the dictionary files of ``src`` (format version 4) into ``dst``, durably (the
+    directory fsync'd) before any segment whose frames name them: linked where links can be had,
+    else written whole. Every one the source holds, a superset of those the copy's frames name
+    (which would take reading every frame). A damaged one is left behind: the records that need
+    it are as unreadable in the copy as in the source (verify and salvage name them)."""
+    ids = dictionary_ids(fs, src)
+    if not ids:
+        return
+    for dict_id in ids:
+        name = dictionary_file_name(dict_id)
+        try:
+            got = load_dictionary(fs, src, dict_id)
+        except (CorruptionError, UnexpectedLinkError, FileNotFoundError):
+            continue
+        if not _try_link(fs, os.path.join(src, name), os.path.join(dst, name)):
+            write_atomic(fs, os.path.join(dst, name), encode_dictionary_file(got))
+    fs.fsync_dir(dst)
 
 
 def _try_link(fs: FileSystem, src: str, dst: str) -> bool:

@@ -24,6 +24,7 @@ Life of an append (the writer and recovery are mirror images; see docs/GUARANTEE
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import errno
 import os
 import secrets
@@ -40,6 +41,14 @@ from journal.api import PrefixCopy, PrefixDrop
 from journal.engine import copy as prefix_copy
 from journal.engine import format as fmt
 from journal.engine import shared, tail
+from journal.engine.dictionary import (
+    Dictionary,
+    DictionaryCache,
+    DictionaryUse,
+    for_segment,
+    install_dictionary,
+    parse_dictionary_file_name,
+)
 from journal.engine.encoding import (
     Encoded,
     check_durability,
@@ -172,6 +181,7 @@ class Journal(Writer):
         self._unsynced = False  # bytes written since the last fdatasync
         self._get_mu = threading.Lock()
         self._segments = SegmentCache(fs, path)  # open segments kept for get()
+        self._dicts = DictionaryCache(fs, path)  # the dictionaries frames name, loaded once each
         self._keys: dict[str, int] = {}  # idempotency key -> seq, of records written (or buffered)
         self._pending_keys: dict[str, tuple[Request, int]] = {}  # keys of records on their way
         self._key_digests: dict[str, tuple[int, int]] = {}  # key -> (seq, digest), of keys appended here
@@ -200,6 +210,7 @@ class Journal(Writer):
         writer: str = "exclusive",
         shared_lock_timeout_s: float = shared.SHARED_LOCK_TIMEOUT_S_DEFAULT,
         first_seq: int = 1,
+        dictionary: Dictionary | None = None,
     ) -> Journal:
         """Open (and, for writing, lock and recover) the journal in directory ``path``.
 
@@ -213,6 +224,12 @@ class Journal(Writer):
         ``writer="shared"`` lets several processes append to the journal: the lock is taken
         per batch, not for the life of the handle (journal/engine/shared.py). A shared batch
         waits up to ``shared_lock_timeout_s`` for the lock, then its records are NotCommitted.
+
+        ``dictionary``: a trained zstd dictionary (journal.engine.dictionary.Dictionary) a
+        writable handle installs in the journal directory at open and compresses data frames and
+        blocks with, from the first append that meets a live segment of format version 4 on
+        (docs/FORMAT.md, "Dictionaries"). Reading needs only the files of the directory: a
+        read-only handle ignores it. Not with ``writer="shared"``.
         """
         if create and readonly:
             raise ValueError("create=True needs a writable journal; drop readonly=True")
@@ -220,6 +237,11 @@ class Journal(Writer):
             raise ValueError(f"writer must be one of {shared.WRITER_MODES}, not {writer!r}")
         if isinstance(first_seq, bool) or not isinstance(first_seq, int) or not 1 <= first_seq < 10**19:
             raise InvalidArgumentError(f"first_seq must be an int from 1 to 10**19 - 1, not {first_seq!r}")
+        if dictionary is not None and not isinstance(dictionary, Dictionary):
+            raise InvalidArgumentError(f"dictionary must be a Dictionary or None, not {type(dictionary).__name__}")
+        if dictionary is not None and writer == "shared" and not readonly:
+            # Another process's batches would be read back (their keys) without it in view.
+            raise InvalidArgumentError("a dictionary is not supported with writer='shared'; open without one")
         if not 0 <= shared_lock_timeout_s <= shared.SHARED_LOCK_TIMEOUT_S_MAX:
             raise ValueError(f"shared_lock_timeout_s must be between 0 and {shared.SHARED_LOCK_TIMEOUT_S_MAX}")
         options = Options(
@@ -236,6 +258,10 @@ class Journal(Writer):
                 j._open_readonly()
             else:
                 j._open_writer(create, lock_timeout_s)
+                if dictionary is not None:
+                    # Durable (directory fsync'd) before any frame naming its id is written.
+                    dict_id = install_dictionary(j._fs, j.path, dictionary)
+                    j.options = dataclasses.replace(j.options, dictionary=DictionaryUse(dict_id, dictionary))
                 if j.shared:
                     # Recovered and synced with the lock held; from now on it is taken per batch.
                     lock = present(j._lock, "a writer's open holds the lock")
@@ -283,7 +309,9 @@ class Journal(Writer):
         if not segments:
             # A start marker alone: a journal created to begin at a later seq, cut short by a crash.
             known = (LOCK_FILE, QUARANTINE_DIR, fmt.START_FILE)
-            foreign = [n for n in names if n not in known and not n.endswith(".tmp")]
+            foreign = [
+                n for n in names if n not in known and not n.endswith(".tmp") and parse_dictionary_file_name(n) is None
+            ]
             if foreign:
                 raise NotAJournalError(path, f"it holds other files ({', '.join(foreign[:3])}) and no segment")
             if not create:
@@ -716,6 +744,8 @@ class Journal(Writer):
         # compressed at once that meets others keeps a frame of its own. An uncontended append
         # thus compresses at once, as cheaply as before.)
         together = level == "buffered" or self._leader or bool(self._queue)
+        if self.options.dictionary is not None:
+            self._dictionary_ready()
         enc = encode_event(event, idempotency_key, synthetic, self.options, together)
         if idempotency_key is None:
             out = self._append_buffered(enc) if level == "buffered" else self._append_alone(enc, level)
@@ -723,6 +753,18 @@ class Journal(Writer):
                 return out
             return self._submit([enc], level)[0]
         return self._submit_keyed([enc], level)[0]
+
+    def _dictionary_ready(self) -> None:
+        """Compress with the dictionary from now on if the live segment may hold frames naming
+        one (format version 4): a live segment of an older version is continued without it until
+        it rolls. Read without the mutex: a live segment is only ever followed by a newer one, so
+        a record compressed with it always lands in a segment of version 4 or later."""
+        use = self.options.dictionary
+        if use is None or use.active:
+            return
+        header = self._active_header
+        if header is None or header.version >= fmt.DICT_FORMAT_VERSION_MIN:
+            use.active = True
 
     def append_many(
         self,
@@ -741,6 +783,8 @@ class Journal(Writer):
                 "nothing was written"
             )
         together = len(events) > 1  # written together: they may share block frames
+        if self.options.dictionary is not None:
+            self._dictionary_ready()
         encoded = [encode_event(e, k, synthetic, self.options, together) for e, k in zip(events, keys, strict=True)]
         if together:
             # Framed here, in the caller's thread (an append_many knows its records), so the requests
@@ -859,7 +903,7 @@ class Journal(Writer):
         # Seeking into the live segment starts from the in-memory index, not from its header.
         hint = self._index_hint(after_seq + 1)
         size_max = self.options.record_size_bytes_max
-        cursor = Cursor(self._fs, self.path, after_seq, size_max, hint, journal_id=self._journal_id)
+        cursor = Cursor(self._fs, self.path, after_seq, size_max, hint, journal_id=self._journal_id, dicts=self._dicts)
         try:
             yield from cursor.read()
         except JournalError:
@@ -879,7 +923,10 @@ class Journal(Writer):
         """Yield records as they are committed, forever (or until ``stop`` is set or idle)."""
         self._check_open()
         after_seq = max(after_seq, self._first_seq - 1)
-        cursor = Cursor(self._fs, self.path, after_seq, self.options.record_size_bytes_max, journal_id=self._journal_id)
+        cursor = Cursor(
+            self._fs, self.path, after_seq, self.options.record_size_bytes_max, journal_id=self._journal_id,
+            dicts=self._dicts,
+        )
         idle_since = time.monotonic()
         try:
             while not (stop is not None and stop.is_set()):
@@ -949,7 +996,8 @@ class Journal(Writer):
             return rec
         hint = self._index_hint(seq)
         cursor = Cursor(
-            self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id
+            self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id,
+            self._dicts,
         )
         try:
             for rec in cursor.read(limit=1):
@@ -991,17 +1039,22 @@ class Journal(Writer):
         if not fmt.flags_supported(flags, got.dict_id):
             return None
         kind = flags & fmt.FLAG_KIND_MASK
+        dicts = for_segment(self._dicts, opened.header.version)  # a version 3 segment names none
         if kind == fmt.KIND_DATA and got.seq == seq:
             stored = memoryview(buf)[fmt.FRAME_HEADER_SIZE_BYTES : fmt.FRAME_HEADER_SIZE_BYTES + got.stored_len]
             size_max = self.options.record_size_bytes_max
-            return decode_stored(seq, flags, got.raw_len, stored, opened.seg.name, offset, size_max)
+            return decode_stored(
+                seq, flags, got.raw_len, stored, opened.seg.name, offset, size_max, got.dict_id, dicts
+            )
         if kind != fmt.KIND_BLOCK:
             return None
         count = fmt.block_count(buf, fmt.FRAME_HEADER_SIZE_BYTES, got.stored_len)
         frame = fmt.Frame(offset, got.seq, got.flags, got.raw_len, got.stored_len, count)
         if not count or not frame.first_seq <= seq <= frame.seq:
             return None
-        opened.block = DecodedBlock(frame, buf, offset, opened.seg.name, self.options.record_size_bytes_max)
+        opened.block = DecodedBlock(
+            frame, buf, offset, opened.seg.name, self.options.record_size_bytes_max, dicts
+        )
         return opened.block.record(seq)
 
     def _index_hint(self, seq: int) -> tuple[int, int, int] | None:

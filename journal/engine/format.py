@@ -41,10 +41,13 @@ from journal.errors import InvariantError, invariant, present
 # not know. A writer appending to a version 1 live segment keeps writing version 1 frames in it.
 # Version 3 added FLAG_AFTER_SYNC (below): only a version 3 segment holds a frame carrying it, so
 # software of version 2 refuses such a segment by its header, not by meeting an unknown flag.
-FORMAT_VERSION = 3
+# Version 4 added trained zstd dictionaries: a zstd data or block frame of a version 4 segment
+# may name one by its u16 dictionary id (journal/engine/dictionary.py holds the files).
+FORMAT_VERSION = 4
 FORMAT_VERSION_MIN = 1  # the oldest this version reads
 BLOCK_FORMAT_VERSION_MIN = 2  # the first segment version that may hold block frames
 AFTER_SYNC_FORMAT_VERSION_MIN = 3  # the first segment version that may hold FLAG_AFTER_SYNC frames
+DICT_FORMAT_VERSION_MIN = 4  # the first segment version that may hold frames naming a dictionary
 # The start marker's layout has not changed since version 1, so it is still written as version 1.
 START_VERSION = 1
 
@@ -363,13 +366,15 @@ def decode_start(data: bytes | memoryview) -> StartMarker:
 
 
 def flags_supported(flags: int, dict_id: int) -> bool:
-    """Whether this version can read a frame with these flags (dictionaries are reserved)."""
+    """Whether this version can read a frame with these flags and dictionary id: a dictionary
+    (format version 4) only on a zstd data or block frame; on any other frame it is a meaning
+    this version does not know (a newer format)."""
     kind = flags & FLAG_KIND_MASK
     return (
         flags & ~FLAGS_KNOWN == 0
         and (flags & FLAG_CODEC_MASK) in CODECS_KNOWN
         and kind in KINDS_KNOWN
-        and dict_id == 0
+        and (dict_id == 0 or (flags & FLAG_CODEC_MASK == CODEC_ZSTD and kind in (KIND_DATA, KIND_BLOCK)))
         and (kind != KIND_BLOCK or flags & BLOCK_FRAME_FLAGS_REFUSED == 0)
     )
 
@@ -450,6 +455,7 @@ class FrameSpec(NamedTuple):
     raw_len: int
     stored: bytes
     records: int = 1  # records in the frame: 1, or a block's N
+    dict_id: int = 0  # the dictionary its zstd payload was compressed with (format version 4)
 
 
 def encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_last: bool) -> bytes:
@@ -467,7 +473,7 @@ def encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_last:
     for i, spec in enumerate(specs):
         seq += spec.records
         flags = spec.flags | (FLAG_COMMIT if commit_last and i == last else 0)
-        parts.append(encode_frame(seq, flags, spec.raw_len, spec.stored, salt))
+        parts.append(encode_frame(seq, flags, spec.raw_len, spec.stored, salt, spec.dict_id))
     return b"".join(parts)
 
 
@@ -879,9 +885,10 @@ def c_encode_batch(first_seq: int, specs: list[FrameSpec], salt: int, commit_las
     n = len(specs)
     if n == 0 or first_seq < 0 or first_seq + n - 1 > U64_MAX or not 0 <= salt <= U64_MAX:
         return py_encode_batch(first_seq, specs, salt, commit_last)
-    if any(spec.records != 1 for spec in specs):
+    if any(spec.records != 1 or spec.dict_id for spec in specs):
         # Block frames: a few frames of many records each, framed in Python (the C encoder
-        # gives frame i seq first_seq + i, one record a frame).
+        # gives frame i seq first_seq + i, one record a frame); frames naming a dictionary
+        # too (the C encoder writes dictionary id 0).
         return py_encode_batch(first_seq, specs, salt, commit_last)
     try:
         stored = list(map(_spec_stored, specs))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from journal.engine import format as fmt
+from journal.engine.dictionary import DictionaryUse
 
 # The largest record_size_bytes_max a handle may have: a record's stored payload (its key and
 # compression's framing included) must fit a frame. What a command reads and writes with, so it
@@ -32,6 +33,10 @@ class Options:
     # decodes the whole block (bench/README.md, "Block frames").
     # 0: a frame for every record, as in format version 1.
     block_bytes: int = fmt.BLOCK_BYTES_DEFAULT
+    # The trained zstd dictionary a writable handle compresses data frames and blocks with (format
+    # version 4; installed in the journal directory at open), from the first append that meets a
+    # live segment of version 4 on. None: no dictionary.
+    dictionary: DictionaryUse | None = field(default=None, compare=False)
 
     def check(self) -> None:
         sector_min = fmt.SECTOR_BYTES_MIN

@@ -20,6 +20,7 @@ import zstandard
 
 from journal.engine import format as fmt
 from journal.engine import tail
+from journal.engine.dictionary import DictionaryCache, for_segment
 from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
 from journal.errors import (
     CorruptionError,
@@ -57,17 +58,61 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
+_DICT_ID_OFFSET = 26  # of the u16 dictionary id in a frame header (format._FRAME_HEADER)
+
+
+def frame_dict_id(buf: bytes | memoryview, at: int) -> int:
+    """The dictionary id of the frame whose header starts at ``at`` of ``buf`` (0: none). A
+    scan's Frame does not carry it; only a zstd frame's is ever looked at."""
+    if at < 0:
+        raise InvariantError("a frame's header is in the buffer it is decoded from")
+    mv = memoryview(buf)
+    return int(mv[at + _DICT_ID_OFFSET]) | int(mv[at + _DICT_ID_OFFSET + 1]) << 8
+
+
+def _decompressor_for(
+    dict_id: int, dicts: DictionaryCache | None, segment: str, offset: int, seq: int
+) -> zstandard.ZstdDecompressor:
+    """The decompressor of a frame: the plain one, or one with the dictionary it names, loaded
+    from the journal directory (CorruptionError naming the file when it is missing or damaged)."""
+    if not dict_id:
+        return _decompressor()
+    if dicts is None:
+        raise CorruptionError(
+            segment, offset, seq, f"the frame names dictionary {dict_id}, and this reader has no journal directory "
+            "to load it from"
+        )
+    return dicts.decompressor(dict_id, segment, offset, seq)
+
+
 def decode_payload(
-    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+    frame: fmt.Frame,
+    buf: bytes | memoryview,
+    buf_offset: int,
+    segment: str,
+    record_size_bytes_max: int,
+    dicts: DictionaryCache | None = None,
 ) -> Record:
-    """Turn a verified data frame into a Record (decompress, split the key)."""
+    """Turn a verified data frame into a Record (decompress, split the key). ``dicts``: the
+    journal's dictionaries, for a frame that names one."""
     start = frame.payload_offset - buf_offset
     stored = memoryview(buf)[start : start + frame.stored_len]
-    return decode_stored(frame.seq, frame.flags, frame.raw_len, stored, segment, frame.offset, record_size_bytes_max)
+    dict_id = frame_dict_id(buf, frame.offset - buf_offset) if frame.flags & _CODEC_MASK == _ZSTD else 0
+    return decode_stored(
+        frame.seq, frame.flags, frame.raw_len, stored, segment, frame.offset, record_size_bytes_max, dict_id, dicts
+    )
 
 
 def decode_stored(
-    seq: int, flags: int, raw_len: int, stored: memoryview, segment: str, offset: int, record_size_bytes_max: int
+    seq: int,
+    flags: int,
+    raw_len: int,
+    stored: memoryview,
+    segment: str,
+    offset: int,
+    record_size_bytes_max: int,
+    dict_id: int = 0,
+    dicts: DictionaryCache | None = None,
 ) -> Record:
     """The Record of a verified data frame's stored payload ``stored`` (the frame at ``offset``
     of ``segment``, for errors): decode_payload's work, for a caller that has the frame's fields
@@ -85,7 +130,7 @@ def decode_stored(
         # Bounded by the record's own length (raw_len, itself at most the size limit): a zstd
         # header that declares more is refused before anything of that size is allocated.
         try:
-            payload = zstd_decompress_bounded(_decompressor(), stored, raw_len)
+            payload = zstd_decompress_bounded(_decompressor_for(dict_id, dicts, segment, offset, seq), stored, raw_len)
         except ValueError as exc:
             raise CorruptionError(segment, offset, seq, str(exc)) from None
     else:
@@ -96,12 +141,17 @@ def decode_stored(
 
 
 def decode_block(
-    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+    frame: fmt.Frame,
+    buf: bytes | memoryview,
+    buf_offset: int,
+    segment: str,
+    record_size_bytes_max: int,
+    dicts: DictionaryCache | None = None,
 ) -> list[Record]:
     """The records of a verified block frame, in seq order (decompress the body once, cut it
     by the table). A table or body that disagrees with the frame is CorruptionError: the frame's
     checksum held, so its writer wrote it so, and nothing in it can be trusted to be a record."""
-    payload, head = block_body(frame, buf, buf_offset, segment, record_size_bytes_max)
+    payload, head = block_body(frame, buf, buf_offset, segment, record_size_bytes_max, dicts)
     return _block_records(payload, head.lengths, head.flags, frame.first_seq, segment, frame.offset)
 
 
@@ -111,8 +161,16 @@ class DecodedBlock:
 
     __slots__ = ("first_seq", "flags", "offset", "payload", "segment", "starts")
 
-    def __init__(self, frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, size_max: int):
-        self.payload, head = block_body(frame, buf, buf_offset, segment, size_max)
+    def __init__(
+        self,
+        frame: fmt.Frame,
+        buf: bytes | memoryview,
+        buf_offset: int,
+        segment: str,
+        size_max: int,
+        dicts: DictionaryCache | None = None,
+    ):
+        self.payload, head = block_body(frame, buf, buf_offset, segment, size_max, dicts)
         self.segment = segment
         self.offset = frame.offset
         self.first_seq = frame.first_seq
@@ -132,7 +190,12 @@ class DecodedBlock:
 
 
 def block_body(
-    frame: fmt.Frame, buf: bytes | memoryview, buf_offset: int, segment: str, record_size_bytes_max: int
+    frame: fmt.Frame,
+    buf: bytes | memoryview,
+    buf_offset: int,
+    segment: str,
+    record_size_bytes_max: int,
+    dicts: DictionaryCache | None = None,
 ) -> tuple[bytes, fmt.BlockHead]:
     """(decoded body, table) of a verified block frame; CorruptionError as decode_block says."""
     start = frame.payload_offset - buf_offset
@@ -152,7 +215,9 @@ def block_body(
     body = stored[head.body_offset :]
     if frame.flags & _CODEC_MASK == _ZSTD:
         try:  # bounded by the block's length, itself at most BLOCK_BYTES_LIMIT (decode_stored)
-            payload = zstd_decompress_bounded(_decompressor(), body, frame.raw_len)
+            dict_id = frame_dict_id(buf, frame.offset - buf_offset)
+            dctx = _decompressor_for(dict_id, dicts, segment, frame.offset, first)
+            payload = zstd_decompress_bounded(dctx, body, frame.raw_len)
         except ValueError as exc:
             raise CorruptionError(segment, frame.offset, first, f"zstd block: {exc}") from None
     else:
@@ -379,6 +444,7 @@ class Cursor:
         hint: tuple[int, int, int] | None = None,
         cache: SegmentCache | None = None,
         journal_id: bytes | None = None,
+        dicts: DictionaryCache | None = None,
     ) -> None:
         """``hint`` (segment base seq, seq, offset) says where a frame at or before ``after_seq + 1``
         should start, from the writer's sparse index of its live segment. It is only a hint: it
@@ -390,6 +456,9 @@ class Cursor:
         self._few = 0  # records a small read wants (0: read on in big chunks)
         self._fs = fs
         self._dir = dirpath
+        # The journal's dictionaries (the handle's, shared by its cursors; else this cursor's
+        # own): each file is loaded and verified once, when a frame first names it.
+        self._dicts = dicts if dicts is not None else DictionaryCache(fs, dirpath)
         self._max = record_size_bytes_max
         self.next_seq = after_seq + 1
         self._cur: _OpenSegment | None = None
@@ -587,6 +656,7 @@ class Cursor:
             res = fmt.scan(buf, 0, cur.header.salt, self._expected, base_offset=offset, frames_max=frames_max)
             mv = memoryview(buf)
             next_seq, size_max, decompress = self.next_seq, self._max, _decompressor().decompress
+            dicts = for_segment(self._dicts, cur.header.version)  # a version 3 segment names none
             for frame in res.frames:
                 _off, seq, flags, raw_len, stored_len, _count = frame
                 if seq < next_seq:
@@ -594,10 +664,10 @@ class Cursor:
                 kind = flags & _KIND_MASK
                 if kind != _KIND_DATA:
                     if kind == _KIND_BLOCK:
-                        yield from decode_block(frame, mv, offset, name, size_max)
+                        yield from decode_block(frame, mv, offset, name, size_max, dicts)
                     continue
                 if flags & _SLOW_FLAGS or raw_len > size_max:
-                    yield decode_payload(frame, mv, offset, name, size_max)
+                    yield decode_payload(frame, mv, offset, name, size_max, dicts)
                     continue
                 # The common frame, unkeyed zstd or raw, decoded here: the same checks as
                 # decode_payload, without its per-record lookups (a tenth of a decode scan).
@@ -605,16 +675,23 @@ class Cursor:
                 if flags & _CODEC_MASK == _ZSTD:
                     # record.zstd_declares_no_size, inline: a zstd header that may declare a
                     # content size (never the writer's) is checked against raw_len there.
-                    if stored_len < 5 or mv[start] != _ZSTD_MAGIC_FIRST or mv[start + 4] & _ZSTD_SIZE_BITS:
-                        yield decode_payload(frame, mv, offset, name, size_max)
+                    # A frame naming a dictionary (its u16 id, the header's bytes 26-27) too.
+                    if (
+                        stored_len < 5
+                        or mv[start] != _ZSTD_MAGIC_FIRST
+                        or mv[start + 4] & _ZSTD_SIZE_BITS
+                        or mv[start - 6]
+                        or mv[start - 5]
+                    ):
+                        yield decode_payload(frame, mv, offset, name, size_max, dicts)
                         continue
                     try:
                         payload = decompress(mv[start : start + stored_len], max_output_size=raw_len)
                     except zstandard.ZstdError:
-                        yield decode_payload(frame, mv, offset, name, size_max)  # raises the error
+                        yield decode_payload(frame, mv, offset, name, size_max, dicts)  # raises the error
                         continue
                     if len(payload) != raw_len:
-                        yield decode_payload(frame, mv, offset, name, size_max)  # raises the error
+                        yield decode_payload(frame, mv, offset, name, size_max, dicts)  # raises the error
                         continue
                 else:
                     payload = bytes(mv[start : start + stored_len])

@@ -30,6 +30,7 @@ from typing import Any
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import tail
+from journal.engine.dictionary import DictionaryCache, for_segment
 from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
 from journal.engine.reader import DROPPED, THERE, Record, decode_block, decode_payload, why_missing
 from journal.engine.recovery import QUARANTINE_DIR
@@ -154,6 +155,9 @@ class SegmentWalk:
     # record right before a frame that starts there: only then does that frame continue it.
     end: int = field(default=0, repr=False)
     joins: bool = field(default=False, repr=False)
+    # The journal's dictionaries, for frames that name one (format version 4): a frame whose
+    # dictionary file is missing or damaged is a loss like any record that does not decode.
+    dicts: DictionaryCache | None = field(default=None, repr=False, compare=False)
 
     def add(
         self,
@@ -172,9 +176,9 @@ class SegmentWalk:
         self.joins = False
         try:
             if frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_BLOCK:
-                recs = decode_block(frame, data, data_offset, self.name, record_size_bytes_max)
+                recs = decode_block(frame, data, data_offset, self.name, record_size_bytes_max, self.dicts)
             else:
-                recs = [decode_payload(frame, data, data_offset, self.name, record_size_bytes_max)]
+                recs = [decode_payload(frame, data, data_offset, self.name, record_size_bytes_max, self.dicts)]
         except (CorruptionError, RecordTooLargeError) as exc:
             length = frame.end - frame.offset
             self.losses.append(Loss(self.name, frame.offset, length, str(exc), frame.first_seq, frame.seq))
@@ -261,13 +265,14 @@ def walk_segment(
     name: str,
     data: bytes | bytearray | memoryview | tail.SegmentBytes,
     record_size_bytes_max: int = fmt.FRAME_STORED_BYTES_LIMIT,
+    dicts: DictionaryCache | None = None,
 ) -> SegmentWalk:
     """Read every genuine record of one segment's bytes, resynchronising after damage. Pure: it
     reads only ``data``, bytes or a ``tail.SegmentBytes`` (a file), a window at a time (a
     segment may be up to 1 TiB, a live one mostly a hole), so it holds a window and one frame."""
     src = tail.InMemory(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
     size = src.size
-    walk = SegmentWalk(name, size, None)
+    walk = SegmentWalk(name, size, None, dicts=dicts)
     base_from_name = fmt.parse_segment_name(name) or 1
     head = src.read(0, fmt.SEGMENT_HEADER_SIZE_BYTES)
     try:
@@ -286,6 +291,7 @@ def walk_segment(
         walk.header_trusted = False
         walk.losses.append(Loss(name, 0, fmt.SEGMENT_HEADER_SIZE_BYTES, f"segment header: {exc.reason}", None, None))
     walk.header = header
+    walk.dicts = for_segment(dicts, header.version)  # a version 3 segment names no dictionary
     if header.base_seq != base_from_name and walk.header_trusted:
         walk.losses.append(
             Loss(name, 0, 0, f"header base seq {header.base_seq} does not match the file name", None, None)
@@ -426,6 +432,7 @@ def walk_journal(path: str, progress: Progress | None = None,
     Raises JournalNotFoundError, NotAJournalError, or JournalIOError when the file layer fails.
     """
     fs = fs or OsFileSystem()
+    dicts = DictionaryCache(fs, path)  # loaded once each, when a frame first names one
     with reading(path):
         if not fs.exists(path):
             raise JournalNotFoundError(path)
@@ -466,7 +473,7 @@ def walk_journal(path: str, progress: Progress | None = None,
                     vanished.append(name)
                 return None
             try:
-                walked = walk_segment(name, tail.FileBytes(f), record_size_bytes_max)
+                walked = walk_segment(name, tail.FileBytes(f), record_size_bytes_max, dicts)
             finally:
                 f.close()
             if check is not None:
@@ -908,6 +915,7 @@ class _Copier:
         self._buf = b""
         self._buf_at = 0
         self._resume: dict[tuple[str, int], int] = {}  # (segment, run offset) -> the frame to read next
+        self._dicts = DictionaryCache(fs, path)
 
     def close(self) -> None:
         if self._file is not None:
@@ -932,9 +940,9 @@ class _Copier:
                 if frame.seq < seq:
                     continue  # every record of it comes before the piece (another piece took them)
                 if kind == fmt.KIND_BLOCK:
-                    recs = decode_block(frame, self._buf, self._buf_at, name, size_max)
+                    recs = decode_block(frame, self._buf, self._buf_at, name, size_max, self._dicts)
                 else:
-                    recs = [decode_payload(frame, self._buf, self._buf_at, name, size_max)]
+                    recs = [decode_payload(frame, self._buf, self._buf_at, name, size_max, self._dicts)]
                 for n, rec in enumerate(recs):
                     if rec.seq < seq:
                         continue

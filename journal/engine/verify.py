@@ -26,6 +26,7 @@ from typing import Any
 from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.core import LOCK_FILE
+from journal.engine.dictionary import DictionaryCache
 from journal.engine.recovery import TailDecision, decide
 from journal.engine.salvage import (
     JournalWalk,
@@ -284,19 +285,20 @@ def _decide_live(
     tail is only looked at again while a writer holds the lock.
     """
     lock = os.path.join(os.path.dirname(path), LOCK_FILE)
+    dicts = DictionaryCache(fs, os.path.dirname(path))  # for records that name a dictionary
     for attempt in range(LIVE_READS_MAX):
         last = attempt == LIVE_READS_MAX - 1
         try:
             try:
                 decision = decide(look, header, name, path, journal_id)
             except NewerFormatError as exc:
-                return None, exc, _walk(name, look)
+                return None, exc, _walk(name, look, dicts)
             except CorruptionError as exc:
                 if last:
-                    return None, exc, _walk(name, look)
+                    return None, exc, _walk(name, look, dicts)
             else:
                 if decision.tail != "torn" or last or flock_holder(lock) is None:
-                    return decision, None, _walk(name, look)
+                    return decision, None, _walk(name, look, dicts)
                 time.sleep(LIVE_REREAD_WAIT_S * (attempt + 1))  # give the batch's header time to land
         finally:
             _close(look)
@@ -315,9 +317,10 @@ def _read(fs: FileSystem, path: str) -> tail.SegmentBytes:
         raise
 
 
-def _walk(name: str, look: tail.SegmentBytes) -> SegmentWalk:
+def _walk(name: str, look: tail.SegmentBytes, dicts: DictionaryCache) -> SegmentWalk:
     """The walk of the bytes a decision was made on: the same file, up to the same size."""
-    return walk_segment(name, tail.FileBytes(look.file, look.size) if isinstance(look, tail.FileBytes) else look)
+    src = tail.FileBytes(look.file, look.size) if isinstance(look, tail.FileBytes) else look
+    return walk_segment(name, src, fmt.FRAME_STORED_BYTES_LIMIT, dicts)
 
 
 def _close(look: tail.SegmentBytes) -> None:

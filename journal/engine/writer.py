@@ -301,7 +301,7 @@ class Writer:
                 enc.deferred = False
             flags = spec.flags | self._after_sync_flag(active, start)
             data = fmt.encode_frame(
-                seq, flags | fmt.FLAG_COMMIT if sync else flags, spec.raw_len, spec.stored, header.salt
+                seq, flags | fmt.FLAG_COMMIT if sync else flags, spec.raw_len, spec.stored, header.salt, spec.dict_id
             )
             results = ("failed", "interrupted before the write finished", None)
             results = self._write_frames(active, data, start, sync, header_last=False)
@@ -699,7 +699,7 @@ class Writer:
             spec = specs[0]
             flags = spec.flags | after_sync
             flags = flags | fmt.FLAG_COMMIT if want_sync else flags
-            data = fmt.encode_frame(first_seq + spec.records - 1, flags, spec.raw_len, spec.stored, salt)
+            data = fmt.encode_frame(first_seq + spec.records - 1, flags, spec.raw_len, spec.stored, salt, spec.dict_id)
         else:
             framed = [specs[0]._replace(flags=specs[0].flags | after_sync), *specs[1:]] if after_sync else specs
             data = fmt.encode_batch(first_seq, framed, salt, commit_last=want_sync)

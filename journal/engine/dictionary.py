@@ -1,0 +1,324 @@
+"""Trained zstd dictionaries of a journal (format version 4): the file codec, sans I/O, and the
+few functions that load, list and install them through a FileSystem.
+
+A journal directory holds each dictionary its frames name in ``dict-<id:05d>.zdict``; a frame's
+u16 dictionary id is that id (docs/FORMAT.md, "Dictionaries"). The file is written whole and its
+directory fsync'd before any frame naming it is written, and never changed afterwards, so a
+reader loads and verifies it once (DictionaryCache). Its layout:
+
+    magic b"JRNLDIC\\0", u16 file version (1), u16 id, u32 data length, 16-byte digest (blake2b-128
+    of the data), the data, u64 XXH64 (seed 0) of everything before it.
+
+The digest is the dictionary's identity across journals and stores: installing one whose digest
+a file of the journal already holds reuses that file (and its id).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import struct
+import threading
+from dataclasses import dataclass, field
+
+import xxhash
+import zstandard
+
+from journal.errors import CorruptionError, UnexpectedLinkError
+from journal.fs import FileSystem, pread_upto, write_atomic
+
+DICTIONARY_BYTES_MIN = 256  # zstd needs some content to be a dictionary at all
+DICTIONARY_BYTES_MAX = 1024 * 1024  # bounds what a reader loads and keeps per dictionary
+DICTIONARY_ID_MIN = 1  # 0 in a frame means "no dictionary"
+DICTIONARY_ID_MAX = 0xFFFF  # the frame header's field is a u16
+DICTIONARY_DIGEST_BYTES = 16
+DICTIONARY_FILE_MAGIC = b"JRNLDIC\x00"
+DICTIONARY_FILE_VERSION = 1
+# magic, file version, id, data length, digest; then the data, then u64 XXH64 (seed 0).
+_HEAD = struct.Struct("<8sHHI16s")
+DICTIONARY_FILE_HEAD_BYTES = _HEAD.size
+_TAIL = struct.Struct("<Q")
+DICTIONARY_FILE_TAIL_BYTES = _TAIL.size
+# The largest file a reader takes: anything longer is refused before it is read whole.
+DICTIONARY_FILE_BYTES_MAX = DICTIONARY_FILE_HEAD_BYTES + DICTIONARY_BYTES_MAX + DICTIONARY_FILE_TAIL_BYTES
+_NAME = re.compile(r"dict-(\d{5})\.zdict")
+ZSTD_LEVEL = 1  # encoding.ZSTD_LEVEL, repeated to keep this module a leaf
+
+
+def dictionary_file_name(dict_id: int) -> str:
+    _check_id(dict_id)
+    return f"dict-{dict_id:05d}.zdict"
+
+
+def parse_dictionary_file_name(name: str) -> int | None:
+    """The id a dictionary file name encodes, or None if the name is not a dictionary file's."""
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    dict_id = int(m.group(1))
+    return dict_id if DICTIONARY_ID_MIN <= dict_id <= DICTIONARY_ID_MAX else None
+
+
+def _check_id(dict_id: int) -> None:
+    if isinstance(dict_id, bool) or not DICTIONARY_ID_MIN <= dict_id <= DICTIONARY_ID_MAX:
+        raise ValueError(f"a dictionary id is {DICTIONARY_ID_MIN} to {DICTIONARY_ID_MAX}, not {dict_id!r}")
+
+
+def digest_of(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=DICTIONARY_DIGEST_BYTES).digest()
+
+
+@dataclass(frozen=True)
+class Dictionary:
+    """A trained zstd dictionary: ``id`` is its preferred id (a journal that already uses that id
+    for another dictionary gives it the next free one), ``path`` the file it was loaded from, if
+    any (installing it in a journal on the same file system hard-links that file)."""
+
+    id: int
+    data: bytes
+    path: str | None = None
+    digest: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+        if not isinstance(self.data, bytes):
+            raise ValueError("a dictionary's data is bytes")
+        if not DICTIONARY_BYTES_MIN <= len(self.data) <= DICTIONARY_BYTES_MAX:
+            raise ValueError(
+                f"a dictionary is {DICTIONARY_BYTES_MIN} to {DICTIONARY_BYTES_MAX} bytes, not {len(self.data)}"
+            )
+        object.__setattr__(self, "digest", digest_of(self.data))
+
+
+def encode_dictionary_file(d: Dictionary) -> bytes:
+    body = _HEAD.pack(DICTIONARY_FILE_MAGIC, DICTIONARY_FILE_VERSION, d.id, len(d.data), d.digest) + d.data
+    return body + _TAIL.pack(xxhash.xxh64_intdigest(body, seed=0))
+
+
+def _corrupt(name: str, reason: str) -> CorruptionError:
+    return CorruptionError(name, 0, None, f"dictionary file {name}: {reason}")
+
+
+def decode_dictionary_file(data: bytes | memoryview, name: str) -> Dictionary:
+    """The dictionary in the bytes of the file called ``name`` (its id must be the one the name
+    says); CorruptionError naming the file and what is wrong."""
+    mv = memoryview(data)
+    if mv.nbytes < DICTIONARY_FILE_HEAD_BYTES + DICTIONARY_FILE_TAIL_BYTES:
+        raise _corrupt(name, f"{mv.nbytes} bytes, shorter than a header and checksum")
+    magic, version, dict_id, length, digest = _HEAD.unpack_from(mv, 0)
+    if magic != DICTIONARY_FILE_MAGIC:
+        raise _corrupt(name, "bad magic: not a dictionary file")
+    # The length is checked against the bytes there are before it is used for anything.
+    if length != mv.nbytes - DICTIONARY_FILE_HEAD_BYTES - DICTIONARY_FILE_TAIL_BYTES:
+        raise _corrupt(name, f"length field says {length} bytes of data, the file holds {mv.nbytes} bytes in all")
+    end = DICTIONARY_FILE_HEAD_BYTES + length
+    (checksum,) = _TAIL.unpack_from(mv, end)
+    if checksum != xxhash.xxh64_intdigest(mv[:end], seed=0):
+        raise _corrupt(name, "checksum mismatch")
+    if version != DICTIONARY_FILE_VERSION:
+        raise _corrupt(name, f"file version {version}, this version reads {DICTIONARY_FILE_VERSION}")
+    if not DICTIONARY_BYTES_MIN <= length <= DICTIONARY_BYTES_MAX:
+        raise _corrupt(name, f"{length} bytes of data, outside {DICTIONARY_BYTES_MIN}..{DICTIONARY_BYTES_MAX}")
+    body = bytes(mv[DICTIONARY_FILE_HEAD_BYTES:end])
+    if digest_of(body) != digest:
+        raise _corrupt(name, "digest mismatch")
+    named = parse_dictionary_file_name(os.path.basename(name))
+    if named != dict_id:
+        raise _corrupt(name, f"holds dictionary id {dict_id}, its name says {named}")
+    return Dictionary(dict_id, body)
+
+
+def read_dictionary_file(fs: FileSystem, path: str) -> Dictionary:
+    """Load and verify the dictionary file at ``path`` (never through a symbolic link: the file
+    layer's open refuses one; never reading more than a dictionary file can be)."""
+    f = fs.open_read(path)
+    try:
+        size = f.size()
+        if size > DICTIONARY_FILE_BYTES_MAX:
+            raise _corrupt(path, f"{size} bytes, more than a dictionary file holds ({DICTIONARY_FILE_BYTES_MAX})")
+        data = pread_upto(f, DICTIONARY_FILE_BYTES_MAX + 1, 0)
+    finally:
+        f.close()
+    if len(data) > DICTIONARY_FILE_BYTES_MAX:  # grew since the size was taken
+        raise _corrupt(path, f"more than a dictionary file holds ({DICTIONARY_FILE_BYTES_MAX} bytes)")
+    got = decode_dictionary_file(data, path)
+    return Dictionary(got.id, got.data, path)
+
+
+def load_dictionary(fs: FileSystem, journal_dir: str, dict_id: int) -> Dictionary:
+    """The dictionary ``dict_id`` of the journal in ``journal_dir``: FileNotFoundError when it has
+    no such file, CorruptionError when the file does not verify, UnexpectedLinkError for a link."""
+    return read_dictionary_file(fs, os.path.join(journal_dir, dictionary_file_name(dict_id)))
+
+
+def dictionary_ids(fs: FileSystem, journal_dir: str) -> list[int]:
+    """The ids of the dictionary files in ``journal_dir``, ascending (their contents unread)."""
+    ids = [parse_dictionary_file_name(n) for n in fs.listdir(journal_dir)]
+    return sorted(i for i in ids if i is not None)
+
+
+def install_dictionary(fs: FileSystem, journal_dir: str, d: Dictionary) -> int:
+    """Make ``d`` a dictionary of the journal in ``journal_dir`` and return the id its frames
+    carry: that of a file already holding the same digest; else ``d.id`` if free (hard-linked
+    from ``d.path`` when that file holds the same bytes and the link can be made, else written);
+    else the lowest free id. The file is durable (directory fsync'd) when this returns, before
+    any frame naming it is written. The caller holds the journal's writer lock."""
+    ids = dictionary_ids(fs, journal_dir)
+    for i in ids:
+        try:
+            existing = load_dictionary(fs, journal_dir, i)
+        except (CorruptionError, UnexpectedLinkError, FileNotFoundError):
+            continue  # a damaged file is never reused; its id stays taken (verify reports it)
+        if existing.digest == d.digest:
+            return i
+    taken = set(ids)
+    target = d.id
+    if target in taken:
+        free = [i for i in range(DICTIONARY_ID_MIN, DICTIONARY_ID_MAX + 1) if i not in taken]
+        if not free:
+            raise ValueError(f"the journal in {journal_dir} already holds {len(taken)} dictionaries, every id")
+        target = free[0]
+    path = os.path.join(journal_dir, dictionary_file_name(target))
+    if target == d.id and d.path is not None and _links(fs, d, path):
+        fs.fsync_dir(journal_dir)
+        return target
+    write_atomic(fs, path, encode_dictionary_file(Dictionary(target, d.data)))
+    return target
+
+
+def _links(fs: FileSystem, d: Dictionary, path: str) -> bool:
+    """Hard-link ``d.path`` to ``path`` if that file holds ``d`` (same id and bytes): True if
+    linked. Another file system (EXDEV), a file system without links, or a file that changed or
+    is gone: False, and the caller writes a copy."""
+    src = d.path
+    if src is None:
+        return False
+    try:
+        got = read_dictionary_file(fs, src)
+    except (CorruptionError, UnexpectedLinkError, OSError):
+        return False
+    if got.id != d.id or got.data != d.data:
+        return False
+    try:
+        fs.link(src, path)
+    except UnexpectedLinkError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False
+        raise
+    return True
+
+
+# --- readers ----------------------------------------------------------------------------------
+
+
+class DictionaryUse:
+    """The dictionary a writable handle compresses with: the id its frames carry in this journal
+    and a compressor per thread. ``active`` turns on once the live segment is of a version that
+    may hold dictionary frames (a live segment is only ever followed by a newer one)."""
+
+    __slots__ = ("_cdict", "_local", "active", "dict_id", "dictionary")
+
+    def __init__(self, dict_id: int, dictionary: Dictionary) -> None:
+        self.dict_id = dict_id
+        self.dictionary = dictionary
+        self.active = False
+        # Precomputed once for the level: every thread's compressor shares it (read-only).
+        self._cdict = zstandard.ZstdCompressionDict(dictionary.data)
+        self._cdict.precompute_compress(level=ZSTD_LEVEL)
+        self._local = threading.local()
+
+    def compressor(self) -> zstandard.ZstdCompressor:
+        c: zstandard.ZstdCompressor | None = getattr(self._local, "cctx", None)
+        if c is None:
+            # No content size, checksum or dict id in the zstd frame: the journal frame has them.
+            c = self._local.cctx = zstandard.ZstdCompressor(
+                dict_data=self._cdict,
+                level=ZSTD_LEVEL,
+                write_content_size=False,
+                write_checksum=False,
+                write_dict_id=False,
+            )
+        return c
+
+
+class DictionaryCache:
+    """The dictionaries of one journal directory, each loaded and verified once (thread-safe),
+    and a decompressor per dictionary per thread."""
+
+    def __init__(self, fs: FileSystem, journal_dir: str) -> None:
+        self._fs = fs
+        self._dir = journal_dir
+        self._mu = threading.Lock()
+        self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
+        self._local = threading.local()
+
+    def decompressor(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdDecompressor:
+        """A decompressor for frames naming ``dict_id``; CorruptionError naming the dictionary
+        file and the frame (``segment``, ``offset``, ``seq``) when the file is missing or damaged."""
+        per_thread: dict[int, zstandard.ZstdDecompressor] | None = getattr(self._local, "dctx", None)
+        if per_thread is None:
+            per_thread = self._local.dctx = {}
+        d = per_thread.get(dict_id)
+        if d is None:
+            d = per_thread[dict_id] = zstandard.ZstdDecompressor(dict_data=self._load(dict_id, segment, offset, seq))
+        return d
+
+    def _load(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdCompressionDict:
+        with self._mu:
+            got = self._dicts.get(dict_id)
+            if got is not None:
+                return got
+            try:
+                _check_id(dict_id)
+                name = dictionary_file_name(dict_id)
+                d = load_dictionary(self._fs, self._dir, dict_id)
+            except ValueError:
+                raise dictionary_error(segment, offset, seq, f"dictionary id {dict_id}", "no such id") from None
+            except FileNotFoundError:
+                raise dictionary_error(segment, offset, seq, name, "the file is missing") from None
+            except (CorruptionError, UnexpectedLinkError) as exc:
+                why = exc.reason if isinstance(exc, CorruptionError) else str(exc)
+                raise dictionary_error(segment, offset, seq, name, why) from None
+            got = self._dicts[dict_id] = zstandard.ZstdCompressionDict(d.data)
+            return got
+
+
+def dictionary_error(segment: str, offset: int, seq: int, name: str, why: str) -> CorruptionError:
+    return CorruptionError(
+        segment,
+        offset,
+        seq,
+        f"the frame needs dictionary {name} of the journal directory, which cannot be used ({why}); restore that "
+        "file from a copy of the journal (`journal salvage` keeps every record that does not need it)",
+    )
+
+
+class _NoDictionaries(DictionaryCache):
+    """What a segment of a format version before 4 resolves a dictionary id with: such a segment
+    never holds a frame naming one (a writer continuing it writes without), so a genuine frame
+    that does is corruption, not a newer format (its segment's header says which version wrote it)."""
+
+    def __init__(self) -> None:
+        pass
+
+    def decompressor(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdDecompressor:
+        raise CorruptionError(
+            segment,
+            offset,
+            seq,
+            f"the frame names dictionary {dict_id} in a segment of a format version before "
+            f"{DICT_FORMAT_VERSION_MIN}, which never holds one",
+        )
+
+
+NO_DICTIONARIES: DictionaryCache = _NoDictionaries()
+DICT_FORMAT_VERSION_MIN = 4  # format.DICT_FORMAT_VERSION_MIN (tests/test_dictionary.py holds them equal)
+
+
+def for_segment(dicts: DictionaryCache | None, version: int) -> DictionaryCache | None:
+    """``dicts`` for the frames of a segment of format ``version``: NO_DICTIONARIES before 4."""
+    return dicts if version >= DICT_FORMAT_VERSION_MIN else NO_DICTIONARIES
