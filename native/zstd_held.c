@@ -15,8 +15,15 @@
  * size, checksum or dictionary id (the journal frame carries those), and any zstd decoder reads
  * them: the bytes may differ from the zstandard package's bundled library, the payload may not.
  *
- * One compression context serves the whole process: every call holds the GIL from start to end,
- * so no two calls ever use it at once. (This is also why the module is for GIL builds of CPython
+ * A trained dictionary (journal/engine/dictionary.py) takes the same path: make_cdict digests it
+ * once into a CDict (zstd's tables for it at HELD_LEVEL, kept in a capsule), and compress_with
+ * compresses a payload against that CDict. With one, a small record costs fewer instructions than
+ * without (the entropy tables come from the dictionary instead of being built for each record:
+ * some 53,000 Ir against 84,000 for the benchmark's events, bench/README.md) and the zstandard
+ * package's dictionary path would hand the GIL over around each call, as above.
+ *
+ * One compression context serves the whole process, and a second one the dictionary calls: every
+ * call holds the GIL from start to end, so no two calls ever use either at once. (This is also why the module is for GIL builds of CPython
  * only; it is built against the limited API of 3.11, whose buffer protocol it uses; on Python
  * 3.10, whose limited API has none, setup.py builds it against the full API: JOURNAL_FULL_API.)
  */
@@ -39,6 +46,9 @@
 #define HELD_INPUT_BYTES_MAX (16 * 1024)
 #define HELD_LEVEL 1 /* journal/engine/encoding.py's ZSTD_LEVEL (tests compare them) */
 #define ZSTD_VERSION_MIN 10400 /* 1.4.0: ZSTD_compress2 and ZSTD_CCtx_setParameter are stable */
+/* journal/engine/dictionary.py's DICTIONARY_BYTES_MAX (tests compare them): what one CDict holds. */
+#define DICT_BYTES_MAX (1024 * 1024)
+#define CDICT_CAPSULE "journal.engine._zstd_held.cdict"
 
 /* The stable zstd API, declared here by hand (its enum values are fixed by zstd.h's "stable
  * API" section and have never changed). */
@@ -49,6 +59,7 @@ enum {
     ZSTD_C_DICT_ID_FLAG = 202,
 };
 typedef struct zstd_cctx zstd_cctx;
+typedef struct zstd_cdict zstd_cdict;
 typedef unsigned (*version_fn)(void);
 typedef zstd_cctx *(*create_fn)(void);
 typedef size_t (*free_fn)(zstd_cctx *);
@@ -57,11 +68,19 @@ typedef size_t (*compress2_fn)(zstd_cctx *, void *, size_t, const void *, size_t
 typedef size_t (*bound_fn)(size_t);
 typedef unsigned (*is_error_fn)(size_t);
 typedef const char *(*error_name_fn)(size_t);
+typedef zstd_cdict *(*create_cdict_fn)(const void *, size_t, int);
+typedef size_t (*free_cdict_fn)(zstd_cdict *);
+typedef size_t (*ref_cdict_fn)(zstd_cctx *, const zstd_cdict *);
 
 static compress2_fn zstd_compress2;
 static is_error_fn zstd_is_error;
 static error_name_fn zstd_error_name;
+static create_cdict_fn zstd_create_cdict;
+static free_cdict_fn zstd_free_cdict;
+static ref_cdict_fn zstd_ref_cdict;
 static zstd_cctx *cctx;
+static zstd_cctx *dict_cctx;           /* the dictionary calls' context */
+static const zstd_cdict *dict_cctx_ref; /* the CDict dict_cctx refers to now (NULL: none) */
 static char *scratch;      /* the compressed bytes, copied out into a new bytes object */
 static size_t scratch_cap; /* ZSTD_compressBound(HELD_INPUT_BYTES_MAX) */
 static unsigned library_version;
@@ -79,8 +98,8 @@ static int bind(void *lib, const char *name, void *out, size_t size) {
     return 0;
 }
 
-static int set_parameter(set_parameter_fn set, int param, int value) {
-    size_t rc = set(cctx, param, value);
+static int set_parameter(set_parameter_fn set, zstd_cctx *on, int param, int value) {
+    size_t rc = set(on, param, value);
     if (zstd_is_error(rc)) {
         PyErr_Format(PyExc_ImportError, "libzstd refused parameter %d = %d: %s", param, value, zstd_error_name(rc));
         return -1;
@@ -110,12 +129,16 @@ static int open_library(int level) {
     set_parameter_fn set;
     bound_fn bound;
     zstd_cctx *made = NULL;
+    zstd_cctx *made_dict = NULL;
     if (bind(lib, "ZSTD_versionNumber", &version, sizeof version) || bind(lib, "ZSTD_createCCtx", &create, sizeof create) ||
         bind(lib, "ZSTD_freeCCtx", &release, sizeof release) ||
         bind(lib, "ZSTD_CCtx_setParameter", &set, sizeof set) || bind(lib, "ZSTD_compressBound", &bound, sizeof bound) ||
         bind(lib, "ZSTD_compress2", &zstd_compress2, sizeof zstd_compress2) ||
         bind(lib, "ZSTD_isError", &zstd_is_error, sizeof zstd_is_error) ||
-        bind(lib, "ZSTD_getErrorName", &zstd_error_name, sizeof zstd_error_name)) {
+        bind(lib, "ZSTD_getErrorName", &zstd_error_name, sizeof zstd_error_name) ||
+        bind(lib, "ZSTD_createCDict", &zstd_create_cdict, sizeof zstd_create_cdict) ||
+        bind(lib, "ZSTD_freeCDict", &zstd_free_cdict, sizeof zstd_free_cdict) ||
+        bind(lib, "ZSTD_CCtx_refCDict", &zstd_ref_cdict, sizeof zstd_ref_cdict)) {
         goto fail;
     }
     library_version = version();
@@ -124,23 +147,36 @@ static int open_library(int level) {
         goto fail;
     }
     made = create();
+    made_dict = create();
     scratch_cap = bound(HELD_INPUT_BYTES_MAX);
     scratch = malloc(scratch_cap);
-    if (made == NULL || scratch == NULL) {
+    if (made == NULL || made_dict == NULL || scratch == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
-    cctx = made;
-    if (set_parameter(set, ZSTD_C_COMPRESSION_LEVEL, level) || set_parameter(set, ZSTD_C_CONTENT_SIZE_FLAG, 0) ||
-        set_parameter(set, ZSTD_C_CHECKSUM_FLAG, 0) || set_parameter(set, ZSTD_C_DICT_ID_FLAG, 0)) {
-        goto fail;
+    /* Both contexts write the same frames: no content size, checksum or dictionary id (the
+     * journal frame carries those). With a CDict referenced, its level is the one used. */
+    zstd_cctx *const contexts[] = {made, made_dict};
+    for (size_t i = 0; i < 2; i++) {
+        if (set_parameter(set, contexts[i], ZSTD_C_COMPRESSION_LEVEL, level) ||
+            set_parameter(set, contexts[i], ZSTD_C_CONTENT_SIZE_FLAG, 0) ||
+            set_parameter(set, contexts[i], ZSTD_C_CHECKSUM_FLAG, 0) ||
+            set_parameter(set, contexts[i], ZSTD_C_DICT_ID_FLAG, 0)) {
+            goto fail;
+        }
     }
+    cctx = made;
+    dict_cctx = made_dict;
     return 0;
 fail:
     if (made != NULL && release != NULL) {
         release(made);
     }
+    if (made_dict != NULL && release != NULL) {
+        release(made_dict);
+    }
     cctx = NULL;
+    dict_cctx = NULL;
     free(scratch);
     scratch = NULL;
     dlclose(lib);
@@ -170,8 +206,95 @@ static PyObject *held_compress(PyObject *self, PyObject *arg) {
     return out;
 }
 
+static void cdict_free(PyObject *capsule) {
+    zstd_cdict *cd = PyCapsule_GetPointer(capsule, CDICT_CAPSULE);
+    if (cd == NULL) {
+        PyErr_Clear(); /* a destructor has no caller to report to; the capsule was made here */
+        return;
+    }
+    if (dict_cctx_ref == cd) {
+        /* The context must not keep pointing at freed tables: the next call refers afresh. */
+        zstd_ref_cdict(dict_cctx, NULL);
+        dict_cctx_ref = NULL;
+    }
+    zstd_free_cdict(cd);
+}
+
+/* make_cdict(data) -> capsule: the dictionary ``data`` (at most DICT_BYTES_MAX bytes) digested
+ * for HELD_LEVEL, for compress_with. zstd copies the bytes, so the caller's buffer may go. */
+static PyObject *held_make_cdict(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer in;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (in.len > DICT_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "a dictionary of %zd bytes is more than the %d this compressor takes", in.len,
+                     DICT_BYTES_MAX);
+    } else {
+        zstd_cdict *cd = zstd_create_cdict(in.buf, (size_t)in.len, HELD_LEVEL);
+        if (cd == NULL) {
+            PyErr_SetString(PyExc_MemoryError, "zstd could not make the dictionary's tables");
+        } else {
+            out = PyCapsule_New(cd, CDICT_CAPSULE, cdict_free);
+            if (out == NULL) {
+                zstd_free_cdict(cd);
+            }
+        }
+    }
+    PyBuffer_Release(&in);
+    return out;
+}
+
+/* compress_with(cdict, data) -> bytes: one zstd frame of data (at most HELD_INPUT_BYTES_MAX
+ * bytes) against the dictionary of ``cdict`` (a make_cdict capsule). */
+static PyObject *held_compress_with(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "compress_with takes a dictionary and the data (2 arguments), not %zd", nargs);
+        return NULL;
+    }
+    if (!PyCapsule_IsValid(args[0], CDICT_CAPSULE)) {
+        PyErr_SetString(PyExc_TypeError, "compress_with takes a dictionary made by make_cdict first");
+        return NULL;
+    }
+    zstd_cdict *cd = PyCapsule_GetPointer(args[0], CDICT_CAPSULE);
+    if (cd == NULL) {
+        return NULL;
+    }
+    Py_buffer in;
+    if (PyObject_GetBuffer(args[1], &in, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (in.len > HELD_INPUT_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes is more than the %d this compressor takes", in.len,
+                     HELD_INPUT_BYTES_MAX);
+    } else {
+        size_t n = 0;
+        if (dict_cctx_ref != cd) {
+            n = zstd_ref_cdict(dict_cctx, cd);
+            dict_cctx_ref = zstd_is_error(n) ? NULL : cd;
+        }
+        if (!zstd_is_error(n)) {
+            n = zstd_compress2(dict_cctx, scratch, scratch_cap, in.buf, (size_t)in.len);
+        }
+        if (zstd_is_error(n)) {
+            PyErr_Format(PyExc_RuntimeError, "zstd compression failed: %s", zstd_error_name(n));
+        } else {
+            out = PyBytes_FromStringAndSize(scratch, (Py_ssize_t)n);
+        }
+    }
+    PyBuffer_Release(&in);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"compress", held_compress, METH_O, "compress(data) -> one zstd frame, the GIL held throughout"},
+    {"make_cdict", held_make_cdict, METH_O, "make_cdict(dictionary) -> the dictionary's tables, for compress_with"},
+    {"compress_with", (PyCFunction)(void (*)(void))held_compress_with, METH_FASTCALL,
+     "compress_with(cdict, data) -> one zstd frame against the dictionary, the GIL held throughout"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -190,6 +313,7 @@ PyMODINIT_FUNC PyInit__zstd_held(void) {
     }
     if (PyModule_AddIntConstant(m, "INPUT_BYTES_MAX", HELD_INPUT_BYTES_MAX) != 0 ||
         PyModule_AddIntConstant(m, "LEVEL", HELD_LEVEL) != 0 ||
+        PyModule_AddIntConstant(m, "DICT_BYTES_MAX", DICT_BYTES_MAX) != 0 ||
         PyModule_AddIntConstant(m, "LIBRARY_VERSION", (long)library_version) != 0) {
         Py_DECREF(m);
         return NULL;

@@ -142,3 +142,109 @@ def test_threads_compressing_at_once_each_get_their_own_frames() -> None:
     for th in threads:
         th.join()
     assert [f for t in range(8) for f in got[t]] == alone
+
+
+# --- a trained dictionary: make_cdict + compress_with ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained() -> bytes:
+    from journal.benchmark.events import make_events
+
+    opts = Options(compress=False)
+    samples: list[bytes | bytearray | memoryview] = [
+        encoding.encode_event(e, None, False, opts).raw for e in make_events(1500)
+    ]
+    return zstandard.train_dictionary(16 * 1024, samples, level=encoding.ZSTD_LEVEL).as_bytes()
+
+
+def _package_compress_with(dictionary: bytes, data: bytes) -> bytes:
+    c = zstandard.ZstdCompressor(
+        dict_data=zstandard.ZstdCompressionDict(dictionary),
+        level=encoding.ZSTD_LEVEL,
+        write_content_size=False,
+        write_checksum=False,
+        write_dict_id=False,
+    )
+    return c.compress(data)
+
+
+def _decompress_with(dictionary: bytes, frame: bytes, size: int) -> bytes:
+    d = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(dictionary))
+    return d.decompress(frame, max_output_size=max(1, size))
+
+
+def test_its_dictionary_limit_is_the_dictionary_modules() -> None:
+    from journal.engine import dictionary
+
+    mod = _module()
+    assert mod.DICT_BYTES_MAX == dictionary.DICTIONARY_BYTES_MAX
+    src = (ROOT / "native" / "zstd_held.c").read_text()
+    assert f"#define DICT_BYTES_MAX ({dictionary.DICTIONARY_BYTES_MAX // 1024} * 1024)" in src
+    if not native.forced_pure():
+        assert native.held_make_cdict is mod.make_cdict
+        assert native.held_compress_with is mod.compress_with
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=hs.one_of(_TEXT, _BYTES, _REPEATS))
+def test_every_dictionary_frame_decodes_with_it_and_has_the_packages_shape(trained: bytes, data: bytes) -> None:
+    mod = _module()
+    out = mod.compress_with(mod.make_cdict(trained), data)
+    assert _decompress_with(trained, out, len(data)) == data
+    got = zstandard.get_frame_parameters(out)
+    want = zstandard.get_frame_parameters(_package_compress_with(trained, data))
+    assert (got.content_size, got.has_checksum, got.dict_id) == (want.content_size, want.has_checksum, want.dict_id)
+    assert got.content_size == zstandard.CONTENTSIZE_UNKNOWN and not got.has_checksum and got.dict_id == 0
+    assert abs(len(out) - len(_package_compress_with(trained, data))) <= max(16, len(data) // 20)
+
+
+def test_a_dictionary_makes_session_events_smaller(trained: bytes) -> None:
+    """What it is for: the benchmark's events (not those it was trained on) come out smaller
+    with it than without, each compressed alone."""
+    from journal.benchmark.events import make_events
+
+    mod = _module()
+    cdict = mod.make_cdict(trained)
+    opts = Options(compress=False)
+    raws = [encoding.encode_event(e, None, False, opts).raw for e in make_events(3000)[1500:]]
+    raws = [r for r in raws if encoding.COMPRESS_MIN_BYTES <= len(r) <= encoding.HELD_COMPRESS_BYTES_MAX]
+    with_dict = sum(len(mod.compress_with(cdict, r)) for r in raws)
+    without = sum(len(mod.compress(r)) for r in raws)
+    assert with_dict < without * 0.85, (with_dict, without)
+
+
+def test_calls_alternating_between_dictionaries_use_each_ones_own(trained: bytes) -> None:
+    """The dictionary context follows the handle of each call (two journals with their own
+    dictionaries, in one process), and a handle freed and a new one made in its place is used."""
+    mod = _module()
+    other = bytes(reversed(trained))  # another dictionary (raw content: zstd takes any bytes)
+    a, b = mod.make_cdict(trained), mod.make_cdict(other)
+    data = b'{"kind":"tool_result","text":"the test file passes now"}' * 5
+    for _ in range(3):
+        fa, fb = mod.compress_with(a, data), mod.compress_with(b, data)
+        assert _decompress_with(trained, fa, len(data)) == data
+        assert _decompress_with(other, fb, len(data)) == data
+        assert fa == mod.compress_with(a, data)  # the same frame as after another dictionary's call
+    del a
+    c = mod.make_cdict(trained)
+    assert _decompress_with(trained, mod.compress_with(c, data), len(data)) == data
+    assert mod.compress(data) == _module().compress(data)  # the plain context is untouched by them
+
+
+def test_bad_dictionary_input_is_refused_with_a_typed_error(trained: bytes) -> None:
+    mod = _module()
+    cdict = mod.make_cdict(trained)
+    limit = encoding.HELD_COMPRESS_BYTES_MAX
+    with pytest.raises(ValueError, match="more than the 16384"):
+        mod.compress_with(cdict, b"x" * (limit + 1))
+    with pytest.raises(TypeError, match="made by make_cdict"):
+        mod.compress_with(trained, b"abc")
+    with pytest.raises(TypeError):
+        mod.compress_with(cdict)
+    with pytest.raises(TypeError):
+        mod.compress_with(cdict, "not bytes")
+    with pytest.raises(ValueError, match="more than the 1048576"):
+        mod.make_cdict(b"x" * (mod.DICT_BYTES_MAX + 1))
+    exact = bytes(range(256)) * (limit // 256)
+    assert _decompress_with(trained, mod.compress_with(cdict, exact), limit) == exact

@@ -91,21 +91,26 @@ def native_status() -> str:
 HELD_MODULE_NAME = "journal.engine._zstd_held"
 
 
-def _load_held() -> tuple[Callable[[bytes], bytes] | None, str]:
+def _load_held() -> tuple[Any, str]:
     if forced_pure():
         return None, f"{PURE_ENV}=1"
     try:
         mod = importlib.import_module(HELD_MODULE_NAME)
     except ImportError as exc:  # not built, or no libzstd on this system
         return None, str(exc)
-    compress: Callable[[bytes], bytes] = mod.compress
     v = mod.LIBRARY_VERSION
-    return compress, f"libzstd {v // 10000}.{v // 100 % 100}.{v % 100}"
+    return mod, f"libzstd {v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
+_held, held_status = _load_held()
 # The compressor of small payloads that keeps the GIL (None: the zstandard package does all),
 # and a word on which library it is or why there is none.
-held_compress, held_status = _load_held()
+held_compress: Callable[[bytes], bytes] | None = None if _held is None else _held.compress
+# The same with a trained dictionary: held_make_cdict(dictionary bytes) digests it once (an
+# opaque handle, freed with its last reference), held_compress_with(handle, data) compresses
+# against it. None where the module is missing or was built before it had them.
+held_make_cdict: Callable[[bytes], object] | None = getattr(_held, "make_cdict", None)
+held_compress_with: Callable[[object, bytes], bytes] | None = getattr(_held, "compress_with", None)
 
 
 if not _selected and not forced_pure():
