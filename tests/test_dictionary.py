@@ -8,6 +8,7 @@ import os
 import random
 import struct
 import tracemalloc
+from typing import Any
 
 import pytest
 import xxhash
@@ -36,7 +37,7 @@ def samples(n: int, seed: int = 7) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def trained() -> bytes:
-    return zstandard.train_dictionary(16384, samples(2000)).as_bytes()
+    return zstandard.train_dictionary(16384, list[Any](samples(2000))).as_bytes()
 
 
 def test_round_trip(trained: bytes) -> None:
@@ -85,7 +86,7 @@ def test_defects(trained: bytes) -> None:
     # A whole, verified file under another id's name.
     assert "id" in reason(good, "dict-00002.zdict")
     # A length field of 2**32-1 on a small file: refused by the bytes there are, nothing sized by it.
-    crafted = _rechecksum(good[:12] + struct.pack("<I", 2**32 - 1) + good[16 : -8])
+    crafted = _rechecksum(good[:12] + struct.pack("<I", 2**32 - 1) + good[16:-8])
     tracemalloc.start()
     try:
         assert "length" in reason(crafted)
@@ -115,7 +116,7 @@ def test_oversize_file_refused_before_read(tmp_path: str, trained: bytes) -> Non
         f.pread = pread  # type: ignore[method-assign]
         return f
 
-    fs.open_read = open_read  # type: ignore[method-assign]
+    fs.open_read = open_read  # type: ignore[method-assign,assignment]
     with pytest.raises(CorruptionError, match="more than a dictionary file holds"):
         dic.load_dictionary(fs, str(tmp_path), 1)
     assert reads == []
@@ -147,7 +148,7 @@ def test_install_reuses_links_and_takes_next_free(tmp_path: str, trained: bytes)
     assert dic.install_dictionary(fs, b, loaded) == 1
     assert os.stat(os.path.join(b, "dict-00001.zdict")).st_ino == os.stat(loaded.path).st_ino
     # Another dictionary wanting id 1: the next free id, written (not linked).
-    other = zstandard.train_dictionary(8192, samples(2000, seed=99)).as_bytes()
+    other = zstandard.train_dictionary(8192, list[Any](samples(2000, seed=99))).as_bytes()
     assert dic.install_dictionary(fs, a, dic.Dictionary(1, other, loaded.path)) == 2
     assert dic.load_dictionary(fs, a, 2).data == other
     assert os.stat(os.path.join(a, "dict-00002.zdict")).st_nlink == 1

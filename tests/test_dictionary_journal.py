@@ -16,11 +16,19 @@ import zstandard
 import journal
 from journal.engine import format as fmt
 from journal.engine.copy import copy_prefix
+from journal.engine.core import Journal
 from journal.engine.dictionary import Dictionary, dictionary_file_name, dictionary_ids
 from journal.engine.salvage import salvage
 from journal.engine.verify import CLEAN, CORRUPT, verify
 from journal.errors import CorruptionError
 from journal.fs import OsFileSystem
+
+
+def jopen(path: Path, **options: Any) -> Journal:
+    """journal.open, the file engine's handle (its seal() and options)."""
+    j = journal.open(path, **options)
+    assert isinstance(j, Journal)
+    return j
 
 
 def event(i: int, seed: int = 1) -> dict[str, Any]:
@@ -37,7 +45,7 @@ def event(i: int, seed: int = 1) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def trained() -> Dictionary:
     samples = [json.dumps(event(i, seed=2)).encode() for i in range(2000)]
-    return Dictionary(1, zstandard.train_dictionary(16384, samples).as_bytes())
+    return Dictionary(1, zstandard.train_dictionary(16384, list[Any](samples)).as_bytes())
 
 
 def record_frames(path: Path) -> list[tuple[str, int, int, int]]:
@@ -60,7 +68,7 @@ def segment_versions(path: Path) -> list[int]:
     ]
 
 
-def write(j: journal.Journal, first: int, n: int) -> None:
+def write(j: Journal, first: int, n: int) -> None:
     """Sync appends, an append_many (blocks) and buffered appends: every kind of frame."""
     third = n // 3
     for i in range(first, first + third):
@@ -73,7 +81,7 @@ def write(j: journal.Journal, first: int, n: int) -> None:
 
 def test_written_with_a_dictionary_reads_back(tmp_path: Path, trained: Dictionary) -> None:
     path = tmp_path / "j"
-    with journal.open(path, create=True, dictionary=trained) as j:
+    with jopen(path, create=True, dictionary=trained) as j:
         write(j, 0, 90)
         assert [r.event for r in j.read()] == [event(i) for i in range(90)]
     assert dictionary_ids(OsFileSystem(), str(path)) == [1]
@@ -81,11 +89,11 @@ def test_written_with_a_dictionary_reads_back(tmp_path: Path, trained: Dictionar
     assert {kind for _, kind, _, _ in frames} == {fmt.KIND_DATA, fmt.KIND_BLOCK}
     assert all(dict_id == 1 for *_, dict_id in frames)
     # Reading needs only the directory's files: no dictionary passed, read-only and writable.
-    with journal.open(path, readonly=True) as j:
+    with jopen(path, readonly=True) as j:
         assert [r.event for r in j.read()] == [event(i) for i in range(90)]
         assert j.get(5).event == event(4)  # type: ignore[union-attr]
         assert j.get(40).event == event(39)  # type: ignore[union-attr]
-    with journal.open(path) as j:
+    with jopen(path) as j:
         j.append(event(90))
         assert [r.event for r in j.read()] == [event(i) for i in range(91)]
         assert [j.get(s).event for s in (1, 31, 45, 89)] == [event(0), event(30), event(44), event(88)]  # type: ignore[union-attr]
@@ -95,14 +103,14 @@ def test_written_with_a_dictionary_reads_back(tmp_path: Path, trained: Dictionar
 
 def test_journal_without_then_with(tmp_path: Path, trained: Dictionary) -> None:
     path = tmp_path / "j"
-    with journal.open(path, create=True) as j:
+    with jopen(path, create=True) as j:
         write(j, 0, 30)
-    with journal.open(path, dictionary=trained) as j:
+    with jopen(path, dictionary=trained) as j:
         write(j, 30, 30)
         assert [r.event for r in j.read()] == [event(i) for i in range(60)]
     ids = [(seq, dict_id) for _, _, seq, dict_id in record_frames(path)]
     assert all(d == 0 for s, d in ids if s <= 30) and all(d == 1 for s, d in ids if s > 30)
-    with journal.open(path, readonly=True) as j:
+    with jopen(path, readonly=True) as j:
         assert [r.event for r in j.read()] == [event(i) for i in range(60)]
 
 
@@ -112,10 +120,10 @@ def test_older_live_segment_continued_without_it(
     path = tmp_path / "j"
     with monkeypatch.context() as m:
         m.setattr(fmt, "FORMAT_VERSION", 3)  # a journal made by version 3
-        with journal.open(path, create=True) as j:
+        with jopen(path, create=True) as j:
             write(j, 0, 9)
     assert segment_versions(path) == [3]
-    with journal.open(path, dictionary=trained) as j:
+    with jopen(path, dictionary=trained) as j:
         write(j, 9, 9)  # the live segment is of version 3: no dictionary in it
         j.seal()
         write(j, 18, 9)  # the next segment is of version 4: the dictionary from now on
@@ -125,31 +133,31 @@ def test_older_live_segment_continued_without_it(
     first, second = sorted({name for name, *_ in frames})
     assert all(d == 0 for name, _, _, d in frames if name == first)
     assert all(d == 1 for name, _, _, d in frames if name == second)
-    with journal.open(path, readonly=True) as j:
+    with jopen(path, readonly=True) as j:
         assert [r.event for r in j.read()] == [event(i) for i in range(27)]
 
 
 def test_install_takes_next_free_id(tmp_path: Path, trained: Dictionary) -> None:
     path = tmp_path / "j"
-    with journal.open(path, create=True, dictionary=trained) as j:
+    with jopen(path, create=True, dictionary=trained) as j:
         j.append(event(0))
     samples = [json.dumps(event(i, seed=5)).encode() for i in range(2000)]
-    other = Dictionary(1, zstandard.train_dictionary(8192, samples).as_bytes())
-    with journal.open(path, dictionary=other) as j:  # id 1 is taken by another dictionary
+    other = Dictionary(1, zstandard.train_dictionary(8192, list[Any](samples)).as_bytes())
+    with jopen(path, dictionary=other) as j:  # id 1 is taken by another dictionary
         j.append(event(1))
-    with journal.open(path, dictionary=Dictionary(7, trained.data)) as j:  # the same bytes: file 1 again
+    with jopen(path, dictionary=Dictionary(7, trained.data)) as j:  # the same bytes: file 1 again
         j.append(event(2))
     assert [d for *_, d in record_frames(path)] == [1, 2, 1]
-    with journal.open(path, readonly=True) as j:
+    with jopen(path, readonly=True) as j:
         assert [r.event for r in j.read()] == [event(i) for i in range(3)]
 
 
 def _written(tmp_path: Path, trained: Dictionary) -> Path:
     """Records 1-30 without the dictionary, 31-60 with it."""
     path = tmp_path / "j"
-    with journal.open(path, create=True) as j:
+    with jopen(path, create=True) as j:
         write(j, 0, 30)
-    with journal.open(path, dictionary=trained) as j:
+    with jopen(path, dictionary=trained) as j:
         write(j, 30, 30)
     return path
 
@@ -165,7 +173,7 @@ def test_missing_or_damaged_dictionary(tmp_path: Path, trained: Dictionary, dama
         data[100] ^= 0xFF
         (path / name).write_bytes(bytes(data))
     first = next((seg, seq) for seg, _, seq, d in record_frames(path) if d)
-    with journal.open(path, readonly=True) as j:
+    with jopen(path, readonly=True) as j:
         got = []
         with pytest.raises(CorruptionError) as err:
             for r in j.read():
@@ -186,13 +194,13 @@ def test_missing_or_damaged_dictionary(tmp_path: Path, trained: Dictionary, dama
     out = tmp_path / "salvaged"
     rep = salvage(str(path), str(out), renumber=True)
     assert any(name in loss.reason for loss in rep.losses)
-    with journal.open(out, readonly=True) as j:
+    with jopen(out, readonly=True) as j:
         assert [r.event for r in j.read()] == [event(i) for i in range(30)]
 
 
 def test_copy_carries_the_dictionary(tmp_path: Path, trained: Dictionary) -> None:
     path = tmp_path / "j"
-    with journal.open(path, create=True, dictionary=trained) as j:
+    with jopen(path, create=True, dictionary=trained) as j:
         write(j, 0, 60)
         j.seal()  # a sealed segment a copy links whole
         j.append_many([event(i) for i in range(60, 70)])  # a block a cut falls inside
@@ -203,7 +211,7 @@ def test_copy_carries_the_dictionary(tmp_path: Path, trained: Dictionary) -> Non
         os.mkdir(dst)
         copy_prefix(fs, str(path), str(dst), at_seq)
         assert dictionary_ids(fs, str(dst)) == [1]
-        with journal.open(dst, readonly=True) as j:
+        with jopen(dst, readonly=True) as j:
             assert [r.event for r in j.read()] == [event(i) for i in range(at_seq)]
         assert verify(str(dst)).verdict == CLEAN
 
@@ -211,6 +219,7 @@ def test_copy_carries_the_dictionary(tmp_path: Path, trained: Dictionary) -> Non
 def test_store_fork_carries_the_dictionary(tmp_path: Path, trained: Dictionary) -> None:
     store = journal.store(str(tmp_path / "s"))
     with store.open("a", create=True, dictionary=trained) as j:
+        assert isinstance(j, Journal)
         write(j, 0, 30)
     store.copy("a", "b", upto_seq=20)
     with store.open("b", readonly=True) as j:
@@ -228,7 +237,7 @@ def test_dictionary_frame_in_an_older_segment_is_corruption(
     path = tmp_path / "j"
     with monkeypatch.context() as m:
         m.setattr(fmt, "FORMAT_VERSION", 3)
-        with journal.open(path, create=True, dictionary=trained) as j:
+        with jopen(path, create=True, dictionary=trained) as j:
             j.append(event(0))
             use = j.options.dictionary
             assert use is not None and not use.active  # a version 3 live segment: not used
@@ -236,7 +245,7 @@ def test_dictionary_frame_in_an_older_segment_is_corruption(
             j.append(event(1))
     assert segment_versions(path) == [3]
     assert [d for *_, d in record_frames(path)] == [0, 1]
-    with journal.open(path, readonly=True) as j:
+    with jopen(path, readonly=True) as j:
         with pytest.raises(CorruptionError, match="format version before 4"):
             list(j.read())
         with pytest.raises(CorruptionError, match="format version before 4"):
