@@ -251,3 +251,20 @@ def test_dictionary_frame_in_an_older_segment_is_corruption(
         with pytest.raises(CorruptionError, match="format version before 4"):
             j.get(2)
     assert verify(str(path)).verdict == CORRUPT
+
+
+def test_shared_writer_reads_keyed_frames_an_exclusive_one_wrote_with_it(tmp_path: Path, trained: Dictionary) -> None:
+    path = tmp_path / "j"
+    a = jopen(path, create=True, writer="shared")
+    try:
+        a.append(event(0), idempotency_key="k0")
+        # Between two of the shared handle's batches, a handle with the dictionary writes a keyed
+        # record with it: the shared one takes its key (and digest) when it catches up.
+        with jopen(path, dictionary=trained) as b:
+            b.append(event(1), idempotency_key="k1")
+        assert [d for *_, d in record_frames(path)] == [0, 1]
+        a.append(event(2), idempotency_key="k2")
+        assert a.append(event(1), idempotency_key="k1").seq == 2  # type: ignore[union-attr]
+        assert [r.event for r in a.read()] == [event(i) for i in range(3)]
+    finally:
+        a.close()

@@ -176,7 +176,7 @@ def catch_up(w: Journal, dirty: bool) -> None:
     def visit(win: tail.Window) -> None:
         for frame in win.res.frames:
             if frame.flags & fmt.FLAG_KEYED and frame.flags & fmt.FLAG_KIND_MASK == fmt.KIND_DATA:
-                rec = decode_payload(frame, win.buf, win.offset, last.name, fmt.FRAME_STORED_BYTES_LIMIT)
+                rec = decode_payload(frame, win.buf, win.offset, last.name, fmt.FRAME_STORED_BYTES_LIMIT, w._dicts)
                 key = present(rec.key, "a keyed frame has a key")
                 keyed.append((key, frame.seq, xxhash.xxh64_intdigest(rec.payload)))
 
