@@ -23,91 +23,28 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import journal
 from journal import session
+from journal.benchmark.session_open import (
+    OPENS,
+    OPENS_PER_FIGURE,
+    SID,
+    TARGET_RATIO_MAX,
+    TIME,
+    build,
+    ev,
+    events,
+    timed,
+)
 from journal.session.session import SESSION_SNAPSHOT_NAME, Session
-
-SID = "s-bench-open"
-TIME = "2026-01-01T00:00:00.000Z"
-EVENTS_PER_TURN = 13
-TARGET_RATIO_MAX = 2.0  # the acceptance: big/small at most this
-
-
-def ev(type_: str, data: dict[str, Any] | None = None, **ids: str) -> dict[str, Any]:
-    keys = {"turn_id": "turnId", "tool_call_id": "toolCallId", "attempt_id": "attemptId"}
-    out: dict[str, Any] = {"schemaVersion": 1, "sessionId": SID, "type": type_, "time": TIME}
-    out.update({keys[k]: v for k, v in ids.items()})
-    out["data"] = data or {}
-    return out
-
-
-def events(total: int) -> Iterator[dict[str, Any]]:
-    yield ev("session.started", {"workspace": {"path": "/repo"}, "lineage": {"depth": 0}})
-    n, t = 1, 0
-    while n < total:
-        tid = f"t{t}"
-        turn = [ev("user.message", {"text": f"request {t}: make the auth tests pass"}), ev("turn.started", turn_id=tid)]
-        for k in range(3):
-            call = f"{tid}.c{k}"
-            turn += [
-                ev("tool.requested", {"tool": "bash", "args": {"cmd": f"pytest -k {k}"}, "sideEffect": "read",
-                                      "idempotency": "safe"}, turn_id=tid, tool_call_id=call),
-                ev("tool.started", turn_id=tid, tool_call_id=call),
-                ev("tool.result", {"status": "ok", "output": "3 passed"}, turn_id=tid, tool_call_id=call),
-            ]
-        turn += [ev("assistant.message", {"text": f"done {t}"}, turn_id=tid, attempt_id=f"{tid}.a"),
-                 ev("turn.ended", {"reason": "completed"}, turn_id=tid)]
-        yield from turn[: total - n]
-        n += len(turn)
-        t += 1
-
-
-def build(path: str, total: int) -> None:
-    with journal.open(path, create=True) as j:
-        batch: list[dict[str, Any]] = []
-        for e in events(total):
-            batch.append(e)
-            if len(batch) == 1000:
-                j.append_many(batch, durability="flush")
-                batch = []
-        if batch:
-            j.append_many(batch, durability="flush")
-        j.sync()
-    with session.open(path):  # the first open replays everything and saves the snapshot at close
-        pass
-
-
-OPENS_PER_FIGURE = 15  # each run's figure is the median of this many opens (one open is ~1 ms)
-
-
-def timed(fn: Callable[[], None], repeat: int = OPENS_PER_FIGURE) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def one_run(paths: dict[int, str]) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
-
-    def rw(p: str) -> None:
-        session.open(p).close()
-
-    def ro(p: str) -> None:
-        session.open(p, readonly=True).close()
-
-    def jrw(p: str) -> None:
-        journal.open(p).close()
-
-    def jro(p: str) -> None:
-        journal.open(p, readonly=True).close()
 
     def full(p: str) -> None:
         snap = os.path.join(p, SESSION_SNAPSHOT_NAME)
@@ -118,8 +55,7 @@ def one_run(paths: dict[int, str]) -> dict[str, dict[int, float]]:
         finally:
             os.rename(kept, snap)
 
-    for name, fn in (("session rw", rw), ("session ro", ro), ("journal rw", jrw), ("journal ro", jro),
-                     ("session ro, full replay", full)):
+    for name, fn in (*OPENS.items(), ("session ro, full replay", full)):
         repeat = 1 if name.endswith("full replay") else OPENS_PER_FIGURE
         out[name] = {n: timed(lambda p=p, fn=fn: fn(p), repeat) for n, p in paths.items()}  # type: ignore[misc]
     return out
@@ -175,8 +111,10 @@ def append_cost(root: str, total: int, runs: int, cheap: bool) -> None:
         with_s.append(append_run(root, total, True, f"a-on-{r}", cheap))
     ratios = [a / b for a, b in zip(with_s, without, strict=True)]
     kind = "streamed deltas" if cheap else "turns of three tool calls"
-    print(f"\nappending {total} events ({kind}) through Session.append, snapshot every {SNAPSHOT_EVERY_EVENTS} events "
-          f"(median of {runs} runs, interleaved)")
+    print(
+        f"\nappending {total} events ({kind}) through Session.append, snapshot every {SNAPSHOT_EVERY_EVENTS} events "
+        f"(median of {runs} runs, interleaved)"
+    )
     print("| appends | seconds | us/event |")
     print("|---|---:|---:|")
     for name, xs in (("without snapshots", without), ("with snapshots", with_s)):
@@ -185,9 +123,11 @@ def append_cost(root: str, total: int, runs: int, cheap: bool) -> None:
     Session.save_snapshot = real  # type: ignore[method-assign]
     print(f"with/without: {statistics.median(ratios):.3f}x ({', '.join(f'{x:.3f}' for x in ratios)})")
     share = sum(saving) / sum(with_s)
-    print(f"snapshot saves: {len(saving)} in {runs} runs, {sum(saving) / len(saving) * 1000:.1f} ms each on "
-          f"average, {share:.2%} of the time of the runs with snapshots "
-          f"({sum(saving) / (total * runs) * 1e6:.2f} us per appended event)")
+    print(
+        f"snapshot saves: {len(saving)} in {runs} runs, {sum(saving) / len(saving) * 1000:.1f} ms each on "
+        f"average, {share:.2%} of the time of the runs with snapshots "
+        f"({sum(saving) / (total * runs) * 1e6:.2f} us per appended event)"
+    )
 
 
 def main() -> int:
@@ -196,8 +136,13 @@ def main() -> int:
     ap.add_argument("--big", type=int, default=50_000, help="events in the big session")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
-    ap.add_argument("--append", type=int, default=0, metavar="N",
-                    help="instead: the append path's cost of snapshot saves, over N events")
+    ap.add_argument(
+        "--append",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: the append path's cost of snapshot saves, over N events",
+    )
     ap.add_argument("--deltas", action="store_true", help="with --append: streamed deltas, the cheapest appends")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="bench-session-open-", dir=args.dir)
@@ -212,7 +157,8 @@ def main() -> int:
         for r in runs:  # what the session layer adds to the journal's own open
             for mode in ("rw", "ro"):
                 r[f"session {mode} minus journal {mode}"] = {
-                    n: max(r[f"session {mode}"][n] - r[f"journal {mode}"][n], 1e-9) for n in paths}
+                    n: max(r[f"session {mode}"][n] - r[f"journal {mode}"][n], 1e-9) for n in paths
+                }
         print(f"opening a session: {args.small} vs {args.big} events, median of {args.runs} runs (ms)")
         print(f"| open | {args.small} events | {args.big} events | ratio (runs) |")
         print("|---|---:|---:|---|")

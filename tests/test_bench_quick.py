@@ -39,6 +39,16 @@ def test_bench_quick_completes_and_writes_its_table(tmp_path: Path) -> None:
     for workload in ("1 writer, durable per event", "16 threads, durable per event", "bytes on disk per event"):
         assert workload in table
     assert "JSONL write+fdatasync" in table and "SQLite WAL synchronous=FULL" in table
+    # Issue 33's targets, each with its spread over the rounds; the fork chain is not in the
+    # quick run and says so.
+    assert "| target | needs | measured | spread | verdict |" in table
+    for target in (
+        "open a 50,000-event session read-write vs a 500-event one",
+        "open a 50,000-event session read-only vs a 500-event one",
+        "records written one at a time (a frame each)",
+        "the 10,000th fork of a chain vs the first, time",
+    ):
+        assert target in table, target
     # CPU per event, journal against JSONL, for a durable append and a decoded read at least.
     assert "CPU per event, ms" in table
     section = table.split("CPU per event, ms", 1)[1].split("\n\n")[1]  # the table after its caption
@@ -76,6 +86,15 @@ def test_ab_compares_two_checkouts(tmp_path: Path, workload: str) -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "not a checkout of journal" in bad.stderr
+
+
+def test_session_open_script_builds_and_opens_through_the_shared_module(tmp_path: Path) -> None:
+    """bench/bench_session_open.py builds and opens its sessions with journal/benchmark/session_open.py,
+    as journal bench does, and still prints its table and verdict."""
+    out = run_bench("bench_session_open.py", "--big", "1000", "--runs", "1", "--dir", str(tmp_path))
+    assert "| session ro | " in out and "| session ro, full replay | " in out
+    assert out.rstrip().splitlines()[-1].startswith("target: session rw and ro big/small <= 2.0x: ")
+    assert os.listdir(tmp_path) == []
 
 
 def test_bench_blocks_sweeps_block_sizes(tmp_path: Path) -> None:
@@ -124,5 +143,7 @@ def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
     rounds = [ln for ln in out.splitlines() if ln.startswith("round 1:")]
     assert len(rounds) == 4 and all("(user " in ln and ", system " in ln for ln in rounds), out
     assert [ln.split(":")[0] for ln in out.splitlines() if "median ÷ JSONL" in ln] == [
-        "journal, a journal per session", "journal, compress=False", "a reserved file per session (pwrite+fdatasync)"
+        "journal, a journal per session",
+        "journal, compress=False",
+        "a reserved file per session (pwrite+fdatasync)",
     ], out

@@ -194,17 +194,87 @@ def size_summary(sizes: list[int]) -> dict[str, int]:
 def real_session_events(root: str) -> list[Event]:
     """The dict lines of every ``*.jsonl`` file under ``root`` (real session logs, read in
     place), in name order; a line that is not JSON (damage in a real file) is not an event."""
-    events: list[Event] = []
+    return [e for path in session_files(root) for e in file_events(path)]
+
+
+# --- the second mix: a tool loop ------------------------------------------------------------------
+
+TOOLS_MIX_EVENTS = 4000  # the mix is these events; a workload that needs more goes round them again
+TOOLS_MIX_SEED = 13
+TOOLS_KINDS: list[tuple[str, int]] = [
+    ("assistant_delta", 45),
+    ("tool_intent", 15),
+    ("tool_result", 25),
+    ("assistant_message", 10),
+    ("user_message", 5),
+]
+DELTA_TEXT_BYTES = 40
+TOOL_RESULT_BYTES_MIN = 300
+TOOL_RESULT_BYTES_MAX = 12 * 1024
+
+
+def make_tool_events(count: int = TOOLS_MIX_EVENTS, seed: int = TOOLS_MIX_SEED) -> list[Event]:
+    """A coding agent's tool loop, unlike the default mix in every size: tool results of 300 B to
+    12 KB (log-uniform: as many of 300-600 B as of 6-12 KB), streamed deltas of 40 bytes of
+    text, and short messages (20-200 B of text); no usage, approval or turn records."""
+    rng = random.Random(seed)
+    text = _Text(rng)
+    names = [k for k, _ in TOOLS_KINDS]
+    weights = [w for _, w in TOOLS_KINDS]
+    out: list[Event] = []
+    call = ""
+    for i, kind in enumerate(rng.choices(names, weights, k=count)):
+        base: Event = {"type": kind, "sessionId": "s-tools-01", "time": 1_766_000_000_000 + i * 11}
+        if kind == "assistant_delta":
+            base["text"] = text.words(DELTA_TEXT_BYTES + 1)[:DELTA_TEXT_BYTES]  # words() may end a byte short
+        elif kind == "tool_intent":
+            call = f"call_{rng.randbytes(6).hex()}"
+            base.update(toolCallId=call, tool=rng.choice(_TOOLS), args={"cmd": text.words(rng.randrange(20, 120))})
+        elif kind == "tool_result":
+            size = int(TOOL_RESULT_BYTES_MIN * (TOOL_RESULT_BYTES_MAX / TOOL_RESULT_BYTES_MIN) ** rng.random())
+            base.update(toolCallId=call or "call_none", status="ok", output=text.code(size + 1)[:size])
+        else:
+            base["text"] = text.words(rng.randrange(20, 200))
+        out.append(base)
+    return out
+
+
+def make_mix(name: str, count: int) -> list[Event]:
+    """``count`` events of the mix ``name`` (MIXES), the same on every machine."""
+    if name == "agent":
+        return make_events(count)
+    if name == "tools":
+        base = make_tool_events()
+        return [base[i % len(base)] for i in range(count)]
+    raise ValueError(f"no event mix {name!r}; one of {', '.join(MIXES)}")
+
+
+# name -> (kinds, where it is described)
+MIXES: dict[str, tuple[list[tuple[str, int]], str]] = {
+    "agent": (KINDS, "agent sessions: the shares and sizes of real session logs"),
+    "tools": (TOOLS_KINDS, "a tool loop: results 300 B-12 KB, 40-byte deltas, short messages; 4,000 events"),
+}
+DEFAULT_MIX = "agent"
+
+
+def session_files(root: str) -> list[str]:
+    """Every ``*.jsonl`` file under ``root``, in path order."""
+    out: list[str] = []
     for dirpath, _dirs, files in sorted(os.walk(root)):
-        for name in sorted(files):
-            if not name.endswith(".jsonl"):
+        out += [os.path.join(dirpath, n) for n in sorted(files) if n.endswith(".jsonl")]
+    return out
+
+
+def file_events(path: str) -> list[Event]:
+    """The dict lines of one session file; a line that is not JSON (damage in a real file) is
+    not an event."""
+    events: list[Event] = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except ValueError:
                 continue
-            with open(os.path.join(dirpath, name), "rb") as f:
-                for line in f:
-                    try:
-                        obj = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(obj, dict):
-                        events.append(obj)
+            if isinstance(obj, dict):
+                events.append(obj)
     return events

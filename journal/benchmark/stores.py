@@ -53,13 +53,27 @@ def optional_module(name: str) -> Any:
         return None
 
 
-def dir_bytes(path: str) -> int:
-    if os.path.isfile(path):
-        return os.path.getsize(path)
+def dir_bytes(*paths: str) -> int:
+    """The bytes of the files under ``paths``, each file counted once however many names it has:
+    a file hard-linked into several journals (a fork's shared segments, a store-wide dictionary)
+    takes its bytes on the disk once, as ``du`` counts it. Symbolic links are not followed."""
+    seen: set[tuple[int, int]] = set()
     total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            total += os.path.getsize(os.path.join(root, name))
+
+    def add(p: str) -> None:
+        nonlocal total
+        st = os.lstat(p)
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+
+    for path in paths:
+        if not os.path.isdir(path):
+            add(path)
+            continue
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                add(os.path.join(root, name))
     return total
 
 
