@@ -20,6 +20,19 @@ from journal import api
 from journal.api import PrefixCopier, PrefixCopy, RecoveryReport
 from journal.engine.core import Journal, Options
 from journal.engine.core import open as _open_file
+
+# The dictionary API, for the session layer's store dictionaries (journal/session/dictionaries.py),
+# which reaches the engine only through this package.
+from journal.engine.dictionary import (
+    DICTIONARY_BYTES_MAX,
+    DICTIONARY_BYTES_MIN,
+    DICTIONARY_ID_MAX,
+    Dictionary,
+    dictionary_file_name,
+    encode_dictionary_file,
+    parse_dictionary_file_name,
+    read_dictionary_file,
+)
 from journal.engine.native import native_available
 from journal.errors import (
     CorruptionError,
@@ -91,9 +104,13 @@ if _TYPE_CHECKING:  # mypy holds the file engine to the protocols of journal.api
 __version__ = "0.1.0"
 
 __all__ = [
+    "DICTIONARY_BYTES_MAX",
+    "DICTIONARY_BYTES_MIN",
+    "DICTIONARY_ID_MAX",
     "AckLost",
     "Committed",
     "CorruptionError",
+    "Dictionary",
     "DurabilityError",
     "EventNotSerializableError",
     "IdempotencyConflictError",
@@ -122,6 +139,10 @@ __all__ = [
     "UnexpectedFileError",
     "UnexpectedLinkError",
     "WriteFailedError",
+    "dictionary_file_name",
+    "encode_dictionary_file",
     "native_available",
     "open",
+    "parse_dictionary_file_name",
+    "read_dictionary_file",
 ]

@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import": ("journal.cli.import_", "import another runtime's session log or trajectory (--help lists the formats)"),
     "export": ("journal.cli.export", "an imported journal back in its source format, or any session as Markdown"),
     "sessions": ("journal.cli.sessions", "list the sessions of a session store"),
+    "dictionary": ("journal.cli.dictionary", "train and list the zstd dictionary of a session store"),
     "fork": ("journal.cli.fork", "fork a session at a clean boundary into a new session journal"),
     "copy": ("journal.cli.copy", "copy a journal to a new one on any backend (directory or server URL), verified"),
     "view": ("journal.cli.view", "a local read-only web page over a session store, a journal or a server store"),

@@ -9,6 +9,7 @@ Layout (directories 0700, files 0600: agent logs hold prompts, secrets and tool 
     <root>/sessions/<id>/snapshots/    snapshot files (disposable)
     <root>/archive/<id>/...            an archived session, moved here whole
     <root>/artifacts/                  the artifact store shared by the sessions
+    <root>/dictionaries/               the store's zstd dictionaries (journal/session/dictionaries.py)
 
 Session ids are time-sortable (``s`` + milliseconds in hex + random), so sorting ids sorts by
 creation (seed 003). The index is a cache: per session its status (active, archived),
@@ -56,9 +57,11 @@ from typing import Any, Protocol, cast
 import xxhash
 
 import journal
+from journal import Dictionary
 from journal.api import LOCK_FILE, Committed, Journal, JournalError, JournalNotFoundError, NotAJournalError
 from journal.fs import FileSystem, Lock, OsFileSystem, ensure_dir, make_dirs, read_all, refuse_link, take_lock
 from journal.fs import remove_tree as remove_dir
+from journal.session import dictionaries
 from journal.session.artifacts import ArtifactStore
 from journal.session.envelope import SESSION_ID_RE, check_session_id
 from journal.session.errors import InvalidSessionIdError, StoreError
@@ -174,6 +177,10 @@ class SessionStore:
         for d in (self.root, self._dir(SESSIONS_DIR), self._dir(ARCHIVE_DIR)):
             make_dirs(self.fs, d)
         self._artifacts: ArtifactStore | None = None
+        # Why the last session opened for writing got no dictionary although the store has one
+        # (a damaged file, a link): journal/session/dictionaries.py. None when nothing is wrong.
+        self.dictionary_problem: JournalError | None = None
+        self._dictionary: Dictionary | None = None  # the current one, read and verified once
 
     # --- paths --------------------------------------------------------------------------
 
@@ -219,6 +226,7 @@ class SessionStore:
         if self.fs.exists(d) or self.fs.exists(self._dir(ARCHIVE_DIR, sid)):
             raise SessionExistsError(sid)
         options.setdefault("registry", self.registry)
+        self._with_dictionary(options)
         with self._building(sid) as tmp:
             StoreSession.open(
                 os.path.join(tmp, JOURNAL_DIR), create=True, session_id=sid, workspace=workspace, fs=self.fs, **options
@@ -239,6 +247,8 @@ class SessionStore:
         if archived and not readonly:
             raise StoreError(f"session {session_id!r} is archived; open it with readonly=True")
         options.setdefault("registry", self.registry)
+        if not readonly:  # a reader needs none: the journal directory holds what its frames name
+            self._with_dictionary(options)
         s = cast(
             StoreSession, StoreSession.open(os.path.join(d, JOURNAL_DIR), readonly=readonly, fs=self.fs, **options)
         )
@@ -248,6 +258,35 @@ class SessionStore:
                 # An entry the index lacks is read from the directories by the next listing.
                 self._update([_set(session_id, open=True, last_seq=s.journal.last_seq)])
         return s
+
+    def _with_dictionary(self, options: dict[str, Any]) -> None:
+        """Give a session opened for writing the store's current dictionary (unless the caller
+        chose one): its new frames are compressed with it, and the engine puts the file in the
+        journal directory (a hard link to the store's) before any frame names it. A dictionary
+        that cannot be used (damaged, a link) is left out and said in ``dictionary_problem``."""
+        if "dictionary" in options:
+            return
+        d = self.current_dictionary()
+        if d is not None:
+            options["dictionary"] = d
+
+    def current_dictionary(self) -> Dictionary | None:
+        """The dictionary sessions opened for writing now get (journal/session/dictionaries.py):
+        the store's highest id, verified when first seen; None when the store has none or it
+        cannot be used (then ``dictionary_problem`` says why)."""
+        try:
+            d = dictionaries.dictionaries_dir(self)
+            ids = dictionaries.dictionary_ids(self.fs, d)
+            if not ids:
+                self.dictionary_problem = None
+                return None
+            if self._dictionary is None or self._dictionary.id != ids[-1]:
+                self._dictionary = dictionaries.load(self.fs, d, ids[-1])
+        except JournalError as exc:  # damaged or crafted, a link: never used (see the module)
+            self.dictionary_problem, self._dictionary = exc, None
+            return None
+        self.dictionary_problem = None
+        return self._dictionary
 
     @contextmanager
     def _closed_on_error(self, s: StoreSession) -> Iterator[None]:

@@ -1,0 +1,643 @@
+"""A zstd dictionary per session store, trained from the store's own records (docs/SESSIONS.md,
+"Dictionaries").
+
+Layout, beside the sessions::
+
+    <root>/dictionaries/dict-<id:05d>.zdict   a trained dictionary (the engine's file format:
+                                              magic, version, id, length, digest, data, XXH64)
+    <root>/dictionaries/dict-<id:05d>.stats   what its training measured (informational only)
+    <root>/dictionaries/TRAIN.lock            held while a training publishes its dictionary
+
+Ids run from 1 and are never reused: a new one is the highest name listed plus one, whether that
+file verifies or not, and the store never removes a dictionary file.
+
+**The current dictionary is the one with the highest id.** No pointer file: a dictionary file is
+written whole under a temp name, synced and renamed into place (its directory synced), so the
+rename is the one durable step that makes it current. There is no state where a pointer names a
+file that is missing or not yet whole, and no second file to agree with the first. A training
+whose dictionary does not pay stores nothing, so the current one stays.
+
+Every session the store opens for writing gets the current dictionary (``dictionary=`` of
+``journal.open``, with ``path=`` the store's file so that the engine hard-links it into the
+journal directory); the engine writes it durably there before any frame names it, so a journal
+directory alone, copied anywhere, reads back. Sessions opened read-only get nothing: their
+directory holds what their frames name. A session made before the dictionary keeps its frames
+as they are and uses the dictionary for its new ones.
+
+A dictionary file of the store that does not verify (damaged or crafted), or a symbolic link at
+``dictionaries/`` or at the current file, is never used: sessions open for writing without a
+dictionary (``SessionStore.dictionary_problem`` says why) rather than refuse, since the dictionary
+only saves bytes and a session's writes must not stop on it; ``journal dictionary list`` and a
+training report it (typed errors), and training again makes a new, whole, current one.
+
+Training samples records read-only, in bounded memory: at most ``sample_bytes_max`` bytes in all,
+at most SAMPLE_RECORDS_PER_SESSION_MAX records of a session, each cut to SAMPLE_RECORD_BYTES_MAX,
+the byte budget shared evenly over the sessions (what one leaves unused goes to the next), and
+the records of a session taken spread over it. One session in HELD_OUT_EVERY is held out whole
+(one record in HELD_OUT_EVERY when there are fewer sessions than that): the held-out records are
+compressed one by one with and without the new dictionary, and it is kept only when it saves at
+least DICTIONARY_SAVINGS_MIN of their compressed bytes. The figure is an upper bound of what the
+engine gets: it compresses small records written together as one block, which finds some of
+what a dictionary holds in the block itself.
+
+Drift: ``should_retrain`` samples the newest records (the last DRIFT_RECORDS_PER_SESSION of each
+of the DRIFT_SESSIONS_MAX newest sessions), trains a
+fresh dictionary of the current one's size on part of them, and compresses the rest with each;
+it advises training again when the fresh one saves at least DRIFT_SAVINGS_MIN over the current
+one (or when there is none and the store has enough records). Nothing runs in the background:
+the caller (or ``journal dictionary train``) decides when.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import xxhash
+import zstandard
+
+import journal
+from journal import (
+    DICTIONARY_BYTES_MAX,
+    DICTIONARY_BYTES_MIN,
+    DICTIONARY_ID_MAX,
+    Dictionary,
+    dictionary_file_name,
+    encode_dictionary_file,
+    parse_dictionary_file_name,
+    read_dictionary_file,
+)
+from journal.errors import CorruptionError, JournalError
+from journal.fs import FileSystem, ensure_dir, read_all, refuse_link, take_lock, write_atomic
+from journal.session.errors import StoreError
+
+if TYPE_CHECKING:
+    from journal.session.store import SessionStore
+
+# The engine's dictionary API comes through the root package: the session layer imports nothing
+# of journal.engine itself (pyproject.toml's layer contract).
+DICTIONARIES_DIR = "dictionaries"
+STATS_SUFFIX = ".stats"
+TRAIN_LOCK = "TRAIN.lock"
+TRAIN_LOCK_TIMEOUT_S = 10.0
+
+DICTIONARY_SIZE_BYTES_DEFAULT = 32 * 1024  # on real session logs within a point of 64 KiB's savings
+SAMPLE_BYTES_MAX_DEFAULT = 8 * 1024 * 1024  # the most a training holds in memory
+SAMPLE_RECORDS_PER_SESSION_MAX = 2000  # no one long session fills the sample
+# A dictionary helps a payload most in its first KiBs, where the payload has no history of its
+# own to match; a record's head stands for it in the sample, and one huge record cannot fill it.
+SAMPLE_RECORD_BYTES_MAX = 16 * 1024
+SESSIONS_SAMPLED_MAX = 4096  # more sessions than this: an even spread of them by id (by creation)
+HELD_OUT_EVERY = 5  # one sample in five is held out to measure what the dictionary saves
+# Enough records: zstd's trainer needs several times the dictionary's size in samples to find
+# what recurs, and one session's records make a dictionary of that session, not of the store.
+TRAIN_SAMPLE_BYTES_MIN = 64 * 1024
+TRAIN_SAMPLE_TO_DICTIONARY_MIN = 8  # the training sample is at least this many times the dictionary
+TRAIN_SESSIONS_MIN = 2
+TRAIN_RECORDS_MIN = 64
+DICTIONARY_SAVINGS_MIN = 0.05  # stored only when it saves 5% of the held-out records' compressed bytes
+DRIFT_SAVINGS_MIN = 0.05  # retrain when a fresh dictionary saves 5% over the current one on new records
+DRIFT_RECORDS_PER_SESSION = 200  # the newest records of each session that stand for "recent"
+DRIFT_SESSIONS_MAX = 64  # ... of the newest sessions (by id: by creation)
+MEASURE_ZSTD_LEVEL = 1  # the engine's level (journal/engine/encoding.py ZSTD_LEVEL)
+STATS_BYTES_MAX = 64 * 1024  # a stats file is a few hundred bytes; a longer one is not read
+_STATS_MAGIC = b"journal-store-dictionary-stats 1\n"
+
+Progress = Callable[[int, int], None]
+
+__all__ = [
+    "DICTIONARIES_DIR",
+    "DICTIONARY_SAVINGS_MIN",
+    "DriftReport",
+    "NotEnoughRecordsError",
+    "StoreDictionaryDamagedError",
+    "StoreDictionaryError",
+    "StoredDictionary",
+    "TrainReport",
+    "current_dictionary",
+    "list_dictionaries",
+    "should_retrain",
+    "train_store_dictionary",
+]
+
+
+class StoreDictionaryError(StoreError):
+    """Base class of the errors of a store's dictionaries."""
+
+
+class StoreDictionaryDamagedError(StoreDictionaryError, CorruptionError):
+    """A dictionary file of the store does not verify (or the store's choice cannot be read)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        JournalError.__init__(
+            self,
+            f"the store's dictionary file {path!r} cannot be used ({reason}); sessions open for writing without "
+            "a dictionary meanwhile. Train again (`journal dictionary train STORE`) to make a new current one; "
+            "journals that already hold it keep their own copy",
+        )
+        self.segment, self.offset, self.seq, self.reason = path, 0, None, reason
+        self.path = path
+
+
+class NotEnoughRecordsError(StoreDictionaryError):
+    """The store has too few records (or sessions) for a dictionary to be worth training."""
+
+    def __init__(
+        self,
+        have_bytes: int,
+        need_bytes: int,
+        have_sessions: int,
+        need_sessions: int,
+        have_records: int,
+        need_records: int,
+    ) -> None:
+        more = []
+        if have_bytes < need_bytes:
+            more.append(f"{need_bytes - have_bytes} more bytes of records (have {have_bytes} of {need_bytes})")
+        if have_sessions < need_sessions:
+            more.append(
+                f"{need_sessions - have_sessions} more session(s) with records "
+                f"(have {have_sessions} of {need_sessions})"
+            )
+        if have_records < need_records:
+            more.append(f"{need_records - have_records} more records (have {have_records} of {need_records})")
+        super().__init__(
+            "not enough records to train a dictionary: the store needs "
+            + "; ".join(more or ["more records"])
+            + ". Write more sessions and train again; nothing was stored"
+        )
+        self.have_bytes, self.need_bytes = have_bytes, need_bytes
+        self.have_sessions, self.need_sessions = have_sessions, need_sessions
+        self.have_records, self.need_records = have_records, need_records
+
+
+# --- the store's files ------------------------------------------------------------------------
+
+
+def dictionaries_dir(store: SessionStore) -> str:
+    """``<root>/dictionaries`` (a symbolic link there is refused: UnexpectedLinkError)."""
+    return refuse_link(store.fs, os.path.join(store.root, DICTIONARIES_DIR))
+
+
+def dictionary_ids(fs: FileSystem, d: str) -> list[int]:
+    """Every id a dictionary file name in ``d`` takes, ascending (contents unread)."""
+    if not fs.exists(d):
+        return []
+    got = [parse_dictionary_file_name(n) for n in fs.listdir(d)]
+    return sorted(i for i in got if i is not None)
+
+
+def current_dictionary(store: SessionStore) -> Dictionary | None:
+    """The store's current dictionary (the highest id), verified, with ``path`` its file; None when
+    the store has none. StoreDictionaryDamagedError when that file does not verify,
+    UnexpectedLinkError for a symbolic link at ``dictionaries/`` or at the file."""
+    d = dictionaries_dir(store)
+    ids = dictionary_ids(store.fs, d)
+    if not ids:
+        return None
+    return load(store.fs, d, ids[-1])
+
+
+def load(fs: FileSystem, d: str, dict_id: int) -> Dictionary:
+    """The store's dictionary ``dict_id`` in ``d``, verified, with ``path`` its file."""
+    # A link there was planted: never read through, whatever it points at.
+    path = refuse_link(fs, os.path.join(d, dictionary_file_name(dict_id)))
+    try:
+        got = read_dictionary_file(fs, path)
+    except CorruptionError as exc:
+        raise StoreDictionaryDamagedError(path, exc.reason) from None
+    except (IsADirectoryError, FileNotFoundError) as exc:  # crafted, or removed since it was listed
+        raise StoreDictionaryDamagedError(path, exc.strerror or type(exc).__name__) from None
+    return Dictionary(got.id, got.data, path)
+
+
+@dataclass(frozen=True)
+class StoredDictionary:
+    """One dictionary file of the store as ``journal dictionary list`` shows it."""
+
+    id: int
+    path: str
+    size_bytes: int | None  # the dictionary's bytes; None when the file does not verify
+    digest: str | None  # hex of its blake2b-128
+    current: bool
+    problem: str | None  # why it cannot be used (damaged, a link), else None
+    stats: dict[str, Any] | None  # what its training measured (TrainReport.to_json), if readable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "sizeBytes": self.size_bytes,
+            "digest": self.digest,
+            "current": self.current,
+            "problem": self.problem,
+            "training": self.stats,
+        }
+
+
+def list_dictionaries(store: SessionStore) -> list[StoredDictionary]:
+    """Every dictionary file of the store, each verified (read-only)."""
+    d = dictionaries_dir(store)
+    ids = dictionary_ids(store.fs, d)
+    out = []
+    for i in ids:
+        path = os.path.join(d, dictionary_file_name(i))
+        size: int | None = None
+        digest: str | None = None
+        problem: str | None = None
+        try:
+            got = load(store.fs, d, i)
+            size, digest = len(got.data), got.digest.hex()
+        except StoreDictionaryDamagedError as exc:
+            problem = exc.reason
+        except JournalError as exc:  # a link
+            problem = str(exc)
+        out.append(StoredDictionary(i, path, size, digest, i == ids[-1], problem, _read_stats(store.fs, d, i)))
+    return out
+
+
+def _stats_path(d: str, dict_id: int) -> str:
+    return os.path.join(d, dictionary_file_name(dict_id).removesuffix(".zdict") + STATS_SUFFIX)
+
+
+def _encode_stats(stats: dict[str, Any]) -> bytes:
+    body = _STATS_MAGIC + json.dumps(stats, sort_keys=True, separators=(",", ":")).encode("utf-8") + b"\n"
+    return body + b"xxh64 %016x\n" % xxhash.xxh64_intdigest(body)
+
+
+def _read_stats(fs: FileSystem, d: str, dict_id: int) -> dict[str, Any] | None:
+    """The training figures of ``dict_id``, or None when the file is missing, a link, too long,
+    torn or crafted (they are shown, never trusted for anything)."""
+    path = _stats_path(d, dict_id)
+    if not fs.exists(path) or fs.is_link(path):
+        return None
+    f = fs.open_read(path)
+    try:
+        if f.size() > STATS_BYTES_MAX:
+            return None
+        data = read_all(f)[: STATS_BYTES_MAX + 1]
+    finally:
+        f.close()
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+    if not data.startswith(_STATS_MAGIC) or data[cut:] != b"xxh64 %016x\n" % xxhash.xxh64_intdigest(data[:cut]):
+        return None
+    try:
+        got = json.loads(data[len(_STATS_MAGIC) : cut - 1])
+    except ValueError:
+        return None
+    return got if type(got) is dict else None
+
+
+def _publish(store: SessionStore, data: bytes, report: TrainReport) -> Dictionary:
+    """Store ``data`` as the store's next dictionary, durably, and return it (with its path).
+
+    Under TRAIN.lock, so that two trainings never take one id. The stats go first: a dictionary
+    file at its name always has its figures beside it. The dictionary file is written under a
+    temp name, synced, renamed and its directory synced (write_atomic): once at its name it is
+    whole, and that rename is what makes it current. A crash before leaves a temp file (never
+    read, replaced by the next training) or stats of an id no file has yet (overwritten)."""
+    fs = store.fs
+    d = dictionaries_dir(store)
+    if ensure_dir(fs, d):
+        fs.fsync_dir(store.root)
+    lock = take_lock(fs, os.path.join(d, TRAIN_LOCK), TRAIN_LOCK_TIMEOUT_S)
+    if lock is None:
+        raise StoreDictionaryError(
+            f"another training of {store.root!r} held {TRAIN_LOCK} for "
+            f"{TRAIN_LOCK_TIMEOUT_S}s; try again when it is done"
+        )
+    try:
+        ids = dictionary_ids(fs, d)
+        dict_id = (ids[-1] if ids else 0) + 1
+        if dict_id > DICTIONARY_ID_MAX:
+            raise StoreDictionaryError(
+                f"the store at {store.root!r} has used every dictionary id (up to "
+                f"{DICTIONARY_ID_MAX}); ids are never reused"
+            )
+        path = os.path.join(d, dictionary_file_name(dict_id))
+        stats_path = _stats_path(d, dict_id)
+        refuse_link(fs, stats_path)
+        write_atomic(fs, stats_path, _encode_stats(replace(report, stored=True, dictionary_id=dict_id).to_json()))
+        dictionary = Dictionary(dict_id, data, path)
+        write_atomic(
+            fs,
+            path,
+            encode_dictionary_file(dictionary),
+            tmp_path=os.path.join(d, "." + os.path.basename(path) + ".tmp"),
+        )
+        return dictionary
+    finally:
+        lock.release()
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+def _spread(n: int) -> list[int]:
+    """0..n-1 in an order whose every prefix is spread evenly over the range (bit-reversed
+    order): a sample that stops early on its byte budget still covers the whole session."""
+    if n <= 1:
+        return list(range(n))
+    bits = (n - 1).bit_length()
+    return sorted(range(n), key=lambda i: int(format(i, f"0{bits}b")[::-1], 2))
+
+
+@dataclass
+class _Sample:
+    records: list[bytes]
+    owners: list[int]  # per record, the rank of its session among those that gave records
+    sessions: int  # sessions that gave at least one record
+    skipped: int  # sessions whose journal could not be read (damaged, a link): left out
+    total_sessions: int
+
+    @property
+    def bytes(self) -> int:
+        return sum(len(r) for r in self.records)
+
+
+def _session_ids(store: SessionStore) -> list[str]:
+    from journal.session.store import ARCHIVE_DIR, SESSIONS_DIR
+
+    ids = sorted(set(store._ids(SESSIONS_DIR)) | set(store._ids(ARCHIVE_DIR)))
+    if len(ids) > SESSIONS_SAMPLED_MAX:
+        step = len(ids) / SESSIONS_SAMPLED_MAX
+        ids = [ids[int(i * step)] for i in range(SESSIONS_SAMPLED_MAX)]
+    return ids
+
+
+def _sample(
+    store: SessionStore, sample_bytes_max: int, per_session: int, recent: bool, progress: Progress | None
+) -> _Sample:
+    """Records of the store's sessions, read-only: see the module doc. ``recent``: the newest
+    sessions first and the last ``per_session`` records of each, instead of a spread."""
+    ids = _session_ids(store)
+    if recent:
+        ids = ids[::-1][:DRIFT_SESSIONS_MAX]
+    out = _Sample([], [], 0, 0, len(ids))
+    left = sample_bytes_max
+    for n, sid in enumerate(ids):
+        if progress is not None:
+            progress(n, len(ids))
+        if left <= 0:
+            break
+        budget = left // (len(ids) - n)  # what earlier sessions left unused goes to the later ones
+        try:
+            got = _session_records(store, sid, budget, per_session, recent)
+        except JournalError:
+            out.skipped += 1  # a damaged or refused session says nothing about the others
+            continue
+        if got:
+            out.records.extend(got)
+            out.owners.extend([out.sessions] * len(got))
+            out.sessions += 1
+            left -= sum(len(r) for r in got)
+    if progress is not None:
+        progress(len(ids), len(ids))
+    return out
+
+
+def _session_records(store: SessionStore, sid: str, budget: int, per_session: int, recent: bool) -> list[bytes]:
+    got: list[bytes] = []
+    used = 0
+    with journal.open(store.journal_path(sid), readonly=True, fs=store.fs) as j:
+        last = j.last_seq
+        k = min(per_session, last)
+        if k == 0:
+            return got
+        if recent:
+            seqs = list(range(last, last - k, -1))
+        else:
+            seqs = [1 + (i * last) // k for i in _spread(k)]
+        for seq in seqs:
+            rec = j.get(seq)
+            if rec is None:
+                continue  # dropped with a prefix
+            payload = rec.payload[: min(SAMPLE_RECORD_BYTES_MAX, budget - used)]
+            if payload:
+                got.append(bytes(payload))
+                used += len(payload)
+            if used >= budget:
+                break
+    return got
+
+
+# --- measuring and training ---------------------------------------------------------------------
+
+
+def _split(sample: _Sample, by_session: bool = True) -> tuple[list[bytes], list[bytes]]:
+    """(training, held out). With at least HELD_OUT_EVERY sessions, one session in HELD_OUT_EVERY
+    is held out whole: the dictionary is for sessions written later, and records of the sessions
+    it was trained on flatter it (a session repeats itself). With fewer, one record in
+    HELD_OUT_EVERY, spread over the sample (always, without ``by_session``)."""
+    if by_session and sample.sessions >= HELD_OUT_EVERY:
+        keys = sample.owners
+    else:
+        keys = list(range(len(sample.records)))
+    held = [r for k, r in zip(keys, sample.records, strict=True) if k % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+    train = [r for k, r in zip(keys, sample.records, strict=True) if k % HELD_OUT_EVERY != HELD_OUT_EVERY - 1]
+    return train, held
+
+
+def _stored_bytes(records: list[bytes], data: bytes | None) -> int:
+    """What ``records`` take compressed one by one (raw where zstd does not pay, as the engine
+    stores them), with the dictionary ``data`` or without one."""
+    if data is None:
+        c = zstandard.ZstdCompressor(level=MEASURE_ZSTD_LEVEL, write_content_size=False, write_checksum=False)
+    else:
+        c = zstandard.ZstdCompressor(
+            level=MEASURE_ZSTD_LEVEL,
+            dict_data=zstandard.ZstdCompressionDict(data),
+            write_content_size=False,
+            write_checksum=False,
+            write_dict_id=False,
+        )
+    return sum(min(len(r), len(c.compress(r))) for r in records)
+
+
+def _train(samples: list[bytes], size_bytes: int) -> bytes | None:
+    """A dictionary of at most ``size_bytes`` from ``samples`` (deterministic: one thread), or
+    None when zstd's trainer finds too little to work with."""
+    pieces: list[bytes | bytearray | memoryview] = list(samples)
+    try:
+        return bytes(zstandard.train_dictionary(size_bytes, pieces, threads=0).as_bytes())
+    except zstandard.ZstdError:
+        return None
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What a training measured, and whether it stored a dictionary."""
+
+    stored: bool
+    dictionary_id: int | None  # the new current dictionary's id when stored
+    size_bytes: int  # the trained dictionary's bytes (0 when zstd could not train one)
+    sessions_sampled: int
+    sessions_skipped: int  # sessions whose journal could not be read
+    records_sampled: int
+    sample_bytes: int
+    held_out_records: int
+    held_out_bytes: int  # the held-out records' bytes, uncompressed
+    held_out_plain_bytes: int  # ... compressed one by one without a dictionary
+    held_out_dictionary_bytes: int  # ... and with the trained one
+    savings: float  # 1 - dictionary / plain: the share of compressed bytes the dictionary saves
+    savings_min: float
+
+    @property
+    def ratio(self) -> float:
+        """Uncompressed over compressed bytes of the held-out records with the dictionary."""
+        return self.held_out_bytes / self.held_out_dictionary_bytes if self.held_out_dictionary_bytes else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "".join(w if k == 0 else w.capitalize() for k, w in enumerate(name.split("_"))): value
+            for name, value in asdict(self).items()
+        }
+        out["ratio"] = self.ratio
+        out["plainRatio"] = self.held_out_bytes / self.held_out_plain_bytes if self.held_out_plain_bytes else 0.0
+        return out
+
+    def summary(self) -> str:
+        head = (
+            f"dictionary {self.dictionary_id} stored"
+            if self.stored
+            else f"no dictionary stored: it saves {self.savings:.1%}, less than {self.savings_min:.0%}"
+        )
+        return (
+            f"{head}\n"
+            f"sample: {self.records_sampled} records, {self.sample_bytes} bytes from {self.sessions_sampled} "
+            f"session(s) ({self.sessions_skipped} unreadable, left out)\n"
+            f"held out: {self.held_out_records} records, {self.held_out_bytes} bytes -> "
+            f"{self.held_out_plain_bytes} compressed without a dictionary, {self.held_out_dictionary_bytes} "
+            f"with it ({self.size_bytes}-byte dictionary): saves {self.savings:.1%}, ratio {self.ratio:.2f}"
+        )
+
+
+def _enough(sample: _Sample, size_bytes: int, sessions_min: int, sample_bytes_min: int) -> None:
+    need_bytes = max(sample_bytes_min, size_bytes * TRAIN_SAMPLE_TO_DICTIONARY_MIN)
+    if sample.bytes < need_bytes or sample.sessions < sessions_min or len(sample.records) < TRAIN_RECORDS_MIN:
+        raise NotEnoughRecordsError(
+            sample.bytes, need_bytes, sample.sessions, sessions_min, len(sample.records), TRAIN_RECORDS_MIN
+        )
+
+
+def _check_size(size_bytes: int) -> None:
+    if isinstance(size_bytes, bool) or not DICTIONARY_BYTES_MIN <= size_bytes <= DICTIONARY_BYTES_MAX:
+        raise ValueError(f"a dictionary is {DICTIONARY_BYTES_MIN} to {DICTIONARY_BYTES_MAX} bytes, not {size_bytes!r}")
+
+
+def train_store_dictionary(
+    store: SessionStore,
+    size_bytes: int = DICTIONARY_SIZE_BYTES_DEFAULT,
+    sample_bytes_max: int = SAMPLE_BYTES_MAX_DEFAULT,
+    progress: Progress | None = None,
+    savings_min: float = DICTIONARY_SAVINGS_MIN,
+    sessions_min: int = TRAIN_SESSIONS_MIN,
+    sample_bytes_min: int = TRAIN_SAMPLE_BYTES_MIN,
+) -> TrainReport:
+    """Train a dictionary of at most ``size_bytes`` from the store's records and store it as the
+    current one if it saves at least ``savings_min`` of the held-out records' compressed bytes
+    (see the module doc). NotEnoughRecordsError, saying how much more is needed, below the
+    minimum; ``progress(done, total)`` is called per session sampled."""
+    _check_size(size_bytes)
+    if sample_bytes_max < 1:
+        raise ValueError(f"sample_bytes_max is at least 1, not {sample_bytes_max}")
+    sample = _sample(store, sample_bytes_max, SAMPLE_RECORDS_PER_SESSION_MAX, False, progress)
+    _enough(sample, size_bytes, sessions_min, sample_bytes_min)
+    train, held = _split(sample)
+    data = _train(train, size_bytes)
+    plain = _stored_bytes(held, None)
+    with_dict = _stored_bytes(held, data) if data is not None and len(data) >= DICTIONARY_BYTES_MIN else plain
+    savings = 1 - with_dict / plain if plain else 0.0
+    stored = data is not None and len(data) >= DICTIONARY_BYTES_MIN and savings >= savings_min
+    report = TrainReport(
+        False,
+        None,
+        len(data or b""),
+        sample.sessions,
+        sample.skipped,
+        len(sample.records),
+        sample.bytes,
+        len(held),
+        sum(len(r) for r in held),
+        plain,
+        with_dict,
+        savings,
+        savings_min,
+    )
+    if not stored or data is None:
+        return report
+    got = _publish(store, data, report)
+    store.dictionary_problem = None
+    return replace(report, stored=True, dictionary_id=got.id)
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """Whether the store's current dictionary still fits its newest records."""
+
+    retrain: bool
+    reason: str
+    current_id: int | None
+    records: int  # recent records sampled
+    held_out_bytes: int
+    current_bytes: int  # the held-out recent records compressed with the current dictionary
+    fresh_bytes: int  # ... with one trained now on the other recent records
+    savings: float  # 1 - fresh / current
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "retrain": self.retrain,
+            "reason": self.reason,
+            "currentId": self.current_id,
+            "records": self.records,
+            "heldOutBytes": self.held_out_bytes,
+            "currentBytes": self.current_bytes,
+            "freshBytes": self.fresh_bytes,
+            "savings": self.savings,
+        }
+
+
+def should_retrain(
+    store: SessionStore,
+    sample_bytes_max: int = SAMPLE_BYTES_MAX_DEFAULT,
+    records_per_session: int = DRIFT_RECORDS_PER_SESSION,
+    savings_min: float = DRIFT_SAVINGS_MIN,
+    sessions_min: int = TRAIN_SESSIONS_MIN,
+    sample_bytes_min: int = TRAIN_SAMPLE_BYTES_MIN,
+    size_bytes: int = DICTIONARY_SIZE_BYTES_DEFAULT,
+) -> DriftReport:
+    """Compare the current dictionary with a fresh one on the store's newest records (read-only;
+    nothing is trained into the store). Advises a retrain when the fresh one, trained on part of
+    the newest records, compresses the rest at least ``savings_min`` smaller than the current
+    one does, or when the store has no usable dictionary and enough records for one (of
+    ``size_bytes``; with a current one, a fresh one is of its size)."""
+    try:
+        current = current_dictionary(store)
+        problem = None
+    except JournalError as exc:  # damaged or a link: a new one replaces it
+        current, problem = None, str(exc)
+    sample = _sample(store, sample_bytes_max, records_per_session, True, None)
+    size = len(current.data) if current is not None else size_bytes
+    cid = current.id if current is not None else None
+    try:
+        _enough(sample, size, sessions_min, sample_bytes_min)
+    except NotEnoughRecordsError as exc:
+        return DriftReport(False, str(exc), cid, len(sample.records), 0, 0, 0, 0.0)
+    train, held = _split(sample, by_session=False)  # the newest records all stand for what comes next
+    held_bytes = sum(len(r) for r in held)
+    if current is None:
+        why = problem or "the store has no dictionary and has enough records for one"
+        return DriftReport(True, why, None, len(sample.records), held_bytes, 0, 0, 0.0)
+    fresh = _train(train, size)
+    cur = _stored_bytes(held, current.data)
+    new = _stored_bytes(held, fresh) if fresh is not None and len(fresh) >= DICTIONARY_BYTES_MIN else cur
+    savings = 1 - new / cur if cur else 0.0
+    retrain = savings >= savings_min
+    why = (
+        f"a fresh dictionary saves {savings:.1%} of the newest records' compressed bytes over dictionary "
+        f"{current.id} ({'at least' if retrain else 'less than'} {savings_min:.0%})"
+    )
+    return DriftReport(retrain, why, current.id, len(sample.records), held_bytes, cur, new, savings)
