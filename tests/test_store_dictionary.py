@@ -327,3 +327,29 @@ def test_with_enough_sessions_whole_sessions_are_held_out() -> None:
     few = D._Sample(records[:21], owners[:21], 3, 0, 3)  # fewer sessions: records spread over them
     train, held = D._split(few)
     assert len(held) == 4 and len({r.split(b":")[0] for r in held}) == 3
+
+
+def test_a_fork_carries_the_dictionary_and_the_child_writes_with_it(store: SessionStore, tmp_path: Path) -> None:
+    D.train_store_dictionary(store, size_bytes=SIZE)
+    parent = _write(store, 30, random.Random(6))
+    got = store.fork(parent)
+    child = store.journal_path(got.session_id)
+    s = store.open(got.session_id)
+    try:
+        s.append("user.message", {"text": _text(random.Random(8), WORDS_A)})
+    finally:
+        s.close()
+    events = _events(child)
+    assert events[:31] == _events(store.journal_path(parent))[:31] and events[-1]["type"] == "user.message"
+    copy = tmp_path / "child"
+    shutil.copytree(child, copy)  # the child's directory alone reads back
+    assert _events(str(copy)) == events
+    assert [n for n in os.listdir(copy) if n.endswith(".zdict")] == ["dict-00001.zdict"]
+
+
+def test_a_shared_writer_gets_no_dictionary(store: SessionStore) -> None:
+    sid = sorted(store._ids("sessions"))[0]
+    D.train_store_dictionary(store, size_bytes=SIZE)
+    s = store.open(sid, writer="shared")  # the engine refuses a dictionary with writer="shared"
+    s.close()
+    assert "dict-00001.zdict" not in os.listdir(store.journal_path(sid))

@@ -264,8 +264,8 @@ class SessionStore:
         chose one): its new frames are compressed with it, and the engine puts the file in the
         journal directory (a hard link to the store's) before any frame names it. A dictionary
         that cannot be used (damaged, a link) is left out and said in ``dictionary_problem``."""
-        if "dictionary" in options:
-            return
+        if "dictionary" in options or options.get("writer") == "shared":
+            return  # the caller's choice; shared writers take none (the engine refuses one)
         d = self.current_dictionary()
         if d is not None:
             options["dictionary"] = d
