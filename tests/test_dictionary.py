@@ -192,3 +192,29 @@ def test_c_and_pure_scan_agree_on_dictionary_ids(flags: int, dict_id: int, stop:
     if native.native_available():
         assert fmt.c_scan(frame, 0, 99, 1) == pure
         assert fmt.c_verify_frame(frame, 0, 99) == fmt.py_verify_frame(frame, 0, 99)
+
+
+def test_cache_loads_each_file_once(tmp_path: str, trained: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    fs = OsFileSystem()
+    dic.install_dictionary(fs, str(tmp_path), dic.Dictionary(1, trained))
+    loads: list[int] = []
+    real = dic.load_dictionary
+
+    def counting(fs_: Any, journal_dir: str, dict_id: int) -> dic.Dictionary:
+        loads.append(dict_id)
+        return real(fs_, journal_dir, dict_id)
+
+    monkeypatch.setattr(dic, "load_dictionary", counting)
+    cache = dic.DictionaryCache(fs, str(tmp_path))
+    got: list[zstandard.ZstdDecompressor] = []
+    for _ in range(3):  # threads one after another, each its own decompressor, one load in all
+        t = threading.Thread(target=lambda: got.append(cache.decompressor(1, "seg", 64, 1)))
+        t.start()
+        t.join()
+    assert cache.decompressor(1, "seg", 64, 1) is cache.decompressor(1, "seg", 64, 1)
+    assert loads == [1] and len({id(d) for d in got}) == 3
+    packed = zstandard.ZstdCompressor(dict_data=zstandard.ZstdCompressionDict(trained), write_content_size=False)
+    raw = samples(1)[0]
+    assert got[0].decompress(packed.compress(raw), max_output_size=len(raw)) == raw
