@@ -353,3 +353,11 @@ def test_a_shared_writer_gets_no_dictionary(store: SessionStore) -> None:
     s = store.open(sid, writer="shared")  # the engine refuses a dictionary with writer="shared"
     s.close()
     assert "dict-00001.zdict" not in os.listdir(store.journal_path(sid))
+
+
+def test_a_link_at_the_dictionaries_directory_is_refused_before_sampling(tmp_path: Path) -> None:
+    st = SessionStore(tmp_path / "store")
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", _dict_dir(st))
+    with pytest.raises(UnexpectedLinkError):  # not NotEnoughRecordsError: the link is what is wrong
+        D.train_store_dictionary(st, size_bytes=SIZE)
