@@ -11,14 +11,28 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 
 
-def callgrind_ir(script: str, args: list[str], out: str) -> int:
-    """Total instructions of ``python script *args`` under callgrind (its output file: ``out``)."""
+def callgrind_ir(script: str, args: list[str], out: str, valgrind_args: Sequence[str] = ()) -> int:
+    """Total instructions of ``python script *args`` under callgrind (its output file: ``out``);
+    ``valgrind_args`` go to valgrind (bench/callgrind.py's ``--toggle-collect``, for one)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                    os.path.abspath(script), *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env=env)
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            *valgrind_args,
+            sys.executable,
+            os.path.abspath(script),
+            *args,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     with open(out) as f:
         text = f.read()
     m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
