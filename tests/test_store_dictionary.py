@@ -361,3 +361,18 @@ def test_a_link_at_the_dictionaries_directory_is_refused_before_sampling(tmp_pat
     os.symlink(tmp_path / "elsewhere", _dict_dir(st))
     with pytest.raises(UnexpectedLinkError):  # not NotEnoughRecordsError: the link is what is wrong
         D.train_store_dictionary(st, size_bytes=SIZE)
+
+
+def test_a_training_waits_for_another_ones_lock_and_gives_up_typed(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.makedirs(_dict_dir(store), exist_ok=True)
+    held = store.fs.try_lock(os.path.join(_dict_dir(store), D.TRAIN_LOCK))  # another training's
+    assert held is not None
+    monkeypatch.setattr(D, "TRAIN_LOCK_TIMEOUT_S", 0.0)
+    try:
+        with pytest.raises(D.StoreDictionaryError, match=r"held TRAIN\.lock"):
+            D.train_store_dictionary(store, size_bytes=SIZE)
+    finally:
+        held.release()
+    assert D.train_store_dictionary(store, size_bytes=SIZE).dictionary_id == 1
