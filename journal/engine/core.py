@@ -350,16 +350,21 @@ class Journal(Writer):
         data_frames = fmt.record_frames(decision.frames)
         self._journal_id = header.journal_id
         self._active_header = header  # read-only: the live segment, for get()'s index hints
-        self._next_index_at = fmt.SEGMENT_HEADER_SIZE_BYTES
-        for fr in data_frames:
-            self._note_frame(fr.first_seq, fr.offset)
+        # The index points _note_frame would take, found by bisection: a long live segment has
+        # thousands of frames and a few index points, and a call per frame was a share of the open.
+        offsets = [fr.offset for fr in data_frames]
+        at, i, interval = fmt.SEGMENT_HEADER_SIZE_BYTES, 0, self.options.index_interval_bytes
+        while (i := bisect.bisect_left(offsets, at, i)) < len(offsets):
+            self._index.append((data_frames[i].first_seq, offsets[i]))
+            at = offsets[i] + interval
+        self._next_index_at = at
         self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
         self._next_seq = self._last_seq + 1
         self.recovery = RecoveryReport(
             segments=len(segments),
             last_seq=self._last_seq,
             live_segment=last.name,
-            live_records=sum(fr.records for fr in data_frames),
+            live_records=self._last_seq - (header.base_seq - 1),  # the scan took seqs without a gap
             tail=decision.tail,
         )
 

@@ -208,7 +208,9 @@ def scan_windows(
     buf: bytes | memoryview
     while True:
         n = max(0, min(want, src.size - pos))
-        if into is None:
+        if into is None or (not arena and pos + n >= src.size):
+            # One read to the end (a live segment short of a window, the common case): bytes
+            # straight from the file, not a buffer zeroed first only to be overwritten.
             buf = src.read(pos, n)
         else:
             if len(arena) < n:
