@@ -69,6 +69,8 @@ def test_tools_mix_is_fixed_and_in_its_sizes() -> None:
     longer = evs.make_mix("tools", 9000)
     assert longer[:4000] == got and longer[4000] == got[0]  # more than the mix: round it again
     assert evs.make_mix("agent", 50) == evs.make_events(50)
+    with pytest.raises(ValueError, match="give their folder"):
+        evs.make_mix("corpus", 1)
     with pytest.raises(ValueError, match="no event mix 'nope'"):
         evs.make_mix("nope", 1)
 
@@ -240,26 +242,31 @@ def test_fork_chain_figures_are_read_from_the_script(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def test_both_mixes_run_and_are_judged_apart(tmp_path: Path) -> None:
-    """--mix all: every write and read workload runs on each mix, named apart, and the speed
-    targets are judged on each."""
-    plan = dataclasses.replace(TINY, mixes=("agent", "tools"))
-    r = runner.run(plan, True, str(tmp_path), quiet)
+def test_every_mix_runs_and_is_judged_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--mix all --corpus: every write and read workload runs on each mix (the real files the
+    third), named apart, and the speed targets are judged on each."""
+    monkeypatch.setattr(runner, "dictionary_trainer", lambda: None)
+    corpus = _corpus(tmp_path / "real")
+    scratch = tmp_path / "scratch"
+    plan = dataclasses.replace(TINY, mixes=("agent", "tools", "corpus"))
+    r = runner.run(plan, True, str(scratch), quiet, str(corpus))
     names = {row.workload for row in r.rows}
     for base in ("1 writer, durable per event", "random reads by seq", "2 sessions in one process, durable per event"):
-        assert base in names and f"{base}, tools mix" in names
+        assert base in names and f"{base}, tools mix" in names and f"{base}, corpus mix" in names
     texts = [t.text for t in r.targets]
     assert (
         "speed: random reads by seq vs JSONL + offset index, records written one at a time (a frame each), tools mix"
         in texts
     )
-    assert set(r.event_sizes) == {"agent", "tools"}
+    assert set(r.event_sizes) == {"agent", "tools", "corpus"}
+    assert r.event_sizes["tools"]["kinds"] == len(evs.TOOLS_KINDS)
     table = runner.markdown(r, "journal bench --mix all")
     assert "Event mix 'tools'" in table and "### random reads by seq, tools mix" in table
-    assert os.listdir(tmp_path) == []
+    assert "### decode scan (every record to a dict), corpus mix" in table
+    assert os.listdir(scratch) == []
 
 
-def test_cli_refuses_an_unknown_mix(tmp_path: Path) -> None:
+def test_cli_refuses_an_unknown_mix_and_the_corpus_mix_without_files(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "journal.cli", "bench", "--quick", "--mix", "nope", "--out", str(tmp_path)],
         capture_output=True,
@@ -267,6 +274,14 @@ def test_cli_refuses_an_unknown_mix(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "invalid choice: 'nope'" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "journal.cli", "bench", "--quick", "--mix", "corpus", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "give --corpus DIR too" in proc.stderr
+    assert os.listdir(tmp_path) == []
     from journal.cli import bench
 
     assert bench.FORK_CHAIN_DEPTH == runner.FORK_CHAIN_DEPTH

@@ -239,20 +239,30 @@ def make_tool_events(count: int = TOOLS_MIX_EVENTS, seed: int = TOOLS_MIX_SEED) 
     return out
 
 
-def make_mix(name: str, count: int) -> list[Event]:
-    """``count`` events of the mix ``name`` (MIXES), the same on every machine."""
+def make_mix(name: str, count: int, corpus: str | None = None) -> list[Event]:
+    """``count`` events of the mix ``name`` (MIXES), the same on every machine; the corpus mix is
+    the real session files under ``corpus``, in file order, gone round again as ``count`` needs."""
     if name == "agent":
         return make_events(count)
     if name == "tools":
         base = make_tool_events()
-        return [base[i % len(base)] for i in range(count)]
-    raise ValueError(f"no event mix {name!r}; one of {', '.join(MIXES)}")
+    elif name == CORPUS_MIX:
+        if corpus is None:
+            raise ValueError("the corpus mix is the real session files: give their folder (journal bench --corpus DIR)")
+        base = real_session_events(corpus)
+        if not base:
+            raise ValueError(f"no session events in the .jsonl files under {corpus}: the corpus mix has none")
+    else:
+        raise ValueError(f"no event mix {name!r}; one of {', '.join(MIXES)}")
+    return [base[i % len(base)] for i in range(count)]
 
 
-# name -> (kinds, where it is described)
+CORPUS_MIX = "corpus"
+# name -> (kinds, what it is)
 MIXES: dict[str, tuple[list[tuple[str, int]], str]] = {
     "agent": (KINDS, "agent sessions: the shares and sizes of real session logs"),
     "tools": (TOOLS_KINDS, "a tool loop: results 300 B-12 KB, 40-byte deltas, short messages; 4,000 events"),
+    CORPUS_MIX: ([], "the real session files of --corpus, in file order, gone round again as a workload needs"),
 }
 DEFAULT_MIX = "agent"
 

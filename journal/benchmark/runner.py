@@ -232,8 +232,11 @@ def cpu_row(workload: str, store: str) -> Row:
 
 
 class Bench:
-    def __init__(self, plan: Plan, base: str, quick: bool, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, plan: Plan, base: str, quick: bool, log: Callable[[str], None], corpus: str | None = None
+    ) -> None:
         self.plan = plan
+        self.corpus_root = corpus  # the real session files: the corpus mix, and the bytes workload
         self.base = base
         self.log = log
         self.report = Report(plan, quick, machine_info(base))
@@ -248,10 +251,14 @@ class Bench:
         p = self.plan
         self.mix = mix
         if mix not in self._events:
-            self._events[mix] = make_mix(mix, max(p.sync_events, p.thread_events, p.bulk_events, p.session_events))
+            count = max(p.sync_events, p.thread_events, p.bulk_events, p.session_events)
+            self._events[mix] = make_mix(mix, count, self.corpus_root)
         self.events = self._events[mix]
         sizes = [len(st.dumps(e)) for e in self.events[: p.bulk_events]]
-        self.report.event_sizes[mix] = size_summary(sizes)
+        self.report.event_sizes[mix] = {
+            **size_summary(sizes),
+            "kinds": len({str(e.get("type")) for e in self.events[: p.bulk_events]}),
+        }
 
     def w(self, base: str) -> str:
         """The name of workload ``base`` on the current mix."""
@@ -859,7 +866,7 @@ def run(plan: Plan, quick: bool, base: str | None, log: Callable[[str], None], c
     owned = base is None
     root = base or tempfile.mkdtemp(prefix="journal-bench-")
     os.makedirs(root, exist_ok=True)
-    bench = Bench(plan, root, quick, log)
+    bench = Bench(plan, root, quick, log, corpus)
     log("machine: " + "; ".join(f"{k}: {v}" for k, v in bench.report.machine.items()))
     try:
         for mix in plan.mixes:
@@ -1151,7 +1158,7 @@ def markdown(r: Report, command: str) -> str:
         f"Figures are medians of {r.plan.repeats} rounds (open+recover: {r.plan.recover_repeats}); "
         "stores alternate within each round and every ratio is the median of per-round ratios.  ",
         *(
-            f"Event mix {mix!r} ({MIXES[mix][1]}): {len(MIXES[mix][0])} kinds, serialized sizes mean "
+            f"Event mix {mix!r} ({MIXES[mix][1]}): {z.get('kinds')} kinds, serialized sizes mean "
             f"{z.get('mean')} B, p50 {z.get('p50')} B, p95 {z.get('p95')} B, p99 {z.get('p99')} B, "
             f"max {z.get('max')} B (journal/benchmark/events.py).  "
             for mix, z in r.event_sizes.items()

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from journal.benchmark.events import DEFAULT_MIX, MIXES
+from journal.benchmark.events import CORPUS_MIX, DEFAULT_MIX, MIXES
 from journal.cli.common import int_at_least
 
 FORK_CHAIN_DEPTH = 10_000  # runner.FORK_CHAIN_DEPTH, the chain (the runner is imported late)
@@ -36,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the event mix of the write and read workloads: "
         + ", ".join(f"{name} ({why})" for name, (_kinds, why) in MIXES.items())
-        + f"; 'all' runs each in turn (default {DEFAULT_MIX})",
+        + f"; 'all' runs each in turn, the corpus one with --corpus (default {DEFAULT_MIX})",
     )
     parser.add_argument(
         "--fork-chain",
@@ -81,7 +81,11 @@ def run(args: argparse.Namespace) -> int:
     if args.no_recover_gib:
         plan = dataclasses.replace(plan, recover_sizes=tuple(s for s in plan.recover_sizes if s < runner.GiB))
     if args.mix is not None:
-        plan = dataclasses.replace(plan, mixes=tuple(MIXES) if args.mix == "all" else (args.mix,))
+        if args.mix == CORPUS_MIX and not args.corpus:
+            sys.stderr.write("journal bench: --mix corpus runs on the real session files: give --corpus DIR too\n")
+            return 2
+        every = tuple(m for m in MIXES if m != CORPUS_MIX or args.corpus)
+        plan = dataclasses.replace(plan, mixes=every if args.mix == "all" else (args.mix,))
     if args.fork_chain:
         plan = dataclasses.replace(plan, fork_chain_depth=args.fork_chain)
 
