@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import journal
-from journal.errors import CorruptionError, UnexpectedLinkError
+from journal.errors import CorruptionError, UnexpectedFileError, UnexpectedLinkError
 from journal.fs import OsFileSystem
 from journal.session import dictionaries as D
 from journal.session.store import SessionStore
@@ -376,3 +376,26 @@ def test_a_training_waits_for_another_ones_lock_and_gives_up_typed(
     finally:
         held.release()
     assert D.train_store_dictionary(store, size_bytes=SIZE).dictionary_id == 1
+
+
+def test_a_file_at_the_dictionaries_directory_is_refused_and_sessions_still_write(store: SessionStore) -> None:
+    with open(_dict_dir(store), "wb") as f:
+        f.write(b"crafted")
+    with pytest.raises(UnexpectedFileError):
+        D.train_store_dictionary(store, size_bytes=SIZE)
+    sid = _write(store, 3, random.Random(4))
+    assert isinstance(store.dictionary_problem, UnexpectedFileError)
+    assert len(_events(store.journal_path(sid))) == 4
+
+
+def test_a_crafted_stats_file_is_shown_as_no_figures(store: SessionStore) -> None:
+    D.train_store_dictionary(store, size_bytes=SIZE)
+    stats = os.path.join(_dict_dir(store), "dict-00001.stats")
+    data = open(stats, "rb").read()
+    with open(stats, "wb") as f:
+        f.write(data.replace(b'"stored":true', b'"stored":fals'))
+    (row,) = D.list_dictionaries(store)
+    assert row.stats is None and row.problem is None and row.current
+    os.unlink(stats)
+    os.mkdir(stats)
+    assert D.list_dictionaries(store)[0].stats is None

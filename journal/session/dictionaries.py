@@ -50,6 +50,7 @@ the caller (or ``journal dictionary train``) decides when.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -70,7 +71,7 @@ from journal import (
     parse_dictionary_file_name,
     read_dictionary_file,
 )
-from journal.errors import CorruptionError, JournalError
+from journal.errors import CorruptionError, JournalError, UnexpectedFileError
 from journal.fs import FileSystem, ensure_dir, read_all, refuse_link, take_lock, write_atomic
 from journal.session.errors import StoreError
 
@@ -180,8 +181,12 @@ class NotEnoughRecordsError(StoreDictionaryError):
 
 
 def dictionaries_dir(store: SessionStore) -> str:
-    """``<root>/dictionaries`` (a symbolic link there is refused: UnexpectedLinkError)."""
-    return refuse_link(store.fs, os.path.join(store.root, DICTIONARIES_DIR))
+    """``<root>/dictionaries`` (a symbolic link there is refused: UnexpectedLinkError; anything
+    else but a directory, UnexpectedFileError: never listed, written or descended into)."""
+    d = refuse_link(store.fs, os.path.join(store.root, DICTIONARIES_DIR))
+    if store.fs.exists(d) and not store.fs.is_dir(d):
+        raise UnexpectedFileError(d, "not a directory", errno.ENOTDIR)
+    return d
 
 
 def dictionary_ids(fs: FileSystem, d: str) -> list[int]:
@@ -274,9 +279,12 @@ def _read_stats(fs: FileSystem, d: str, dict_id: int) -> dict[str, Any] | None:
     """The training figures of ``dict_id``, or None when the file is missing, a link, too long,
     torn or crafted (they are shown, never trusted for anything)."""
     path = _stats_path(d, dict_id)
-    if not fs.exists(path) or fs.is_link(path):
+    if not fs.exists(path) or fs.is_link(path) or fs.is_dir(path):
         return None
-    f = fs.open_read(path)
+    try:
+        f = fs.open_read(path)
+    except (FileNotFoundError, UnexpectedFileError):  # removed meanwhile; a FIFO, a device: crafted
+        return None
     try:
         if f.size() > STATS_BYTES_MAX:
             return None
