@@ -141,9 +141,21 @@ def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
         "bench_sessions_cpu.py", "--sessions", "4", "--events", "40", "--rounds", "1", "--dir", str(tmp_path)
     )
     rounds = [ln for ln in out.splitlines() if ln.startswith("round 1:")]
-    assert len(rounds) == 4 and all("(user " in ln and ", system " in ln for ln in rounds), out
+    assert len(rounds) == 5 and all("(user " in ln and ", system " in ln for ln in rounds), out
     assert [ln.split(":")[0] for ln in out.splitlines() if "median ÷ JSONL" in ln] == [
         "journal, a journal per session",
         "journal, compress=False",
+        "journal, a trained dictionary",
         "a reserved file per session (pwrite+fdatasync)",
     ], out
+    # The bytes each side's files hold: the dictionary's sessions hold the fewest, and a journal
+    # without compression holds about what JSONL does (a frame header per event more, a newline less).
+    stored = {
+        ln.split(":")[0]: float(ln.split(": ")[1].split(" B/event")[0].replace(",", ""))
+        for ln in out.splitlines()
+        if "B/event on disk (" in ln
+    }
+    assert len(stored) == 4, out
+    jsonl = stored["JSONL, a file per session (write+fdatasync)"]
+    assert stored["journal, a trained dictionary"] < stored["journal, a journal per session"] < jsonl, out
+    assert jsonl < stored["journal, compress=False"] < jsonl * 1.5, out

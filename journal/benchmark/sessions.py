@@ -27,6 +27,7 @@ import journal
 from journal.benchmark.events import Event
 from journal.benchmark.stores import dumps
 from journal.engine import format as fmt
+from journal.engine.dictionary import Dictionary
 
 SESSION_THREADS_MAX = 64
 JOURNAL = "journal, a journal per session"
@@ -40,11 +41,17 @@ class Side:
     cpu_s_per_event: float  # user + system
     user_s_per_event: float  # the process's own code: Python, JSON, zstd
     system_s_per_event: float  # the kernel on its behalf: the writes and the fdatasyncs
+    # What the sessions' files hold at the end, per event: segments (journal), lines (JSONL);
+    # a journal's dictionary file is not counted (one for every session a store keeps).
+    bytes_per_event: float = 0.0
 
 
 class _Journals:
-    def __init__(self, root: str, n: int, compress: bool) -> None:
-        self.handles = [journal.open(os.path.join(root, f"s{i}"), create=True, compress=compress) for i in range(n)]
+    def __init__(self, root: str, n: int, compress: bool, dictionary: Dictionary | None = None) -> None:
+        self.handles = [
+            journal.open(os.path.join(root, f"s{i}"), create=True, compress=compress, dictionary=dictionary)
+            for i in range(n)
+        ]
 
     def append(self, i: int, event: Event) -> None:
         out = self.handles[i].append(event, durability="sync")
@@ -93,15 +100,22 @@ class _ReservedFiles:
 
 
 def run_side(
-    kind: str, base: str, sessions: int, events_total: int, events: list[Event], compress: bool = True
+    kind: str,
+    base: str,
+    sessions: int,
+    events_total: int,
+    events: list[Event],
+    compress: bool = True,
+    dictionary: Dictionary | None = None,
 ) -> Side:
     """One side (JOURNAL, JSONL or RESERVED) for one round: ``events_total`` appends over
-    ``sessions`` (``compress``: the journals' option of that name)."""
+    ``sessions`` (``compress``, ``dictionary``: the journals' options of those names; every
+    session is opened with the one dictionary, as a store's sessions share theirs)."""
     root = tempfile.mkdtemp(prefix="sessions-", dir=base)
     try:
         store: _Journals | _JsonlFiles | _ReservedFiles
         if kind == JOURNAL:
-            store = _Journals(root, sessions, compress)
+            store = _Journals(root, sessions, compress, dictionary)
         elif kind == JSONL:
             store = _JsonlFiles(root, sessions)
         elif kind == RESERVED:
@@ -140,9 +154,22 @@ def run_side(
         if errors:
             raise errors[0]
         total = per_session * sessions
-        return Side(total / wall, (user + system) / total, user / total, system / total)
+        stored = _stored_bytes(root)
+        return Side(total / wall, (user + system) / total, user / total, system / total, stored / total)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _stored_bytes(root: str) -> int:
+    """The bytes of the sessions' data files under ``root``, once closed (a closed journal's
+    live segment is cut back to what it holds): segments and JSONL files (a reserved file keeps
+    its reservation: 0 counted)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith((".seg", ".jsonl")):
+                total += os.path.getsize(os.path.join(dirpath, name))
+    return total
 
 
 __all__ = ["JOURNAL", "JSONL", "RESERVED", "SESSION_THREADS_MAX", "Side", "run_side"]
