@@ -7,6 +7,11 @@ copied past it), appended to DST with its payload, idempotency key and synthetic
 batches of COPY_BATCH_RECORDS at "flush", DST synced at the end, then read back and compared
 record by record with SRC (payload, key, flags, seq). Progress goes to stderr.
 
+Dictionaries. The records are encoded again at DST, so no frame there names a dictionary DST
+lacks: when SRC holds trained zstd dictionaries, DST is opened with the newest of them that
+verifies (the highest id), and every record copied is compressed with it (docs/REMOTE.md,
+"Dictionaries"). A record SRC compressed with an older one reads back the same.
+
 A copy cut short (an error, Ctrl-C) leaves DST with a prefix of SRC's records: delete it and
 copy again (DST must be new, so a half copy is never taken for a whole one by a second run).
 """
@@ -49,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
         if first_seq != 1 and is_url(args.dst):
             raise JournalError(f"{args.src} begins at seq {first_seq} (a prefix was dropped) and a new server "
                                "journal begins at seq 1, so its seqs would not be kept; copy it to a directory")
-        begin = {"first_seq": first_seq} if first_seq != 1 else {}
+        begin: dict[str, Any] = {"first_seq": first_seq} if first_seq != 1 else {}
+        dictionary = _newest_dictionary(src, args.src)
+        if dictionary is not None:
+            begin["dictionary"] = dictionary
         with open_journal(args.dst, create=True, **begin) as dst:
             batch: list[Any] = []
             keys: list[str | None] = []
@@ -96,6 +104,27 @@ def run(args: argparse.Namespace) -> int:
     emit(args, f"copied {copied} records from {args.src} to {args.dst}, every one read back and compared",
          {"copied": copied, "src": args.src, "dst": args.dst})
     return OK
+
+
+def _newest_dictionary(src: Any, target: str) -> Any:
+    """The newest dictionary of the journal ``src`` (opened from ``target``) that verifies, or
+    None: a server journal lists its own, a directory holds them as dict-<id>.zdict files."""
+    from journal.remote import is_url
+
+    if is_url(target):
+        found: list[Any] = src.dictionaries()
+        return found[-1] if found else None
+    from journal.engine.dictionary import dictionary_ids, load_dictionary
+    from journal.errors import CorruptionError, UnexpectedLinkError
+    from journal.fs import OsFileSystem
+
+    fs = OsFileSystem()
+    for dict_id in reversed(dictionary_ids(fs, target)):
+        try:
+            return load_dictionary(fs, target, dict_id)
+        except (CorruptionError, UnexpectedLinkError, FileNotFoundError):
+            continue  # a record that names it stops the copy with its own error
+    return None
 
 
 def _compare(journal: Any, src_target: str, dst_target: str) -> str | None:

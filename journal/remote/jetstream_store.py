@@ -89,7 +89,7 @@ _T = TypeVar("_T")
 CATALOG_UPDATE_TRIES: Final = 64  # updates of one key that lost the race to another updater, then an error
 CATALOG_GETS_IN_FLIGHT: Final = 256  # a listing's reads of values, sent at once
 RETRY_PAUSE_S: Final = 0.1  # between two tries of an operation JetStream did not serve (a leader election)
-OPEN_KEYWORDS: Final = ("lock_timeout_s", "writer")  # open_journal's own, passed through by open()
+OPEN_KEYWORDS: Final = ("lock_timeout_s", "writer", "dictionary")  # open_journal's own, passed through by open()
 
 
 def reframe(m: _StoredMsg, recs: list[Record], salt_from: int, salt_to: int) -> bytes:
@@ -158,7 +158,10 @@ class JetStreamStore:
                     break
             out = []
             for subject in subjects:
-                name = name_of_token(subject[len(self._meta_prefix) :])
+                token = subject[len(self._meta_prefix) :]
+                if "." in token:
+                    continue  # a journal's dictionary (<meta subject>.dict.<id>): a token never holds a dot
+                name = name_of_token(token)
                 try:
                     out.append(check_store_name(name))
                 except InvalidArgumentError:
@@ -178,6 +181,7 @@ class JetStreamStore:
             j._take_claim(0.0, time.monotonic())  # JournalLockedError while a writer holds it
             j._purge(j._meta_subject)  # the commit point: from here the journal is gone
             j._purge(j._subject)
+            j._purge_dictionaries()
 
         self._run(name, deleting, "deleting")
 
@@ -203,6 +207,7 @@ class JetStreamStore:
                 if self._has_meta(dst):
                     raise FileExistsError(f"journal {target!r} was made in {self.location} while it was copied onto")
                 dst._purge(dst._subject)  # what a copy or a delete cut short left there
+                dst._purge_dictionaries()
                 self._copy_records(src, dst, upto, encoded)
 
         self._run(target, copying, "copying onto")
@@ -247,6 +252,11 @@ class JetStreamStore:
         if appended:
             body = b"".join(records.frame_of(enc, upto + i, salt) for i, enc in enumerate(appended, 1))
             publish(upto + 1, len(appended), body)
+        for dict_id in src._dictionary_ids():  # the frames copied name them: stored before the commit point
+            got = src._dictionary_body(dict_id)
+            if got is not None:
+                self._call(conn.publish(dst._dictionary_subject(dict_id), got,
+                                        {H_EXPECT_SUBJECT_SEQ: "0", H_EXPECT_STREAM: self._settings.stream}, timeout_s))
         dst._publish_meta(dst._new_meta(new_id, src.first_seq, first_sseq), 0)
 
     def _journal_options(self) -> dict[str, Any]:

@@ -66,6 +66,7 @@ class PostgresStore:
         self._schema = parsed.options.get("schema", postgres.SCHEMA_DEFAULT)
         self._journals = sql.Identifier(self._schema, "journals")
         self._records = sql.Identifier(self._schema, "records")
+        self._dictionaries = sql.Identifier(self._schema, postgres.DICTIONARY_TABLE)
         self._writer = postgres.StoreWriter()
 
     @property
@@ -116,6 +117,8 @@ class PostgresStore:
                 if not (got and got[0]):
                     raise JournalLockedError(self._where(name), None)
                 conn.execute(sql.SQL("DELETE FROM {} WHERE journal = %s").format(self._records), (name,))
+                if self._has_dictionaries(conn):
+                    conn.execute(sql.SQL("DELETE FROM {} WHERE journal = %s").format(self._dictionaries), (name,))
                 conn.execute(sql.SQL("DELETE FROM {} WHERE name = %s").format(self._journals), (name,))
 
     def copy(
@@ -163,6 +166,14 @@ class PostgresStore:
             ).format(self._records, self._records),
             (target, source, upto),
         )
+        if self._has_dictionaries(conn):  # the frames copied name them: in the same transaction
+            conn.execute(sql.SQL("DELETE FROM {} WHERE journal = %s").format(self._dictionaries), (target,))
+            conn.execute(
+                sql.SQL("INSERT INTO {} (journal, id, body) SELECT %s, id, body FROM {} WHERE journal = %s").format(
+                    self._dictionaries, self._dictionaries
+                ),
+                (target, source),
+            )
         if encoded:
             salt = records.salt_of(journal_id)
             conn.cursor().executemany(
@@ -174,6 +185,12 @@ class PostgresStore:
         return PostgresCatalog(self, check_store_name(name))
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _has_dictionaries(self, conn: postgres.Conn) -> bool:
+        """Whether the schema has its dictionaries table (made by the first dictionary stored)."""
+        row = conn.execute("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL",
+                           (self._schema, postgres.DICTIONARY_TABLE)).fetchone()
+        return bool(row and row[0])
 
     def _connect(self) -> postgres.Conn:
         try:

@@ -18,6 +18,7 @@ import secrets
 from typing import Final
 
 from journal.engine import format as fmt
+from journal.engine.dictionary import DictionaryCache
 from journal.engine.encoding import Encoded
 from journal.engine.reader import decode_payload
 from journal.errors import CorruptionError
@@ -37,13 +38,16 @@ def salt_of(journal_id: bytes) -> int:
 
 def frame_of(enc: Encoded, seq: int, salt: int) -> bytes:
     """The frame that stores ``enc`` at ``seq`` in the journal whose salt is ``salt``."""
-    return fmt.encode_frame(seq, enc.spec.flags, enc.spec.raw_len, enc.spec.stored, salt)
+    return fmt.encode_frame(seq, enc.spec.flags, enc.spec.raw_len, enc.spec.stored, salt, enc.spec.dict_id)
 
 
-def record_of(frame: bytes | memoryview, seq: int, salt: int, where: str, record_size_bytes_max: int) -> Record:
+def record_of(
+    frame: bytes | memoryview, seq: int, salt: int, where: str, record_size_bytes_max: int, dicts: DictionaryCache
+) -> Record:
     """The record a stored frame holds, once it is verified to be ``seq`` of this journal.
 
-    ``where`` names the journal in errors (its URL without a password). Raises CorruptionError
+    ``where`` names the journal in errors (its URL without a password); ``dicts``: the journal's
+    dictionaries (journal/remote/dictionaries.py), for a frame that names one. Raises CorruptionError
     (NewerFormatError-like frames too: a flag this version does not know is refused, not read).
     """
     got = fmt.verify_frame(frame, 0, salt)
@@ -58,7 +62,7 @@ def record_of(frame: bytes | memoryview, seq: int, salt: int, where: str, record
         raise CorruptionError(where, 0, seq, f"the stored frame has flags {got.flags:#x} this version cannot read "
                                              "(written by a newer format?)")
     frame_view = fmt.Frame(0, got.seq, got.flags, got.raw_len, got.stored_len)
-    return decode_payload(frame_view, frame, 0, where, record_size_bytes_max)
+    return decode_payload(frame_view, frame, 0, where, record_size_bytes_max, dicts)
 
 
 def digest_of(enc: Encoded) -> int:

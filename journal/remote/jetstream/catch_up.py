@@ -73,7 +73,9 @@ class _CatchUp(_State):
             if got is None:
                 raise CorruptionError(where, pos, first + i, "the stored frame fails its checksum (changed bytes, "
                                                              "or a frame of another journal)")
-            out.append(records.record_of(memoryview(body)[pos : got.end], first + i, self._salt, where, size_max))
+            out.append(records.record_of(
+                memoryview(body)[pos : got.end], first + i, self._salt, where, size_max, self._dicts
+            ))
             pos = got.end
         if pos != len(body):
             raise CorruptionError(where, pos, first + count - 1, f"{len(body) - pos} bytes after the last frame")

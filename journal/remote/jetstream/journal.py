@@ -10,14 +10,17 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from journal.api import Journal, RecoveryReport, Retention
+from journal.engine.dictionary import Dictionary
 from journal.errors import (
     InvalidArgumentError,
     JournalFailStoppedError,
     JournalNotFoundError,
 )
+from journal.remote import dictionaries
 from journal.remote.jetstream.catch_up import _CatchUp
 from journal.remote.jetstream.claim import _Claim, _SharedClaim
 from journal.remote.jetstream.connection import _Conn
+from journal.remote.jetstream.dictionaries import _Dictionaries
 from journal.remote.jetstream.errors import SingleNodeSyncWarning, _io_error, _Lost, _Refused
 from journal.remote.jetstream.limits import HEADERS_ROOM_BYTES, WRITER_MODES
 from journal.remote.jetstream.reader import _Reader
@@ -29,11 +32,13 @@ from journal.remote.jetstream.writer import _Writer
 from journal.remote.url import RemoteURL
 
 
-class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim, _Claim, _CatchUp, _Stream):
+class JetStreamJournal(
+    _Retention, _Reader, _SharedWriter, _Writer, _SharedClaim, _Claim, _CatchUp, _Dictionaries, _Stream
+):
     """A journal.api.Journal on a JetStream stream; see journal/remote/jetstream/__init__.py and
     docs/REMOTE.md."""
 
-    def _open(self, create: bool, lock_timeout_s: float) -> None:
+    def _open(self, create: bool, lock_timeout_s: float, dictionary: Dictionary | None = None) -> None:
         deadline = time.monotonic() + self._connect_timeout_s
         self._connect()
         last: BaseException | None = None
@@ -59,6 +64,11 @@ class JetStreamJournal(_Retention, _Reader, _SharedWriter, _Writer, _SharedClaim
                     self._purge_dropped()
                 if not self._readonly and not self._shared and not created and not clean:
                     self._fence()
+                if dictionary is not None:
+                    # Acknowledged (on the replicas) before this writer publishes any frame.
+                    dict_id = self._install_dictionary(dictionary)
+                    self._options = dictionaries.options_with(self._options, dict_id, dictionary)
+                    self._recovery.actions.append(f"compresses with dictionary {dict_id}")
                 break
             except (_Refused, _Lost) as exc:
                 # JetStream answers "temporarily unavailable" or nothing while a stream or the
@@ -197,12 +207,16 @@ def open_journal(
     it; a dead writer's claim expires that long after its last refresh), ``record_size_bytes_max``
     and ``compress`` (the encoding's, as the file engine takes them), ``shared_lock_timeout_s``
     (30: how long a shared writer's batch, refused because another writer appended first,
-    catches up and tries again before its records are NotCommitted).
+    catches up and tries again before its records are NotCommitted), ``dictionary`` (a trained
+    zstd dictionary a writer publishes at open and compresses with: dictionaries.py; a read-only
+    handle ignores it, a shared writer refuses it).
 
     ``writer="shared"``: several handles (processes) append to the journal; see the package doc
     (journal/remote/jetstream/__init__.py).
     """
+    given = options.pop("dictionary", None)
     settings = settings_of(parsed, options)
+    dictionary = dictionaries.checked(given, readonly, writer == "shared")
     if create and readonly:
         raise InvalidArgumentError("create=True needs a writable journal; drop readonly=True")
     if writer not in WRITER_MODES:
@@ -211,7 +225,7 @@ def open_journal(
         raise InvalidArgumentError(f"lock_timeout_s must be a number >= 0, not {lock_timeout_s!r}")
     j = JetStreamJournal(parsed, readonly, settings, shared=writer == "shared")
     try:
-        j._open(create, float(lock_timeout_s))
+        j._open(create, float(lock_timeout_s), dictionary)
     except BaseException:
         j._abandon()
         raise

@@ -13,6 +13,7 @@ from collections.abc import Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from journal.api import RecoveryReport
+from journal.engine.dictionary import DictionaryCache
 from journal.engine.encoding import Encoded
 from journal.errors import (
     InvalidArgumentError,
@@ -20,6 +21,7 @@ from journal.errors import (
 )
 from journal.outcomes import Durability, Outcome
 from journal.record import Record
+from journal.remote.dictionaries import ServerDictionaries
 from journal.remote.group import GroupCommit
 from journal.remote.handle import ServerHandle
 from journal.remote.jetstream.connection import _T, _Conn, _Loop
@@ -62,6 +64,8 @@ class _State(ServerHandle):
         self._bucket = f"{stream}_LOCKS"
         self._claim_subject = f"$KV.{self._bucket}.{self._token}"
         self._options = settings.options
+        # The journal's dictionaries, for every decode (dictionaries.py; loaded on first use).
+        self._dicts: DictionaryCache = ServerDictionaries(self._where, self._dictionary_place, self._dictionary_body)
         self._recovery = RecoveryReport()
         self._conn: _Conn | None = None
         self._shares_conn = False  # a reference to a shared connection (_Conn.shared), given back at close
@@ -152,6 +156,11 @@ class _State(ServerHandle):
         def _set_meta(self, meta: dict[str, Any], sseq: int) -> None: ...
         def _publish_meta(self, meta: dict[str, Any], expect_sseq: int) -> int: ...
         def _purge(self, subject: str, before_sseq: int = 0, keep: int = 0) -> int: ...
+
+        # dictionaries.py
+        def _dictionary_place(self, dict_id: int) -> str: ...
+        def _dictionary_body(self, dict_id: int) -> bytes | None: ...
+        def _purge_dictionaries(self) -> int: ...
 
         # claim.py
         def _ensure_bucket(self) -> None: ...

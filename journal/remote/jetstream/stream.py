@@ -171,7 +171,7 @@ class _Stream(_State):
             # What a delete or a copy cut short left on the subject goes before the journal has
             # its name again (under the claim, so nobody else writes there meanwhile): a new
             # journal never reads another's leftovers.
-            left = self._purge(self._subject)
+            left = self._purge(self._subject) + self._purge_dictionaries()
             if left:
                 self._recovery.actions.append(f"removed {left} messages a delete or a copy cut short left behind")
             new = self._new_meta(records.new_journal_id(), 1, 0)

@@ -8,6 +8,7 @@ The backend's files, each with one job (CONTRIBUTING.md maps them):
 * ``reader.py``: read, get, follow, resolve; every row's frame verified before it is served.
 * ``writer.py``: append, append_many, flush, sync: the write paths into the group commit.
 * ``retention.py``: first_seq, seal, drop_prefix.
+* ``dictionaries.py``: the writer's trained zstd dictionary stored at open, and loaded for readers.
 * ``claim.py``: the writer lock (advisory locks), who holds it (LockHolder), letting go.
 * ``state.py``: the journal's state, declared once for the parts above.
 * ``commit.py``: the writer connection's group commit, one transaction per batch, of one journal
@@ -61,6 +62,7 @@ from journal.remote.postgres.connection import (
     reusable,
     writer_lock_key,
 )
+from journal.remote.postgres.dictionaries import TABLE as DICTIONARY_TABLE
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, SyncNotDurableError
 from journal.remote.postgres.journal import (
     CONNECT_TIMEOUT_S_DEFAULT,
@@ -84,6 +86,7 @@ __all__ = [
     "CONNECT_ADVICE",
     "CONNECT_TIMEOUT_S_DEFAULT",
     "CONNECT_TIMEOUT_S_MAX",
+    "DICTIONARY_TABLE",
     "FOLLOW_POLL_INTERVAL_S",
     "KEEPALIVES_COUNT",
     "KEEPALIVES_IDLE_S",

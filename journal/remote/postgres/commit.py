@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from journal.engine import format as fmt
+from journal.engine.dictionary import DictionaryCache
 from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.errors import CorruptionError, InvariantError, JournalError, JournalFailStoppedError
@@ -63,6 +64,7 @@ class Member(Protocol):
     _failed: str | None
     _detached: bool
     _first_seq: int
+    _dicts: DictionaryCache
 
     @property
     def path(self) -> str: ...
@@ -533,7 +535,7 @@ def _verify_found(j: Member, rows: list[tuple[str, int, bytes]]) -> dict[str, Re
     """The stored records holding a batch's keys (_Writer._lookup), verified."""
     found: dict[str, Record] = {}
     for key, seq, frame in rows:
-        rec = records.record_of(frame, seq, j._salt, j.path, j.options.record_size_bytes_max)
+        rec = records.record_of(frame, seq, j._salt, j.path, j.options.record_size_bytes_max, j._dicts)
         if rec.key != key:
             why = f"the row's key column says {key!r}, its frame {rec.key!r}"
             raise CorruptionError(j.path, 0, seq, why)

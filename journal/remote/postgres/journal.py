@@ -13,6 +13,8 @@ race, the writer lock is taken (claim.py), the journal's row is read (or made) a
 * ``records(journal text, seq bigint, key text, frame bytea, primary key (journal, seq))``, with a
   unique index on ``(journal, key)`` where ``key`` is not null. ``frame`` is the file engine's
   frame of the record; every read verifies it (CorruptionError names the journal and the seq).
+* ``dictionaries(journal text, id integer, body bytea, primary key (journal, id))``, made on the
+  first dictionary a writer stores (dictionaries.py).
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 from journal.api import RecoveryReport
 from journal.engine import format as fmt
+from journal.engine.dictionary import Dictionary
 from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.errors import InvalidArgumentError, JournalFailStoppedError, JournalNotFoundError
-from journal.remote import records
+from journal.remote import dictionaries, records
 from journal.remote.postgres.claim import ClaimPart
 from journal.remote.postgres.client import psycopg
 from journal.remote.postgres.commit import StoreWriter, _Barrier, _Op, _Writer
 from journal.remote.postgres.connection import Conn
+from journal.remote.postgres.dictionaries import DictionaryPart
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError
-from journal.remote.postgres.reader import ReaderPart
 from journal.remote.postgres.retention import RetentionPart
 from journal.remote.url import RemoteURL
 
@@ -48,11 +51,11 @@ LOCK_TIMEOUT_S_MAX: Final = 24 * 3600.0
 # NotCommitted (nothing written, safe to retry) and the handle goes on.
 SHARED_LOCK_TIMEOUT_S_DEFAULT: Final = 30.0
 
-OPTIONS: Final = frozenset({"record_size_bytes_max", "compress", "shared_lock_timeout_s", "first_seq"})
+OPTIONS: Final = frozenset({"record_size_bytes_max", "compress", "shared_lock_timeout_s", "first_seq", "dictionary"})
 WRITER_MODES: Final = ("exclusive", "shared")
 
 
-class PostgresJournal(ReaderPart, RetentionPart, ClaimPart):
+class PostgresJournal(DictionaryPart, RetentionPart, ClaimPart):
     """A journal in a PostgreSQL table (journal.api.Journal). Made by ``open_journal``."""
 
     # --- the protocol's properties -------------------------------------------------------
@@ -73,7 +76,8 @@ class PostgresJournal(ReaderPart, RetentionPart, ClaimPart):
 
     # --- opening -------------------------------------------------------------------------
 
-    def _open(self, create: bool, lock_timeout_s: float, first_seq: int) -> None:
+    def _open(self, create: bool, lock_timeout_s: float, first_seq: int, dictionary: Dictionary | None) -> None:
+        self._dicts = self._dictionary_cache()
         conn = self._connect()
         actions: list[str] = []
         try:
@@ -104,6 +108,11 @@ class PostgresJournal(ReaderPart, RetentionPart, ClaimPart):
             self._fsync_on = fsync is not None and str(fsync[0]).lower() == "on"
             commit = conn.execute("SHOW synchronous_commit").fetchone()
             self._sync_setting = "remote_apply" if commit is not None and commit[0] == "remote_apply" else "on"
+            if dictionary is not None:
+                # Committed before this connection (or the store's writer) writes any frame.
+                dict_id = self._install_dictionary(conn, dictionary)
+                self.options = dictionaries.options_with(self.options, dict_id, dictionary)
+                actions.append(f"compresses with dictionary {dict_id}")
             if self._failed is not None:  # the store's writer connection was lost meanwhile
                 raise ServerIOError(self.path, "opening", RuntimeError(self._failed), CONNECT_ADVICE)
         except psycopg.Error as exc:
@@ -214,7 +223,9 @@ def open_journal(
 
     Options besides the common ones: ``record_size_bytes_max`` and ``compress`` (the encoding's,
     as the file engine takes them), ``shared_lock_timeout_s`` (a shared writer's wait for the
-    append lock per transaction), ``first_seq`` (the first seq of a journal this call creates).
+    append lock per transaction), ``first_seq`` (the first seq of a journal this call creates),
+    ``dictionary`` (a trained zstd dictionary a writer stores at open and compresses with:
+    dictionaries.py; a read-only handle ignores it, a shared writer refuses it).
     ``store_writer``: the writer a PostgresStore's journals share (an exclusive writer only; a
     read-only or ``writer="shared"`` handle keeps its own connection).
     """
@@ -255,11 +266,12 @@ def open_journal(
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(str(exc)) from None
     shared = writer == "shared" and not readonly
+    dictionary = dictionaries.checked(options.get("dictionary"), readonly, shared)
     j = PostgresJournal(
         parsed, schema, readonly, shared, opts, connect_timeout_s, shared_lock_timeout_s,
         None if readonly or shared else store_writer,
     )
-    j._open(create, lock_timeout_s, first_seq)
+    j._open(create, lock_timeout_s, first_seq, dictionary)
     return j
 
 

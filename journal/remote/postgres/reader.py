@@ -68,7 +68,7 @@ class ReaderPart(WriterPart):
         for seq, frame in rows:
             if int(seq) != expect:
                 raise SequenceError(self.path, 0, expect, f"record {expect} is missing: the next row holds seq {seq}")
-            out.append(records.record_of(bytes(frame), expect, self._salt, self.path, limit))
+            out.append(records.record_of(bytes(frame), expect, self._salt, self.path, limit, self._dicts))
             expect += 1
         if out:
             self._saw(out[-1].seq)
@@ -111,7 +111,9 @@ class ReaderPart(WriterPart):
         rows = self._query(self._q.one, (self._name, seq))
         if not rows:
             return None
-        rec = records.record_of(bytes(rows[0][0]), seq, self._salt, self.path, self.options.record_size_bytes_max)
+        rec = records.record_of(
+            bytes(rows[0][0]), seq, self._salt, self.path, self.options.record_size_bytes_max, self._dicts
+        )
         self._saw(seq)
         return rec
 
@@ -193,7 +195,9 @@ class ReaderPart(WriterPart):
             if not rows:
                 return None
             seq = int(rows[0][1])
-            records.record_of(bytes(rows[0][2]), seq, self._salt, self.path, self.options.record_size_bytes_max)
+            records.record_of(
+                bytes(rows[0][2]), seq, self._salt, self.path, self.options.record_size_bytes_max, self._dicts
+            )
             return seq
 
         return resolve_from(outcome, by_key, self.get, self._durable_now)

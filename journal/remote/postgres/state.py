@@ -13,6 +13,7 @@ import threading
 from urllib.parse import parse_qsl, urlsplit
 
 from journal.api import RecoveryReport
+from journal.engine.dictionary import DictionaryCache
 from journal.engine.encoding import Encoded
 from journal.engine.options import Options
 from journal.errors import InvalidArgumentError, JournalClosedError, JournalFailStoppedError, ReadOnlyError
@@ -26,6 +27,8 @@ from journal.remote.url import RemoteURL
 
 class JournalState(ServerHandle):
     """The state of a journal in a PostgreSQL table (journal.py composes the parts over it)."""
+
+    _dicts: DictionaryCache  # the journal's dictionaries, for every decode (dictionaries.py; set by open)
 
     def __init__(
         self,
