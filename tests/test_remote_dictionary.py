@@ -404,6 +404,20 @@ def test_journal_copy_carries_the_dictionary_to_a_server_and_back(server: Server
         assert _as_tuples(list(j.read())) == want
 
 
+def test_a_shared_writer_reads_the_keys_of_records_written_with_a_dictionary(server: Server) -> None:
+    target = server.target()
+    _write(target, D1, 0, 30, create=True)  # k0, k3, ... compressed with dictionary 1
+    with pytest.raises(journal.InvalidArgumentError, match="writer='shared'"):
+        _open(target, writer="shared", dictionary=D1)
+    with _open(target, writer="shared") as w:  # its batches look the keys up in what is stored
+        again = w.append_many([event(3), event(100)], durability="sync", idempotency_keys=["k3", "k100"])
+        assert isinstance(again[0], Committed) and again[0].duplicate and again[0].seq == 4, again
+        assert isinstance(again[1], Committed) and again[1].seq == 31, again
+        with pytest.raises(journal.IdempotencyConflictError):
+            w.append(event(7), idempotency_key="k6")  # k6 holds event(6)
+        assert w.get(7).event == event(6)
+
+
 def test_a_store_copy_carries_the_dictionaries_and_a_delete_takes_them(server: Server) -> None:
     store = journal.store(server.store_location())
     with _open_in(store, "src", create=True, dictionary=D1) as j:

@@ -15,8 +15,10 @@ What both backends do the same way is here, once: the URL grammar (``url.py``); 
 record (``records.py``: the engine's frame, checksum and payload encoding, so a row or a message
 whose bytes changed is corruption with journal, seq and reason, never served); a call's records
 cut into runs and its keys checked (``batching.py``); the answer to a lost acknowledgement from
-what the server holds (``resolution.py``); group commit over a network (``group.py``); and the
-parts of the protocol every server journal answers alike (``handle.py``).
+what the server holds (``resolution.py``); group commit over a network (``group.py``); a
+writer's trained zstd dictionary, which id it takes and the readers' cache of what the server
+holds (``dictionaries.py``); and the parts of the protocol every server journal answers alike
+(``handle.py``).
 """
 
 from __future__ import annotations

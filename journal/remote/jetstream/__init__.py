@@ -65,7 +65,8 @@ loop thread, the shared connection), stream.py (the stream and the journal's met
 claim.py (the writer's claim and the fence), catch_up.py (taking in what the subject holds,
 verified), consumer.py (the ordered consumer and the check against the stream leader),
 writer.py and shared_writer.py (the write paths), reader.py (read, follow, get, resolve),
-retention.py (seal, drop_prefix), journal.py (JetStreamJournal, which composes them, and
+retention.py (seal, drop_prefix), dictionaries.py (the writer's trained zstd dictionary, published at
+open, and loaded for readers), journal.py (JetStreamJournal, which composes them, and
 open_journal); state.py declares the state they share; headers.py, errors.py, limits.py and
 settings.py hold the wire names, the typed errors, the named limits and the options.
 """
