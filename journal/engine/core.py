@@ -64,10 +64,9 @@ from journal.engine.reader import (
     LOOKS_MAX,
     MISSING,
     Cursor,
-    DecodedBlock,
     Record,
     SegmentCache,
-    decode_stored,
+    read_point,
     segment_named,
     why_missing,
 )
@@ -1027,40 +1026,8 @@ class Journal(Writer):
         opened = self._segments.open(segments[i])
         if self._journal_id and opened.header.journal_id != self._journal_id:
             return None  # the cursor names the foreign segment
-        where = opened.locate(seq, self._stored_max)
-        if where is None:
-            return None
-        offset, length = where
-        cached = opened.block
-        if cached is not None and cached.holds(offset, seq):
-            return cached.record(seq)  # the block read last (neighbours of a read)
-        buf = opened.file.pread(length, offset)
-        # One frame: the Python twin is faster here than a call into C (3.9 vs 8.8 µs a 1.5 KiB
-        # frame), whose setup (buffers, an out-struct, a tuple) is paid per call.
-        got = fmt.py_verify_frame(buf, 0, opened.header.salt)
-        if got is None:
-            return None
-        flags = got.flags  # the fields read once, not through the named tuple's properties
-        if not fmt.flags_supported(flags, got.dict_id):
-            return None
-        kind = flags & fmt.FLAG_KIND_MASK
         dicts = for_segment(self._dicts, opened.header.version)  # a version 3 segment names none
-        if kind == fmt.KIND_DATA and got.seq == seq:
-            stored = memoryview(buf)[fmt.FRAME_HEADER_SIZE_BYTES : fmt.FRAME_HEADER_SIZE_BYTES + got.stored_len]
-            size_max = self.options.record_size_bytes_max
-            return decode_stored(
-                seq, flags, got.raw_len, stored, opened.seg.name, offset, size_max, got.dict_id, dicts
-            )
-        if kind != fmt.KIND_BLOCK:
-            return None
-        count = fmt.block_count(buf, fmt.FRAME_HEADER_SIZE_BYTES, got.stored_len)
-        frame = fmt.Frame(offset, got.seq, got.flags, got.raw_len, got.stored_len, count)
-        if not count or not frame.first_seq <= seq <= frame.seq:
-            return None
-        opened.block = DecodedBlock(
-            frame, buf, offset, opened.seg.name, self.options.record_size_bytes_max, dicts
-        )
-        return opened.block.record(seq)
+        return read_point(opened, seq, self._stored_max, self.options.record_size_bytes_max, dicts)
 
     def _index_hint(self, seq: int) -> tuple[int, int, int] | None:
         """(live segment base seq, seq, offset) of the last index point at or before ``seq``.

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
 import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
-from itertools import accumulate
 
+import xxhash
 import zstandard
 
 from journal.engine import format as fmt
@@ -155,40 +156,6 @@ def decode_block(
     return _block_records(payload, head.lengths, head.flags, frame.first_seq, segment, frame.offset)
 
 
-class DecodedBlock:
-    """A block frame decoded once for point reads (Journal.get): its body and where each of its
-    records starts, so that a read of any of them cuts one record out."""
-
-    __slots__ = ("first_seq", "flags", "offset", "payload", "segment", "starts")
-
-    def __init__(
-        self,
-        frame: fmt.Frame,
-        buf: bytes | memoryview,
-        buf_offset: int,
-        segment: str,
-        size_max: int,
-        dicts: DictionaryCache | None = None,
-    ):
-        self.payload, head = block_body(frame, buf, buf_offset, segment, size_max, dicts)
-        self.segment = segment
-        self.offset = frame.offset
-        self.first_seq = frame.first_seq
-        self.flags = head.flags
-        self.starts = [0, *accumulate(head.lengths)]
-
-    def holds(self, offset: int, seq: int) -> bool:
-        return offset == self.offset and self.first_seq <= seq < self.first_seq + len(self.flags)
-
-    def record(self, seq: int) -> Record:
-        """A new Record for ``seq`` (each read gets its own: one caller's changes to an event
-        never reach another)."""
-        i = seq - self.first_seq
-        f = self.flags[i]
-        payload = self.payload[self.starts[i] : self.starts[i + 1]]
-        return Record(seq, payload, bool(f & _BYTES), None, bool(f & _SYNTHETIC), self.segment, self.offset)
-
-
 def block_body(
     frame: fmt.Frame,
     buf: bytes | memoryview,
@@ -258,6 +225,125 @@ def raise_for_stop(res: fmt.ScanResult, segment: str, path: str, last_seq: int) 
         raise error
 
 
+# --- point reads (Journal.get through a segment's dense index) ----------------------------------
+#
+# A point read is one frame read whole and one record of it decoded. Besides zstd, most of its
+# cost was call layers: verify_frame's named tuple, a Frame, block_body's BlockHead, the bounded
+# decompress's header checks, every record's start cut for a block (a fifth of a read of a 4 KiB
+# block, a tenth of a read of a frame, in instructions). read_point does the common case in one
+# function and hands anything unusual to decode_stored and block_body, which decide it (and raise
+# the same errors) as before.
+
+_FRAME_HEAD = struct.Struct("<QIIQHHI")  # format._FRAME_HEADER (tests/test_point_read.py holds them equal)
+_U32 = struct.Struct("<I")
+_MARKER, _CHECKED_FROM = fmt.FRAME_MARKER, fmt.FRAME_CHECKSUMMED_FROM
+_BLOCK_MAX, _BLOCK_COUNT_MAX = fmt.BLOCK_BYTES_LIMIT, fmt.BLOCK_RECORDS_MAX
+_RECORD_FLAG_VALUES = bytes(sorted({0, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC, fmt.BLOCK_RECORD_FLAGS}))
+_xxh64 = xxhash.xxh64_intdigest
+
+
+class PointBlock:
+    """The block frame a point read decoded last, kept by its segment: a read of a record next
+    to the last one then costs no decompression. Each read gets a Record of its own."""
+
+    __slots__ = ("first_seq", "flags", "last_seq", "lengths", "offset", "payload")
+
+    def __init__(self, offset: int, first_seq: int, payload: bytes, lengths: tuple[int, ...], flags: bytes) -> None:
+        self.offset = offset
+        self.first_seq = first_seq
+        self.last_seq = first_seq + len(lengths) - 1
+        self.payload = payload
+        self.lengths = lengths
+        self.flags = flags
+
+    def record(self, seq: int, segment: str) -> Record:
+        i = seq - self.first_seq
+        start = sum(self.lengths[:i])  # a few dozen records at most: cheaper than every start
+        f = self.flags[i]
+        payload = self.payload[start : start + self.lengths[i]]
+        return Record(seq, payload, bool(f & _BYTES), None, bool(f & _SYNTHETIC), segment, self.offset)
+
+
+def read_point(
+    cur: _OpenSegment, seq: int, stored_bytes_max: int, size_max: int, dicts: DictionaryCache | None
+) -> Record | None:
+    """Record ``seq`` through the dense index of segment ``cur``: one read of exactly its frame,
+    verified again (checksum with the segment's salt, seq, kind), so a stale offset is a miss,
+    never a wrong record. None on any miss: the caller's cursor decides. ``dicts``: the
+    dictionaries of ``cur``'s frames (dictionary.for_segment)."""
+    where = cur.locate(seq, stored_bytes_max)
+    if where is None:
+        return None
+    offset, length = where
+    name = cur.seg.name
+    block = cur.block
+    if block is not None and block.offset == offset and block.first_seq <= seq <= block.last_seq:
+        return block.record(seq, name)  # the block read last (neighbours of a read)
+    buf = cur.file.pread(length, offset)
+    if len(buf) < _HEADER:
+        return None
+    checksum, stored_len, raw_len, last, flags, dict_id, marker = _FRAME_HEAD.unpack_from(buf)
+    end = _HEADER + stored_len
+    if marker != _MARKER or end > len(buf):
+        return None
+    mv = memoryview(buf)
+    if _xxh64(mv[_CHECKED_FROM:end], cur.header.salt) != checksum or not fmt.flags_supported(flags, dict_id):
+        return None
+    kind = flags & _KIND_MASK
+    if kind == _KIND_DATA:
+        if last != seq:
+            return None
+        if flags & _CODEC_MASK == _ZSTD and not flags & _SLOW_FLAGS and raw_len <= size_max:
+            # record.zstd_declares_no_size inline (as Cursor._read_span has it): a header that may
+            # declare a content size is decode_stored's to check against raw_len.
+            if stored_len >= 5 and buf[_HEADER] == _ZSTD_MAGIC_FIRST and not buf[_HEADER + 4] & _ZSTD_SIZE_BITS:
+                dctx = _decompressor() if not dict_id else _decompressor_for(dict_id, dicts, name, offset, seq)
+                try:
+                    raw: bytes | None = dctx.decompress(mv[_HEADER:end], max_output_size=raw_len)
+                except zstandard.ZstdError:
+                    raw = None
+                if raw is not None and len(raw) == raw_len:
+                    return Record(seq, raw, bool(flags & _BYTES), None, bool(flags & _SYNTHETIC), name, offset)
+        # Keyed, raw, too large, or refused: decode_stored decides (and raises what it refuses).
+        return decode_stored(seq, flags, raw_len, mv[_HEADER:end], name, offset, size_max, dict_id, dicts)
+    if kind != _KIND_BLOCK or stored_len < 4:
+        return None
+    # fmt.block_count, decode_block_head and block_body's checks, in their order, for the
+    # common block; anything they would refuse goes to block_body, which raises it.
+    (count,) = _U32.unpack_from(buf, _HEADER)
+    at = _HEADER + 4 + 4 * count
+    if not 2 <= count <= _BLOCK_COUNT_MAX or at + count > end:
+        return None
+    first = last + 1 - count
+    if not first <= seq <= last:
+        return None
+    lengths: tuple[int, ...] = struct.unpack_from(f"<{count}I", buf, _HEADER + 4)
+    rflags = buf[at : at + count]
+    body = mv[at + count : end]
+    payload: bytes | None = None
+    if (
+        sum(lengths) == raw_len
+        and not rflags.translate(None, _RECORD_FLAG_VALUES)
+        and raw_len <= _BLOCK_MAX
+        and max(lengths) <= size_max
+        and flags & _CODEC_MASK == _ZSTD
+        and len(body) >= 5
+        and body[0] == _ZSTD_MAGIC_FIRST
+        and not body[4] & _ZSTD_SIZE_BITS
+    ):
+        dctx = _decompressor() if not dict_id else _decompressor_for(dict_id, dicts, name, offset, first)
+        try:
+            payload = dctx.decompress(body, max_output_size=raw_len)
+        except zstandard.ZstdError:
+            payload = None
+    if payload is None or len(payload) != raw_len:
+        # A raw block, or one the checks above refuse: block_body decides (and raises what it refuses).
+        frame = fmt.Frame(offset, last, flags, raw_len, stored_len, count)
+        payload, _head = block_body(frame, buf, offset, name, size_max, dicts)
+    cur.block = block = PointBlock(offset, first, payload, lengths, rflags)
+    return block.record(seq, name)
+
+
 class _OpenSegment:
     def __init__(self, fs: FileSystem, dirpath: str, seg: SegmentName) -> None:
         self.seg = seg
@@ -278,7 +364,7 @@ class _OpenSegment:
         self.misses = 0  # point reads answered without the index, before it was worth building
         # The block frame a point read decoded last: a read of a record next to the last one
         # then costs no decompression.
-        self.block: DecodedBlock | None = None
+        self.block: PointBlock | None = None
 
     def locate(self, seq: int, stored_bytes_max: int) -> tuple[int, int] | None:
         """(offset, bytes to read) of record ``seq``'s frame, from the dense index, or None if
