@@ -42,12 +42,18 @@ def frame_of(enc: Encoded, seq: int, salt: int) -> bytes:
 
 
 def record_of(
-    frame: bytes | memoryview, seq: int, salt: int, where: str, record_size_bytes_max: int, dicts: DictionaryCache
+    frame: bytes | memoryview,
+    seq: int,
+    salt: int,
+    where: str,
+    record_size_bytes_max: int,
+    dicts: DictionaryCache | None = None,
 ) -> Record:
     """The record a stored frame holds, once it is verified to be ``seq`` of this journal.
 
     ``where`` names the journal in errors (its URL without a password); ``dicts``: the journal's
-    dictionaries (journal/remote/dictionaries.py), for a frame that names one. Raises CorruptionError
+    dictionaries (journal/remote/dictionaries.py), for a frame that names one (every handle
+    passes its own; without, such a frame is CorruptionError). Raises CorruptionError
     (NewerFormatError-like frames too: a flag this version does not know is refused, not read).
     """
     got = fmt.verify_frame(frame, 0, salt)
