@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import xxhash
 import zstandard
 
-from journal.errors import CorruptionError, UnexpectedLinkError
+from journal.errors import CorruptionError, UnexpectedFileError, UnexpectedLinkError
 from journal.fs import FileSystem, pread_upto, write_atomic
 
 DICTIONARY_BYTES_MIN = 256  # zstd needs some content to be a dictionary at all
@@ -132,8 +132,17 @@ def decode_dictionary_file(data: bytes | memoryview, name: str) -> Dictionary:
 
 def read_dictionary_file(fs: FileSystem, path: str) -> Dictionary:
     """Load and verify the dictionary file at ``path`` (never through a symbolic link: the file
-    layer's open refuses one; never reading more than a dictionary file can be)."""
-    f = fs.open_read(path)
+    layer's open refuses one; never reading more than a dictionary file can be). Anything but a
+    regular file there (a directory, a FIFO, a device) is CorruptionError naming it, as a file
+    that does not verify is: each reader then loses only the frames that need it."""
+    try:
+        f = fs.open_read(path)
+    except UnexpectedLinkError:
+        raise
+    except IsADirectoryError:
+        raise _corrupt(path, "a directory, not a dictionary file") from None
+    except UnexpectedFileError as exc:
+        raise _corrupt(path, f"{exc.kind}, not a dictionary file") from None
     try:
         size = f.size()
         if size > DICTIONARY_FILE_BYTES_MAX:
