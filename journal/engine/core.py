@@ -45,6 +45,7 @@ from journal.engine.dictionary import (
     Dictionary,
     DictionaryCache,
     DictionaryUse,
+    checked_tables,
     for_segment,
     install_dictionary,
     parse_dictionary_file_name,
@@ -241,6 +242,8 @@ class Journal(Writer):
         if dictionary is not None and writer == "shared" and not readonly:
             # Another process's batches would be read back (their keys) without it in view.
             raise InvalidArgumentError("a dictionary is not supported with writer='shared'; open without one")
+        if dictionary is not None and not readonly:
+            checked_tables(dictionary)  # one zstd cannot load is refused before anything is written
         if not 0 <= shared_lock_timeout_s <= shared.SHARED_LOCK_TIMEOUT_S_MAX:
             raise ValueError(f"shared_lock_timeout_s must be between 0 and {shared.SHARED_LOCK_TIMEOUT_S_MAX}")
         options = Options(

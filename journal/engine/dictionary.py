@@ -15,18 +15,22 @@ a file of the journal already holds reuses that file (and its id).
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
 import os
 import re
 import struct
 import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import xxhash
 import zstandard
 
-from journal.errors import CorruptionError, UnexpectedFileError, UnexpectedLinkError
+from journal.errors import CorruptionError, InvalidArgumentError, UnexpectedFileError, UnexpectedLinkError
 from journal.fs import FileSystem, pread_upto, write_atomic
 
 DICTIONARY_BYTES_MIN = 256  # zstd needs some content to be a dictionary at all
@@ -45,6 +49,7 @@ DICTIONARY_FILE_TAIL_BYTES = _TAIL.size
 DICTIONARY_FILE_BYTES_MAX = DICTIONARY_FILE_HEAD_BYTES + DICTIONARY_BYTES_MAX + DICTIONARY_FILE_TAIL_BYTES
 _NAME = re.compile(r"dict-(\d{5})\.zdict")
 ZSTD_LEVEL = 1  # encoding.ZSTD_LEVEL, repeated to keep this module a leaf
+_Context = TypeVar("_Context", zstandard.ZstdCompressor, zstandard.ZstdDecompressor)
 
 
 def dictionary_file_name(dict_id: int) -> str:
@@ -127,6 +132,10 @@ def decode_dictionary_file(data: bytes | memoryview, name: str) -> Dictionary:
     named = parse_dictionary_file_name(os.path.basename(name))
     if named != dict_id:
         raise _corrupt(name, f"holds dictionary id {dict_id}, its name says {named}")
+    try:  # a file that verifies may still hold bytes zstd refuses (crafted): found here, once
+        decoding_tables(body, digest)
+    except ValueError as exc:
+        raise _corrupt(name, str(exc)) from None
     return Dictionary(dict_id, body)
 
 
@@ -221,62 +230,172 @@ def _links(fs: FileSystem, d: Dictionary, path: str) -> bool:
     return True
 
 
-# --- readers ----------------------------------------------------------------------------------
+# --- zstd's tables of a dictionary, one set per process -----------------------------------------
+#
+# zstd digests a dictionary into tables (a DDict to decompress, a CDict per level to compress)
+# that weigh a few times its bytes, and every context that uses one (a ZstdDecompressor, a
+# ZstdCompressor) weighs ~100 KiB more. Made per open handle, 1,000 sessions open with one 32 KiB
+# dictionary took ~100 KiB each read-only and ~250 KiB each writable (20 and 50 times a handle
+# without one; ~1 MiB and more each with a 1 MiB dictionary). The tables are therefore shared by
+# digest across the handles of the process (kept while a handle uses them, and the few made last
+# kept a while longer for the next open), and the contexts are kept per thread by digest, a few
+# at most: the memory a process spends on dictionaries follows the dictionaries it uses, not the
+# handles it has open.
+
+TABLES_RECENT_MAX = 8  # tables kept after their last handle closed (for the next open's reuse)
+CONTEXTS_PER_THREAD_MAX = 8  # (de)compressors one thread keeps, each for one dictionary
+_EMPTY_FRAME = zstandard.ZstdCompressor(write_content_size=True).compress(b"")
+
+
+class _Decoding:
+    """The DDict of one dictionary, made once (never lazily in a reader's thread)."""
+
+    __slots__ = ("__weakref__", "digest", "key", "zdict")
+
+    def __init__(self, data: bytes, digest: bytes) -> None:
+        self.digest = digest
+        self.key = (False, digest)  # of its decompressor in a thread's contexts
+        self.zdict = zstandard.ZstdCompressionDict(data)
+        try:
+            # zstd makes the DDict on the first decompression: here, once, under _tables_mu.
+            zstandard.ZstdDecompressor(dict_data=self.zdict).decompress(_EMPTY_FRAME)
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"zstd cannot load it as a dictionary ({exc})") from None
+
+
+class _Encoding:
+    """The CDict of one dictionary at ZSTD_LEVEL."""
+
+    __slots__ = ("__weakref__", "cdict", "digest", "key")
+
+    def __init__(self, data: bytes, digest: bytes) -> None:
+        self.digest = digest
+        self.key = (True, digest)  # of its compressor in a thread's contexts
+        self.cdict = zstandard.ZstdCompressionDict(data)
+        try:
+            self.cdict.precompute_compress(level=ZSTD_LEVEL)
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"zstd cannot load it as a dictionary ({exc})") from None
+
+
+_tables_mu = threading.Lock()
+_decodings: weakref.WeakValueDictionary[bytes, _Decoding] = weakref.WeakValueDictionary()
+_encodings: weakref.WeakValueDictionary[bytes, _Encoding] = weakref.WeakValueDictionary()
+_recent: collections.OrderedDict[tuple[bool, bytes], _Decoding | _Encoding] = collections.OrderedDict()
+_contexts = threading.local()
+
+
+def _keep_recent(key: tuple[bool, bytes], tables: _Decoding | _Encoding) -> None:
+    _recent[key] = tables
+    _recent.move_to_end(key)
+    while len(_recent) > TABLES_RECENT_MAX:
+        _recent.popitem(last=False)
+
+
+def decoding_tables(data: bytes, digest: bytes) -> _Decoding:
+    """The process's DDict of the dictionary ``data`` (of ``digest``): ValueError when zstd
+    cannot load it."""
+    with _tables_mu:
+        got = _decodings.get(digest)
+        if got is None:
+            got = _decodings[digest] = _Decoding(data, digest)
+        _keep_recent(got.key, got)
+        return got
+
+
+def encoding_tables(data: bytes, digest: bytes) -> _Encoding:
+    """The process's CDicts of the dictionary ``data`` (of ``digest``): ValueError when zstd
+    cannot load it to compress or to decompress (a writer never writes a frame no reader reads)."""
+    decoding_tables(data, digest)
+    with _tables_mu:
+        got = _encodings.get(digest)
+        if got is None:
+            got = _encodings[digest] = _Encoding(data, digest)
+        _keep_recent(got.key, got)
+        return got
+
+
+def checked_tables(dictionary: Dictionary) -> _Encoding:
+    """The process's tables to compress with ``dictionary``: InvalidArgumentError when zstd
+    cannot load it (a writer's open asks before it writes anything)."""
+    try:
+        return encoding_tables(dictionary.data, dictionary.digest)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"dictionary {dictionary.id} cannot be used: {exc}; give one trained by zstd (zstandard.train_dictionary)"
+        ) from None
+
+
+def _thread_context(key: tuple[bool, bytes], make: Callable[[], _Context]) -> _Context:
+    """This thread's (de)compressor for ``key``, made by ``make`` the first time; the thread
+    keeps CONTEXTS_PER_THREAD_MAX, the oldest made leaving first."""
+    per_thread: dict[tuple[bool, bytes], _Context] | None = getattr(_contexts, "by_digest", None)
+    if per_thread is None:
+        per_thread = _contexts.by_digest = {}
+    got = per_thread.get(key)
+    if got is None:
+        if len(per_thread) >= CONTEXTS_PER_THREAD_MAX:
+            del per_thread[next(iter(per_thread))]
+        got = per_thread[key] = make()
+    return got
 
 
 class DictionaryUse:
     """The dictionary a writable handle compresses with: the id its frames carry in this journal
-    and a compressor per thread. ``active`` turns on once the live segment is of a version that
-    may hold dictionary frames (a live segment is only ever followed by a newer one)."""
+    and the process's tables for it. ``active`` turns on once the live segment is of a version
+    that may hold dictionary frames (a live segment is only ever followed by a newer one).
+    InvalidArgumentError for a dictionary zstd cannot load."""
 
-    __slots__ = ("_cdict", "_local", "active", "dict_id", "dictionary")
+    __slots__ = ("_tables", "active", "dict_id", "dictionary")
 
     def __init__(self, dict_id: int, dictionary: Dictionary) -> None:
         self.dict_id = dict_id
         self.dictionary = dictionary
         self.active = False
-        # Precomputed once for the level: every thread's compressor shares it (read-only).
-        self._cdict = zstandard.ZstdCompressionDict(dictionary.data)
-        self._cdict.precompute_compress(level=ZSTD_LEVEL)
-        self._local = threading.local()
+        self._tables = checked_tables(dictionary)
 
     def compressor(self) -> zstandard.ZstdCompressor:
-        c: zstandard.ZstdCompressor | None = getattr(self._local, "cctx", None)
-        if c is None:
-            # No content size, checksum or dict id in the zstd frame: the journal frame has them.
-            c = self._local.cctx = zstandard.ZstdCompressor(
-                dict_data=self._cdict,
+        tables = self._tables
+        # No content size, checksum or dict id in the zstd frame: the journal frame has them.
+        return _thread_context(
+            tables.key,
+            lambda: zstandard.ZstdCompressor(
+                dict_data=tables.cdict,
                 level=ZSTD_LEVEL,
                 write_content_size=False,
                 write_checksum=False,
                 write_dict_id=False,
-            )
-        return c
+            ),
+        )
+
+
+# --- readers ----------------------------------------------------------------------------------
 
 
 class DictionaryCache:
-    """The dictionaries of one journal directory, each loaded and verified once (thread-safe),
-    and a decompressor per dictionary per thread."""
+    """The dictionaries of one journal directory, each loaded and verified once (thread-safe);
+    their tables and decompressors are the process's (above)."""
 
     def __init__(self, fs: FileSystem, journal_dir: str) -> None:
         self._fs = fs
         self._dir = journal_dir
         self._mu = threading.Lock()
-        self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
-        self._local = threading.local()
+        self._dicts: dict[int, _Decoding] = {}
 
     def decompressor(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdDecompressor:
         """A decompressor for frames naming ``dict_id``; CorruptionError naming the dictionary
         file and the frame (``segment``, ``offset``, ``seq``) when the file is missing or damaged."""
-        per_thread: dict[int, zstandard.ZstdDecompressor] | None = getattr(self._local, "dctx", None)
-        if per_thread is None:
-            per_thread = self._local.dctx = {}
-        d = per_thread.get(dict_id)
-        if d is None:
-            d = per_thread[dict_id] = zstandard.ZstdDecompressor(dict_data=self._load(dict_id, segment, offset, seq))
-        return d
+        tables = self._dicts.get(dict_id)
+        if tables is None:
+            tables = self._load(dict_id, segment, offset, seq)
+        per_thread = getattr(_contexts, "by_digest", None)  # the common case first: no call
+        got = None if per_thread is None else per_thread.get(tables.key)
+        if got is None:
+            zdict = tables.zdict
+            got = _thread_context(tables.key, lambda: zstandard.ZstdDecompressor(dict_data=zdict))
+        return got
 
-    def _load(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdCompressionDict:
+    def _load(self, dict_id: int, segment: str, offset: int, seq: int) -> _Decoding:
         with self._mu:
             got = self._dicts.get(dict_id)
             if got is not None:
@@ -292,7 +411,7 @@ class DictionaryCache:
             except (CorruptionError, UnexpectedLinkError) as exc:
                 why = exc.reason if isinstance(exc, CorruptionError) else str(exc)
                 raise dictionary_error(segment, offset, seq, name, why) from None
-            got = self._dicts[dict_id] = zstandard.ZstdCompressionDict(d.data)
+            got = self._dicts[dict_id] = decoding_tables(d.data, d.digest)  # verified loadable by decode
             return got
 
 
