@@ -17,10 +17,12 @@
  *
  * A trained dictionary (journal/engine/dictionary.py) takes the same path: make_cdict digests it
  * once into a CDict (zstd's tables for it at HELD_LEVEL, kept in a capsule), and compress_with
- * compresses a payload against that CDict. With one, a small record costs fewer instructions than
- * without (the entropy tables come from the dictionary instead of being built for each record:
- * some 53,000 Ir against 84,000 for the benchmark's events, bench/README.md) and the zstandard
- * package's dictionary path would hand the GIL over around each call, as above.
+ * compresses a payload against that CDict (its frames, alone, carry zstd's content checksum: with
+ * a dictionary file other than the one a frame was compressed with, it is what fails). With one, a
+ * small record costs fewer instructions than without (the entropy tables come from the dictionary
+ * instead of being built for each record: some 53,000 Ir against 84,000 for the benchmark's
+ * events, bench/README.md) and the zstandard package's dictionary path would hand the GIL over
+ * around each call, as above.
  *
  * One compression context serves the whole process, and a second one the dictionary calls: every
  * call holds the GIL from start to end, so no two calls ever use either at once. (This is also why the module is for GIL builds of CPython
@@ -154,8 +156,9 @@ static int open_library(int level) {
         PyErr_NoMemory();
         goto fail;
     }
-    /* Both contexts write the same frames: no content size, checksum or dictionary id (the
-     * journal frame carries those). With a CDict referenced, its level is the one used. */
+    /* Both contexts write frames without content size, checksum or dictionary id (the journal
+     * frame carries those), but for the checksum below. With a CDict referenced, its level is
+     * the one used. */
     zstd_cctx *const contexts[] = {made, made_dict};
     for (size_t i = 0; i < 2; i++) {
         if (set_parameter(set, contexts[i], ZSTD_C_COMPRESSION_LEVEL, level) ||
@@ -164,6 +167,12 @@ static int open_library(int level) {
             set_parameter(set, contexts[i], ZSTD_C_DICT_ID_FLAG, 0)) {
             goto fail;
         }
+    }
+    /* With a dictionary, zstd's content checksum (4 bytes of the raw bytes' XXH64) is written:
+     * it is what tells a dictionary file other than the one a frame was compressed with, which
+     * may otherwise decode to other bytes of the right length (docs/FORMAT.md, "Dictionaries"). */
+    if (set_parameter(set, made_dict, ZSTD_C_CHECKSUM_FLAG, 1)) {
+        goto fail;
     }
     cctx = made;
     dict_cctx = made_dict;

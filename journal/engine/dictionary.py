@@ -356,14 +356,16 @@ class DictionaryUse:
 
     def compressor(self) -> zstandard.ZstdCompressor:
         tables = self._tables
-        # No content size, checksum or dict id in the zstd frame: the journal frame has them.
+        # No content size or dict id in the zstd frame: the journal frame has them. zstd's
+        # content checksum (of the raw bytes) is what tells a dictionary file other than the one
+        # the frame was compressed with (docs/FORMAT.md, "Dictionaries").
         return _thread_context(
             tables.key,
             lambda: zstandard.ZstdCompressor(
                 dict_data=tables.cdict,
                 level=ZSTD_LEVEL,
                 write_content_size=False,
-                write_checksum=False,
+                write_checksum=True,
                 write_dict_id=False,
             ),
         )

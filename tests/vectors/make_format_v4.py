@@ -28,7 +28,7 @@ BLOCK = [b'{"type":"tool_result","output":"line of output\\n","status":"ok"}', b
 def compress(raw: bytes) -> bytes:
     cdict = zstandard.ZstdCompressionDict(DICTIONARY.data)
     c = zstandard.ZstdCompressor(
-        dict_data=cdict, level=1, write_content_size=False, write_checksum=False, write_dict_id=False
+        dict_data=cdict, level=1, write_content_size=False, write_checksum=True, write_dict_id=False
     )
     return c.compress(raw)
 
