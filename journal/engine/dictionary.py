@@ -417,6 +417,18 @@ class DictionaryCache:
             return got
 
 
+def undecodable_hint(dict_id: int) -> str:
+    """What a frame naming dictionary ``dict_id`` that does not decode may mean besides damage to
+    its segment: its dictionary file verifies but is another one (zstd's content checksum fails,
+    docs/FORMAT.md "Dictionaries"); salvaging first would drop records that the right file reads."""
+    if not dict_id:
+        return ""
+    return (
+        f" (the frame names dictionary {dictionary_file_name(dict_id)}: if that file was replaced or copied in from "
+        "elsewhere, put the journal's own back first; it decodes them again)"
+    )
+
+
 def dictionary_error(segment: str, offset: int, seq: int, name: str, why: str) -> CorruptionError:
     return CorruptionError(
         segment,

@@ -21,7 +21,7 @@ import zstandard
 
 from journal.engine import format as fmt
 from journal.engine import tail
-from journal.engine.dictionary import DictionaryCache, for_segment
+from journal.engine.dictionary import DictionaryCache, for_segment, undecodable_hint
 from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
 from journal.errors import (
     CorruptionError,
@@ -133,7 +133,7 @@ def decode_stored(
         try:
             payload = zstd_decompress_bounded(_decompressor_for(dict_id, dicts, segment, offset, seq), stored, raw_len)
         except ValueError as exc:
-            raise CorruptionError(segment, offset, seq, str(exc)) from None
+            raise CorruptionError(segment, offset, seq, f"{exc}{undecodable_hint(dict_id)}") from None
     else:
         payload = bytes(stored)
     if len(payload) != raw_len:
@@ -181,12 +181,14 @@ def block_body(
         raise RecordTooLargeError(longest, record_size_bytes_max, reading=True)
     body = stored[head.body_offset :]
     if frame.flags & _CODEC_MASK == _ZSTD:
+        dict_id = frame_dict_id(buf, frame.offset - buf_offset)
         try:  # bounded by the block's length, itself at most BLOCK_BYTES_LIMIT (decode_stored)
-            dict_id = frame_dict_id(buf, frame.offset - buf_offset)
             dctx = _decompressor_for(dict_id, dicts, segment, frame.offset, first)
             payload = zstd_decompress_bounded(dctx, body, frame.raw_len)
         except ValueError as exc:
-            raise CorruptionError(segment, frame.offset, first, f"zstd block: {exc}") from None
+            raise CorruptionError(
+                segment, frame.offset, first, f"zstd block: {exc}{undecodable_hint(dict_id)}"
+            ) from None
     else:
         payload = bytes(body)
     if len(payload) != frame.raw_len:
