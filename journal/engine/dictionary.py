@@ -196,7 +196,11 @@ def install_dictionary(fs: FileSystem, journal_dir: str, d: Dictionary) -> int:
     if target in taken:
         free = [i for i in range(DICTIONARY_ID_MIN, DICTIONARY_ID_MAX + 1) if i not in taken]
         if not free:
-            raise ValueError(f"the journal in {journal_dir} already holds {len(taken)} dictionaries, every id")
+            raise InvalidArgumentError(
+                f"the journal in {journal_dir} already holds {len(taken)} dictionary files, every id "
+                f"{DICTIONARY_ID_MIN} to {DICTIONARY_ID_MAX}: open it with one of those dictionaries (the same bytes "
+                "reuse its id) or without one; nothing was written"
+            )
         target = free[0]
     path = os.path.join(journal_dir, dictionary_file_name(target))
     if target == d.id and d.path is not None and _links(fs, d, path):
