@@ -248,3 +248,50 @@ def test_bad_dictionary_input_is_refused_with_a_typed_error(trained: bytes) -> N
         mod.make_cdict(b"x" * (mod.DICT_BYTES_MAX + 1))
     exact = bytes(range(256)) * (limit // 256)
     assert _decompress_with(trained, mod.compress_with(cdict, exact), limit) == exact
+
+
+def test_the_encoder_sends_small_payloads_to_it_with_the_dictionary(
+    monkeypatch: pytest.MonkeyPatch, trained: bytes, tmp_path: Path
+) -> None:
+    """A handle opened with a dictionary compresses each payload of up to the limit here, with
+    the dictionary's handle, and larger ones through the package; the journal reads back."""
+    from journal.engine.dictionary import Dictionary, DictionaryUse
+
+    _module()
+    if native.forced_pure():
+        pytest.skip("JOURNAL_PURE=1: the package compresses every payload")
+    seen: list[int] = []
+    real = native.held_compress_with
+    assert real is not None
+
+    def recording(handle: object, data: bytes) -> bytes:
+        seen.append(len(data))
+        return real(handle, data)
+
+    monkeypatch.setattr(encoding, "_HELD_COMPRESS_WITH", recording)
+    use = DictionaryUse(1, Dictionary(1, trained))
+    use.active = True
+    assert use.held is not None
+    opts = Options(dictionary=use)
+    limit = encoding.HELD_COMPRESS_BYTES_MAX
+    overhead = len(encoding._encode_json({"t": ""}, opts.record_size_bytes_max))
+    sizes = [encoding.DICT_COMPRESS_MIN_BYTES - 10, 300, limit - overhead, limit - overhead + 1, 3 * limit]
+    decompress = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(trained))
+    for size in sizes:
+        event = {"t": "the test file passes " * (size // 21) + "x" * (size % 21)}
+        seen.clear()
+        enc = encoding.encode_event(event, None, False, opts)
+        raw_len = len(enc.raw)
+        expect = [raw_len] if encoding.DICT_COMPRESS_MIN_BYTES <= raw_len <= limit else []
+        assert seen == expect, (size, raw_len, seen)
+        if enc.spec.flags & 0x3:
+            assert enc.spec.dict_id == 1
+            assert decompress.decompress(enc.spec.stored, max_output_size=raw_len) == enc.raw
+    seen.clear()
+    events = [{"i": i, "text": f"tool output line {i} " * (i % 40 + 1)} for i in range(200)]
+    with journal.open(tmp_path / "j", create=True, dictionary=Dictionary(1, trained)) as j:
+        for e in events:
+            assert isinstance(j.append(e, durability="sync"), journal.Committed)
+    assert len(seen) >= 150  # the durable appends went through it
+    with journal.open(tmp_path / "j", readonly=True) as j:
+        assert [r.event for r in j.read()] == events

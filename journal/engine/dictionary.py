@@ -30,6 +30,7 @@ from typing import TypeVar
 import xxhash
 import zstandard
 
+from journal.engine import native
 from journal.errors import CorruptionError, InvalidArgumentError, UnexpectedFileError, UnexpectedLinkError
 from journal.fs import FileSystem, pread_upto, write_atomic
 
@@ -268,9 +269,10 @@ class _Decoding:
 
 
 class _Encoding:
-    """The CDict of one dictionary at ZSTD_LEVEL."""
+    """The CDicts of one dictionary at ZSTD_LEVEL: the zstandard package's and the GIL-held
+    compressor's (native/zstd_held.c; None where it is not built)."""
 
-    __slots__ = ("__weakref__", "cdict", "digest", "key")
+    __slots__ = ("__weakref__", "cdict", "digest", "held", "key")
 
     def __init__(self, data: bytes, digest: bytes) -> None:
         self.digest = digest
@@ -280,6 +282,13 @@ class _Encoding:
             self.cdict.precompute_compress(level=ZSTD_LEVEL)
         except zstandard.ZstdError as exc:
             raise ValueError(f"zstd cannot load it as a dictionary ({exc})") from None
+        make = native.held_make_cdict
+        self.held: object | None = None
+        if make is not None and native.held_compress_with is not None:
+            try:
+                self.held = make(data)
+            except MemoryError:
+                raise ValueError("zstd cannot load it as a dictionary (the held compressor's tables)") from None
 
 
 _tables_mu = threading.Lock()
@@ -350,13 +359,16 @@ class DictionaryUse:
     that may hold dictionary frames (a live segment is only ever followed by a newer one).
     InvalidArgumentError for a dictionary zstd cannot load."""
 
-    __slots__ = ("_tables", "active", "dict_id", "dictionary")
+    __slots__ = ("_tables", "active", "dict_id", "dictionary", "held")
 
     def __init__(self, dict_id: int, dictionary: Dictionary) -> None:
         self.dict_id = dict_id
         self.dictionary = dictionary
         self.active = False
         self._tables = checked_tables(dictionary)
+        # The GIL-held compressor's tables (None where it is not built): encoding._compressed
+        # uses it up to its input limit.
+        self.held: object | None = self._tables.held
 
     def compressor(self) -> zstandard.ZstdCompressor:
         tables = self._tables

@@ -64,6 +64,7 @@ ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
 # other threads should run meanwhile, so the zstandard package (which releases it) does them.
 HELD_COMPRESS_BYTES_MAX = 16 * 1024
 _HELD_COMPRESS = native.held_compress
+_HELD_COMPRESS_WITH = native.held_compress_with  # with a dictionary (DictionaryUse.held)
 BLOCK_SEGMENT_SHARE = 4  # a block frame holds at most 1/4 of a segment's bytes of records
 
 _local = threading.local()
@@ -218,8 +219,11 @@ def _compressed(raw: bytes, options: Options) -> tuple[bytes, int, int]:
     use = options.dictionary
     if use is not None and use.active:
         if len(raw) >= DICT_COMPRESS_MIN_BYTES:
-            # zstandard, not the GIL-held C path: that one takes no dictionary.
-            packed = use.compressor().compress(raw)
+            held = use.held
+            if held is not None and _HELD_COMPRESS_WITH is not None and len(raw) <= HELD_COMPRESS_BYTES_MAX:
+                packed = _HELD_COMPRESS_WITH(held, raw)
+            else:
+                packed = use.compressor().compress(raw)
             if len(packed) < len(raw):
                 return packed, fmt.CODEC_ZSTD, use.dict_id
         return raw, fmt.CODEC_RAW, 0
