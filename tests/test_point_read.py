@@ -130,3 +130,17 @@ def test_a_block_table_that_disagrees_with_its_frame_is_corruption(tmp_path: Pat
         eng._segments.open(eng._segments.listing()[-1])._extend(40, 1 << 30)  # the dense index, no read yet
         with pytest.raises(CorruptionError, match="block"):
             j.get(2)
+
+
+def test_a_point_read_on_a_closed_handle_is_refused(tmp_path: Path) -> None:
+    """Read-only or not, a closed handle refuses a point read (a read-only one checks under the
+    point-read lock only: the check before it guards the flush of a writable one)."""
+    path = tmp_path / "j"
+    j = journal.open(path, create=True)
+    j.append(_event(1), durability="flush")
+    r = journal.open(path, readonly=True)
+    assert r.get(1) is not None
+    for h in (j, r):
+        h.close()
+        with pytest.raises(journal.JournalClosedError):
+            h.get(1)

@@ -969,10 +969,10 @@ class Journal(Writer):
         """
         if seq < self._first_seq:
             return None
-        self._check_open()
         if not self.readonly:
+            self._check_open()
             self.flush()
-        return self._peek(seq, check_open=True)
+        return self._peek(seq, check_open=True)  # checks the handle is open (again), under the lock
 
     def _peek(self, seq: int, check_open: bool = False) -> Record | None:
         """The record at ``seq`` as the file holds it now, without writing this handle's queue
@@ -983,7 +983,8 @@ class Journal(Writer):
                 self._check_open()
             for attempt in (1, 2):
                 try:
-                    return self._point_read(seq)
+                    rec = self._dense_get(seq)  # the common read, a call shorter
+                    return rec if rec is not None else self._point_read(seq)
                 except JournalError:
                     raise
                 except FileNotFoundError as exc:
@@ -998,9 +999,7 @@ class Journal(Writer):
         return None
 
     def _point_read(self, seq: int) -> Record | None:
-        rec = self._dense_get(seq)
-        if rec is not None:
-            return rec
+        """The record at ``seq`` read by a cursor: where the dense index has no answer."""
         hint = self._index_hint(seq)
         cursor = Cursor(
             self._fs, self.path, seq - 1, self.options.record_size_bytes_max, hint, self._segments, self._journal_id,
@@ -1019,7 +1018,7 @@ class Journal(Writer):
         """The record at ``seq`` through the segment's dense offset index: one read of exactly
         its frame, verified again (checksum, seq, kind), so a stale offset (a rolled-back write
         rewritten since) is a miss, never a wrong record. None on any miss: the cursor decides."""
-        segments = self._segments.listing()
+        segments = self._segments.listed or self._segments.listing()
         if segments and seq >= segments[-1].base_seq:
             i = len(segments) - 1  # the live segment: most reads of a session's journal
         else:

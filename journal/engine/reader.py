@@ -273,10 +273,16 @@ def read_point(
     verified again (checksum with the segment's salt, seq, kind), so a stale offset is a miss,
     never a wrong record. None on any miss: the caller's cursor decides. ``dicts``: the
     dictionaries of ``cur``'s frames (dictionary.for_segment)."""
-    where = cur.locate(seq, stored_bytes_max)
-    if where is None:
-        return None
-    offset, length = where
+    i = seq - cur.header.base_seq
+    offsets = cur.offsets
+    if 0 <= i < len(offsets):  # indexed already: locate's answer, without its call
+        offset = offsets[i]
+        length = cur.ends[i] - offset
+    else:
+        where = cur.locate(seq, stored_bytes_max)
+        if where is None:
+            return None
+        offset, length = where
     name = cur.seg.name
     block = cur.block
     if block is not None and block.offset == offset and block.first_seq <= seq <= block.last_seq:
