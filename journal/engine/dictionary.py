@@ -232,6 +232,16 @@ def _links(fs: FileSystem, d: Dictionary, path: str) -> bool:
         if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
             return False
         raise
+    # What was linked is what the name held then: a file put there since the check above (the
+    # store's file replaced by another of the same id) would have frames compressed with ``d``
+    # name other bytes. The link is checked as readers will read it, and replaced by a copy.
+    try:
+        linked = read_dictionary_file(fs, path)
+    except (CorruptionError, UnexpectedLinkError, OSError):
+        linked = None
+    if linked is None or linked.data != d.data:
+        fs.unlink(path)
+        return False
     return True
 
 
