@@ -22,8 +22,9 @@ system of the process; best of ``--rounds``):
   offset index.
 
 With ``--corpus DIR`` the real session files there (``*.jsonl``, read in place) are written the
-same way too: their bytes against their JSONL (the target is 0.35x), and point reads of them
-against their JSONL with an offset index. With ``--dictionary`` every journal is written with a
+same way too: their bytes against their JSONL (the target is 0.35x), their decode scan against
+their JSONL read with ``json.loads``, and point reads of them against their JSONL with an offset
+index. With ``--dictionary`` every journal is written with a
 zstd dictionary (format version 4) trained on the first half of its records (each data set its
 own, 16 KiB), as an application would train one on earlier sessions.
 """
@@ -165,7 +166,7 @@ def main(argv: list[str]) -> int:
         corpus = real_session_events(args.corpus) if args.corpus else []
         corpus_path = os.path.join(scratch, "corpus.jsonl")
         corpus_jsonl = _jsonl(corpus_path, corpus) if corpus else 0
-        corpus_get_s = 0.0
+        corpus_get_s = corpus_decode_s = 0.0
         corpus_seqs: list[int] = []
         if corpus:
             corpus_offsets = _offsets(corpus_path)
@@ -175,7 +176,16 @@ def main(argv: list[str]) -> int:
             def corpus_jsonl_get() -> int:
                 return jsonl_get(corpus_path, corpus_offsets, corpus_seqs)
 
+            def corpus_jsonl_decode() -> int:
+                n = 0
+                with open(corpus_path, "rb") as f:
+                    for line in f:
+                        json.loads(line)
+                        n += 1
+                return n
+
             corpus_get_s = _best_cpu(corpus_jsonl_get, args.rounds)
+            corpus_decode_s = _best_cpu(corpus_jsonl_decode, args.rounds)
         events_dict = _train(events) if args.dictionary else None
         corpus_dict = _train(corpus) if args.dictionary and corpus else None
         print(
@@ -186,7 +196,9 @@ def main(argv: list[str]) -> int:
         )
         head = "| block_bytes | bulk append, us/event | bytes vs JSONL | decode, us/record | decode vs JSONL |"
         head += " get, us | get vs JSONL | bulk vs SQLite executemany |"
-        head += " real files, bytes vs JSONL | real files, get vs JSONL |" if corpus else ""
+        head += (
+            " real files, bytes vs JSONL | real files, decode vs JSONL | real files, get vs JSONL |" if corpus else ""
+        )
         print(head)
         print("|" + "---:|" * (head.count("|") - 1))
         for size in sizes:
@@ -224,8 +236,13 @@ def main(argv: list[str]) -> int:
                 with journal.open(cpath, readonly=True) as r:
                     assert [rec.event for rec in r.read()] == corpus  # every event reads back equal
 
+                    def cdecode(r: Any = r) -> int:
+                        return decode(r)
+
                     def cget(r: Any = r) -> int:
                         return get(r, corpus_seqs)
+
+                    row += f" {corpus_decode_s / _best_cpu(cdecode, args.rounds):.2f}x |"
 
                     cget()
                     row += f" {corpus_get_s / _best_cpu(cget, args.rounds):.2f}x |"
