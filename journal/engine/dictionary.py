@@ -308,6 +308,17 @@ _recent: collections.OrderedDict[tuple[bool, bytes], _Decoding | _Encoding] = co
 _contexts = threading.local()
 
 
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held the lock as one forked: the child has no such
+    # thread to release it, and its first dictionary would wait forever.
+    global _tables_mu
+    _tables_mu = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _keep_recent(key: tuple[bool, bytes], tables: _Decoding | _Encoding) -> None:
     _recent[key] = tables
     _recent.move_to_end(key)
