@@ -444,3 +444,35 @@ def _open_in(store: Any, name: str, **options: Any) -> Any:
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "child":
     _child(sys.argv[2], sys.argv[3])
+
+
+def test_read_handles_on_a_server_share_the_process_tables_of_a_dictionary(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """zstd's tables of a dictionary are the process's, whichever backend a handle reads: 8 read
+    handles of one server journal make them once, not once a handle (a DDict weighs a few times
+    the dictionary's bytes; 1,000 sessions' handles each with its own were ~100 KiB apiece)."""
+    import zstandard
+
+    target = server.target()
+    _write(target, D1, 0, 12, create=True)
+    made = {"dicts": 0}
+    real_dict = zstandard.ZstdCompressionDict
+
+    def counted(*a: Any, **k: Any) -> Any:
+        made["dicts"] += 1
+        return real_dict(*a, **k)
+
+    from journal.engine import dictionary as engine_dictionary
+
+    tables = engine_dictionary.decoding_tables(D1.data, D1.digest)  # held: the process's, made before counting
+    monkeypatch.setattr(zstandard, "ZstdCompressionDict", counted)
+    handles = [_open(target, readonly=True) for _ in range(8)]
+    try:
+        for h in handles:
+            assert [r.event for r in h.read()] == [event(i) for i in range(12)]
+    finally:
+        for h in handles:
+            h.close()
+    assert made["dicts"] == 0, made
+    assert tables.zdict is not None

@@ -262,7 +262,7 @@ CONTEXTS_PER_THREAD_MAX = 8  # (de)compressors one thread keeps, each for one di
 _EMPTY_FRAME = zstandard.ZstdCompressor(write_content_size=True).compress(b"")
 
 
-class _Decoding:
+class DecodingTables:
     """The DDict of one dictionary, made once (never lazily in a reader's thread)."""
 
     __slots__ = ("__weakref__", "digest", "key", "zdict")
@@ -302,9 +302,9 @@ class _Encoding:
 
 
 _tables_mu = threading.Lock()
-_decodings: weakref.WeakValueDictionary[bytes, _Decoding] = weakref.WeakValueDictionary()
+_decodings: weakref.WeakValueDictionary[bytes, DecodingTables] = weakref.WeakValueDictionary()
 _encodings: weakref.WeakValueDictionary[bytes, _Encoding] = weakref.WeakValueDictionary()
-_recent: collections.OrderedDict[tuple[bool, bytes], _Decoding | _Encoding] = collections.OrderedDict()
+_recent: collections.OrderedDict[tuple[bool, bytes], DecodingTables | _Encoding] = collections.OrderedDict()
 _contexts = threading.local()
 
 
@@ -319,20 +319,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _keep_recent(key: tuple[bool, bytes], tables: _Decoding | _Encoding) -> None:
+def _keep_recent(key: tuple[bool, bytes], tables: DecodingTables | _Encoding) -> None:
     _recent[key] = tables
     _recent.move_to_end(key)
     while len(_recent) > TABLES_RECENT_MAX:
         _recent.popitem(last=False)
 
 
-def decoding_tables(data: bytes, digest: bytes) -> _Decoding:
+def decoding_tables(data: bytes, digest: bytes) -> DecodingTables:
     """The process's DDict of the dictionary ``data`` (of ``digest``): ValueError when zstd
     cannot load it."""
     with _tables_mu:
         got = _decodings.get(digest)
         if got is None:
-            got = _decodings[digest] = _Decoding(data, digest)
+            got = _decodings[digest] = DecodingTables(data, digest)
         _keep_recent(got.key, got)
         return got
 
@@ -411,6 +411,17 @@ class DictionaryUse:
 # --- readers ----------------------------------------------------------------------------------
 
 
+def thread_decompressor(tables: DecodingTables) -> zstandard.ZstdDecompressor:
+    """This thread's decompressor over the process's ``tables`` (decoding_tables): what every
+    reader of a dictionary frame, on files or on a server, decompresses with."""
+    per_thread = getattr(_contexts, "by_digest", None)  # the common case first: no call
+    got = None if per_thread is None else per_thread.get(tables.key)
+    if got is None:
+        zdict = tables.zdict
+        got = _thread_context(tables.key, lambda: zstandard.ZstdDecompressor(dict_data=zdict))
+    return got
+
+
 class DictionaryCache:
     """The dictionaries of one journal directory, each loaded and verified once (thread-safe);
     their tables and decompressors are the process's (above)."""
@@ -419,7 +430,7 @@ class DictionaryCache:
         self._fs = fs
         self._dir = journal_dir
         self._mu = threading.Lock()
-        self._dicts: dict[int, _Decoding] = {}
+        self._dicts: dict[int, DecodingTables] = {}
 
     def decompressor(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdDecompressor:
         """A decompressor for frames naming ``dict_id``; CorruptionError naming the dictionary
@@ -427,14 +438,9 @@ class DictionaryCache:
         tables = self._dicts.get(dict_id)
         if tables is None:
             tables = self._load(dict_id, segment, offset, seq)
-        per_thread = getattr(_contexts, "by_digest", None)  # the common case first: no call
-        got = None if per_thread is None else per_thread.get(tables.key)
-        if got is None:
-            zdict = tables.zdict
-            got = _thread_context(tables.key, lambda: zstandard.ZstdDecompressor(dict_data=zdict))
-        return got
+        return thread_decompressor(tables)
 
-    def _load(self, dict_id: int, segment: str, offset: int, seq: int) -> _Decoding:
+    def _load(self, dict_id: int, segment: str, offset: int, seq: int) -> DecodingTables:
         with self._mu:
             got = self._dicts.get(dict_id)
             if got is not None:

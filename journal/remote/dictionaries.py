@@ -31,19 +31,21 @@ from journal.engine.dictionary import (
     DICTIONARY_FILE_BYTES_MAX,
     DICTIONARY_ID_MAX,
     DICTIONARY_ID_MIN,
+    DecodingTables,
     Dictionary,
     DictionaryCache,
     DictionaryUse,
     decode_dictionary_file,
+    decoding_tables,
     dictionary_file_name,
     encode_dictionary_file,
+    thread_decompressor,
 )
 from journal.engine.options import Options
 from journal.errors import CorruptionError, InvalidArgumentError
 
 # A stored body longer than this is refused unread: it cannot be a dictionary file.
 STORED_DICTIONARY_BYTES_MAX = DICTIONARY_FILE_BYTES_MAX
-_EMPTY_FRAME = zstandard.ZstdCompressor(write_content_size=True).compress(b"")
 
 
 def checked(dictionary: object, readonly: bool, shared: bool) -> Dictionary | None:
@@ -154,24 +156,21 @@ class ServerDictionaries(DictionaryCache):
 
     def __init__(self, where: str, place: Callable[[int], str], load: Callable[[int], bytes | None]) -> None:
         # The engine's cache reads a directory; this one asks the server. Only ``decompressor``,
-        # what the engine's decoder calls, is taken over: the state here is this class's own.
+        # what the engine's decoder calls, is taken over; zstd's tables and each thread's
+        # decompressors are the process's, shared with every other handle (engine dictionary.py).
         self._where = where
         self._place = place
         self._load_body = load
         self._server_mu = threading.Lock()
-        self._server_tables: dict[int, zstandard.ZstdCompressionDict] = {}
-        self._server_local = threading.local()
+        self._server_tables: dict[int, DecodingTables] = {}
 
     def decompressor(self, dict_id: int, segment: str, offset: int, seq: int) -> zstandard.ZstdDecompressor:
-        per_thread: dict[int, zstandard.ZstdDecompressor] | None = getattr(self._server_local, "dctx", None)
-        if per_thread is None:
-            per_thread = self._server_local.dctx = {}
-        got = per_thread.get(dict_id)
-        if got is None:
-            got = per_thread[dict_id] = zstandard.ZstdDecompressor(dict_data=self._tables(dict_id, seq))
-        return got
+        tables = self._server_tables.get(dict_id)
+        if tables is None:
+            tables = self._tables(dict_id, seq)
+        return thread_decompressor(tables)
 
-    def _tables(self, dict_id: int, seq: int) -> zstandard.ZstdCompressionDict:
+    def _tables(self, dict_id: int, seq: int) -> DecodingTables:
         with self._server_mu:
             got = self._server_tables.get(dict_id)
             if got is not None:
@@ -185,11 +184,10 @@ class ServerDictionaries(DictionaryCache):
                 raise self._error(dict_id, seq, exc.reason) from None
             if d is None:
                 raise self._error(dict_id, seq, "the server holds no such dictionary")
-            got = zstandard.ZstdCompressionDict(d.data)
             try:  # a body that verifies may still hold bytes zstd refuses (crafted): found here, once
-                zstandard.ZstdDecompressor(dict_data=got).decompress(_EMPTY_FRAME)
-            except zstandard.ZstdError as exc:
-                raise self._error(dict_id, seq, f"zstd cannot load it as a dictionary ({exc})") from None
+                got = decoding_tables(d.data, d.digest)
+            except ValueError as exc:
+                raise self._error(dict_id, seq, str(exc)) from None
             self._server_tables[dict_id] = got
             return got
 
