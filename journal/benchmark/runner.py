@@ -1007,7 +1007,7 @@ def evaluate(r: Report) -> None:
         floor = r.ratio(w16, FLOOR, ONE_WRITER_BASELINE)
         if floor is not None and kept:
             r.notes.append(
-                f"With {THREADS} threads{on} the minimal Python group commit (one lock, one pwrite and one fdatasync "
+                f"With {THREADS} threads{on}, the minimal Python group commit (one lock, one pwrite and one fdatasync "
                 f"per batch, nothing else) reaches {floor:.2f}x the single JSONL writer: the most any design "
                 f"on Python threads reached on this machine in this run. journal keeps "
                 f"{statistics.median(kept):.2f}x of it."
@@ -1015,7 +1015,7 @@ def evaluate(r: Report) -> None:
         vs_orjson = r.ratio(wdm, "journal sync", st.JsonlOrjsonStore().name)
         if vs_orjson is not None:
             r.notes.append(
-                f"Decode scan{on} against JSONL read with orjson.loads (the fastest reading of JSONL a user could "
+                f"Decode scan{on}, against JSONL read with orjson.loads (the fastest reading of JSONL a user could "
                 f"pick): journal is {vs_orjson:.2f}x it; against json.loads, as in the target, "
                 f"{r.ratio(wdm, 'journal sync', 'JSONL buffered') or float('nan'):.2f}x."
             )
