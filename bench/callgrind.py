@@ -47,6 +47,7 @@ scratch data goes (default /dev/shm when there is one: Ir counts CPU, not the di
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -80,7 +81,6 @@ SESSION_SMALL_EVENTS = 500
 SESSION_BIG_EVENTS = 50_000
 FORK_CHAIN_DEPTH = 10  # "a short chain"
 FORK_EVENTS_BETWEEN = 4  # user messages appended between two forks of the chain
-SESSION_ID = "s-bench-open"
 TIME = "2026-01-01T00:00:00.000Z"
 EVENTS_SEED = 7
 READS_SEED = 11
@@ -137,45 +137,18 @@ def child_prepare(workload: str, count: int, data: str) -> None:
             json.dump({"parent": parent, "at_seq": last}, f)
 
 
-def session_event(type_: str, data: dict[str, Any] | None = None, **ids: str) -> dict[str, Any]:
-    keys = {"turn_id": "turnId", "tool_call_id": "toolCallId", "attempt_id": "attemptId"}
-    out: dict[str, Any] = {"schemaVersion": 1, "sessionId": SESSION_ID, "type": type_, "time": TIME}
-    out.update({keys[k]: v for k, v in ids.items()})
-    out["data"] = data or {}
-    return out
-
-
 def session_events(total: int) -> Iterator[dict[str, Any]]:
-    """A session of ``total`` events: turns of three tool calls (13 events), as
-    bench/bench_session_open.py's. Here rather than imported, so both checkouts of an A/B open
-    the same sessions whatever each one's benchmark helpers hold."""
-    yield session_event("session.started", {"workspace": {"path": "/repo"}, "lineage": {"depth": 0}})
-    n, t = 1, 0
-    while n < total:
-        tid = f"t{t}"
-        turn = [
-            session_event("user.message", {"text": f"request {t}: make the auth tests pass"}),
-            session_event("turn.started", turn_id=tid),
-        ]
-        for k in range(3):
-            call = f"{tid}.c{k}"
-            turn += [
-                session_event(
-                    "tool.requested",
-                    {"tool": "bash", "args": {"cmd": f"pytest -k {k}"}, "sideEffect": "read", "idempotency": "safe"},
-                    turn_id=tid,
-                    tool_call_id=call,
-                ),
-                session_event("tool.started", turn_id=tid, tool_call_id=call),
-                session_event("tool.result", {"status": "ok", "output": "3 passed"}, turn_id=tid, tool_call_id=call),
-            ]
-        turn += [
-            session_event("assistant.message", {"text": f"done {t}"}, turn_id=tid, attempt_id=f"{tid}.a"),
-            session_event("turn.ended", {"reason": "completed"}, turn_id=tid),
-        ]
-        yield from turn[: total - n]
-        n += len(turn)
-        t += 1
+    """A session of ``total`` events (turns of three tool calls): journal bench's, from
+    journal/benchmark/session_open.py of this script's own tree, loaded by its path, so both
+    checkouts of an A/B open the same sessions whatever each one's benchmark helpers hold."""
+    where = os.path.join(HERE, os.pardir, "journal", "benchmark", "session_open.py")
+    spec = importlib.util.spec_from_file_location("_bench_session_open", where)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the session events from {where}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    events: Iterator[dict[str, Any]] = module.events(total)
+    return events
 
 
 def append_messages(journal: Any, path: str, session_id: str, n: int, tag: str) -> int:
