@@ -60,6 +60,7 @@ import xxhash
 import zstandard
 
 from journal.engine import format as fmt
+from journal.engine import live_hint
 
 if TYPE_CHECKING:
     from journal.engine.core import Journal as EngineJournal
@@ -426,7 +427,28 @@ def rekey(tree: Tree, journal_id: bytes) -> Tree:
     if fmt.START_FILE in tree:
         m = fmt.decode_start(tree[fmt.START_FILE].data)
         out[fmt.START_FILE] = Entry(fmt.encode_start(fmt.StartMarker(journal_id, m.segment_number, m.first_seq)))
+    if live_hint.HINT_FILE in tree:
+        out.pop(live_hint.HINT_FILE)
+        hint = _rekeyed_hint(tree[live_hint.HINT_FILE].data, out, journal_id)
+        if hint is not None:  # kept valid, so that readers meet hints that hold as well as damaged ones
+            out[live_hint.HINT_FILE] = Entry(live_hint.encode(hint))
     return out
+
+
+def _rekeyed_hint(data: bytes, tree: Tree, journal_id: bytes) -> live_hint.LiveHint | None:
+    """LIVE.hint under the rekeyed journal id: its salt and its frame's checksum follow."""
+    try:
+        hint = live_hint.decode(data)
+    except live_hint.HintError:
+        return None
+    seg = tree.get(hint.segment)
+    if seg is None or seg.size > len(seg.data):
+        return None
+    salt = fmt.segment_salt(journal_id, fmt.decode_segment_header(seg.data).segment_number, hint.base_seq)
+    if fmt.verify_frame(seg.data, hint.frame_offset, salt) is None:
+        return None
+    checksum = fmt.read_frame_header(seg.data, hint.frame_offset)[0]
+    return hint._replace(journal_id=journal_id, salt=salt, frame_checksum=checksum)
 
 
 # --- base journals, written by the engine ---------------------------------------------------------
@@ -1576,13 +1598,15 @@ def check_read_only(before: Mapping[str, str], after: Mapping[str, str]) -> None
 def check_writer(pristine: Tree, root: str) -> None:
     """A writer keeps every byte it removes: a tail it cuts is zeros or is in quarantine/; it
     removes no file but a .seg.tmp (kept unless it holds a header only), START.tmp and segments
-    a START marker says were dropped; it adds only LOCK, quarantine/ files and new segments."""
-    after = {rel: e for rel, e in read_tree_shallow(root).items()}
+    a START marker says were dropped; it adds only LOCK, quarantine/ files and new segments.
+    LIVE.hint (and its temp file) is no data: a writer's close may write, replace or leave it."""
+    hints = (live_hint.HINT_FILE, live_hint.HINT_TMP_FILE)
+    after = {rel: e for rel, e in read_tree_shallow(root).items() if rel not in hints}
     quarantine_new = [e.data for rel, e in after.items()
                       if rel.startswith("quarantine/") and rel not in pristine and not e.is_dir]
     start_seq = _start_first_seq(after.get(fmt.START_FILE))
     for rel, e in pristine.items():
-        if e.is_dir or e.size > len(e.data):
+        if e.is_dir or e.size > len(e.data) or rel in hints:
             continue
         now = after.get(rel)
         if now is None:

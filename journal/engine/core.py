@@ -40,7 +40,7 @@ from journal.api import LOCK_FILE as LOCK_FILE  # explicit re-export: verify imp
 from journal.api import PrefixCopy, PrefixDrop
 from journal.engine import copy as prefix_copy
 from journal.engine import format as fmt
-from journal.engine import shared, tail
+from journal.engine import live_hint, shared, tail
 from journal.engine.dictionary import (
     Dictionary,
     DictionaryCache,
@@ -71,7 +71,7 @@ from journal.engine.reader import (
     segment_named,
     why_missing,
 )
-from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, decide, quarantine_span
+from journal.engine.recovery import QUARANTINE_DIR, RecoveryReport, TailDecision, decide, quarantine_span
 from journal.engine.segment import (
     SegmentName,
     check_start_header,
@@ -189,6 +189,12 @@ class Journal(Writer):
         # and never more than a new segment holds, so no segment grows past its size limit.
         self._segment_room_bytes = options.segment_size_bytes - _data_start(options.sector_bytes)
         self._request_bytes_max = min(BATCH_BYTES_MAX, self._segment_room_bytes)
+        # (the live segment's file, an offset every byte before which this handle knows durable):
+        # what its open's recovery fdatasync'd. LIVE.hint names a frame no later than this, or
+        # than _synced_at.
+        self._open_durable: tuple[File, int] | None = None
+        # How a read-only open used LIVE.hint ("used", or why it scanned the whole live segment).
+        self.live_hint_note = ""
 
     # --- opening ------------------------------------------------------------------------
 
@@ -310,7 +316,7 @@ class Journal(Writer):
         segments = list_segments(fs, path, names)
         if not segments:
             # A start marker alone: a journal created to begin at a later seq, cut short by a crash.
-            known = (LOCK_FILE, QUARANTINE_DIR, fmt.START_FILE)
+            known = (LOCK_FILE, QUARANTINE_DIR, fmt.START_FILE, live_hint.HINT_FILE)
             foreign = [
                 n for n in names if n not in known and not n.endswith(".tmp") and parse_dictionary_file_name(n) is None
             ]
@@ -337,11 +343,12 @@ class Journal(Writer):
                 if look == LOOKS_MAX - 1:
                     raise
         last = segments[-1]
+        hint = self._load_hint()
         for attempt in range(LIVE_READS_MAX):
             f = self._fs.open_read(os.path.join(self.path, last.name))
             try:
                 header = read_header(f, last.name)
-                decision = decide(tail.FileBytes(f), header, last.name, f.path, journal_id, refuse=False)
+                decision, used = self._live_decision(tail.FileBytes(f), header, last.name, f.path, journal_id, hint)
             finally:
                 f.close()
             # Damage before a durable point may be a long read racing a live writer (its pages
@@ -354,13 +361,20 @@ class Journal(Writer):
         self._active_header = header  # read-only: the live segment, for get()'s index hints
         # The index points _note_frame would take, found by bisection: a long live segment has
         # thousands of frames and a few index points, and a call per frame was a share of the open.
+        # With a hint, its points cover the prefix it let the scan skip (taken by the same rule).
         offsets = [fr.offset for fr in data_frames]
         at, i, interval = fmt.SEGMENT_HEADER_SIZE_BYTES, 0, self.options.index_interval_bytes
+        if used is not None and used.points:
+            self._index.extend(used.points)
+            at = used.points[-1][1] + interval
         while (i := bisect.bisect_left(offsets, at, i)) < len(offsets):
             self._index.append((data_frames[i].first_seq, offsets[i]))
             at = offsets[i] + interval
         self._next_index_at = at
-        self._last_seq = data_frames[-1].seq if data_frames else header.base_seq - 1
+        if data_frames:
+            self._last_seq = data_frames[-1].seq
+        else:
+            self._last_seq = used.frame_seq if used is not None else header.base_seq - 1
         self._next_seq = self._last_seq + 1
         self.recovery = RecoveryReport(
             segments=len(segments),
@@ -369,6 +383,55 @@ class Journal(Writer):
             live_records=self._last_seq - (header.base_seq - 1),  # the scan took seqs without a gap
             tail=decision.tail,
         )
+
+    def _load_hint(self) -> live_hint.LiveHint | None:
+        """The directory's LIVE.hint, or None (the reason kept in ``live_hint_note``): a hint
+        that is missing, a link, too large or damaged only means the full scan."""
+        try:
+            return live_hint.read_hint(self._fs, self.path)
+        except FileNotFoundError:
+            self.live_hint_note = "no hint"
+        except (OSError, live_hint.HintError) as exc:  # UnexpectedLinkError is an OSError
+            self.live_hint_note = f"hint not read: {exc}"
+        return None
+
+    def _live_decision(
+        self,
+        src: tail.FileBytes,
+        header: fmt.SegmentHeader,
+        name: str,
+        path: str,
+        journal_id: bytes | None,
+        hint: live_hint.LiveHint | None,
+    ) -> tuple[TailDecision, live_hint.LiveHint | None]:
+        """The read-only open's decision on the live segment, and the hint it used (or None).
+        With a hint that holds (live_hint.mismatch), the scan starts after the frame it names,
+        with the seq after that frame's, and the tail is classified knowing that seq: what is
+        read is what was written since the writer's close. Otherwise the full scan."""
+        if hint is not None:
+            why = live_hint.mismatch(hint, header, name, src, self.options.index_interval_bytes)
+            if why is None:
+                start = hint.frame_offset + fmt.FRAME_HEADER_SIZE_BYTES
+                start += fmt.read_frame_header(src.read(hint.frame_offset, fmt.FRAME_HEADER_SIZE_BYTES), 0)[1]
+                res = tail.scan_segment(src, start, header.salt, hint.frame_seq + 1)
+                records = fmt.record_frames(res.frames)
+                last_seq = records[-1].seq if records else hint.frame_seq
+                verdict = tail.classify(
+                    res, tail.Span(src, res.stop_offset), header, name, path, journal_id, last_seq=last_seq
+                )
+                self.live_hint_note = "used"
+                decision = TailDecision(
+                    res.frames,
+                    res.stop_offset,
+                    verdict.kind == tail.SEALED,
+                    verdict.cut,
+                    verdict.kind,
+                    verdict.error,
+                    max(src.size, res.stop_offset),
+                )
+                return decision, hint
+            self.live_hint_note = f"hint not used: {why}"
+        return decide(src, header, name, path, journal_id, refuse=False), None
 
     def _readonly_look(self) -> tuple[list[SegmentName], bytes | None]:
         """One look at the segments for a read-only open: (segments, the journal's id), their
@@ -544,6 +607,7 @@ class Journal(Writer):
             # resolve()), and a commit frame followed by a higher seq keeps meaning that its
             # fdatasync returned, across writers (recovery's durable-point rule relies on it).
             f.fdatasync()
+        self._open_durable = (f, decision.valid_end)  # synced by either branch above
         self._active_size = decision.valid_end
         self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
         self._active_count = live_records
@@ -1099,10 +1163,50 @@ class Journal(Writer):
                     self._close_cut()
                 except (OSError, JournalError):
                     pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
+                try:
+                    self._write_live_hint()
+                except (OSError, JournalError, live_hint.HintError):
+                    pass  # no hint, or the old one: a read-only open scans more, nothing else
             self._release()
         if self._failed is not None and failed_before is None:
             # The final flush of buffered records failed: they are lost, and the caller must know.
             raise JournalFailStoppedError(self._failed)
+
+    def _write_live_hint(self) -> None:
+        """Write LIVE.hint (journal/engine/live_hint.py) naming the last record frame of the live
+        segment that ends at or before the durable end this handle knows. Not by a shared writer
+        (other processes append and sync the same file). Not fsync'd: see live_hint."""
+        active, header = self._active, self._active_header
+        if active is None or header is None or self.shared:
+            return
+        ends = [known[1] for known in (self._synced_at, self._open_durable) if known is not None and known[0] is active]
+        durable_end = min(max(ends, default=0), self._active_size)
+        points = [p for p in self._index if p[1] < durable_end]
+        if not points:
+            return
+        # From the last index point before the durable end: at most an interval and a frame read.
+        src = tail.FileBytes(active, size=durable_end)
+        res = tail.scan_segment(src, points[-1][1], header.salt, points[-1][0])
+        records = fmt.record_frames(res.frames)
+        if not records:
+            return
+        last = records[-1]
+        got = tail.frame_at(src, last.offset, header.salt)
+        if got is None:
+            return
+        hint = live_hint.LiveHint(
+            journal_id=header.journal_id,
+            segment=fmt.segment_name(header.base_seq),
+            base_seq=header.base_seq,
+            salt=header.salt,
+            frame_offset=last.offset,
+            frame_seq=last.seq,
+            frame_checksum=fmt.read_frame_header(got[1], 0)[0],
+            records=last.seq - header.base_seq + 1,
+            index_interval_bytes=self.options.index_interval_bytes,
+            points=tuple(p for p in points if p[1] <= last.offset),
+        )
+        live_hint.write_hint(self._fs, self.path, hint)
 
     def _close_cut(self) -> None:
         """Cut the reserved zeros off the live segment at close. A shared writer does it under

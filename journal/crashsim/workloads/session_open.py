@@ -19,8 +19,10 @@ from typing import Any, cast
 from journal.crashsim.memfs import MemFileSystem
 from journal.crashsim.workloads.core import CRASH_RESERVE_BYTES, JOURNAL_PATH, Ctx, Ledger, workload
 from journal.crashsim.workloads.session_fork import CheckCache, image_key, talk
+from journal.engine import live_hint
 from journal.engine.core import Journal
 from journal.engine.reader import Record
+from journal.errors import JournalError
 from journal.fs import FileSystem
 from journal.session.gate import ResumeChecks
 from journal.session.session import SESSION_SNAPSHOT_NAME, Session
@@ -31,6 +33,7 @@ SEGMENT_BYTES = 4096
 SNAP = JOURNAL_PATH + "/" + SESSION_SNAPSHOT_NAME
 
 _CHECKED = CheckCache()
+_HINT_CHECKED = CheckCache()
 
 
 class SessionOpenViolation(AssertionError):
@@ -99,9 +102,46 @@ def check_open(fs: MemFileSystem, options: dict[str, Any]) -> list[str]:
     return out
 
 
+def _readonly_view(fs: MemFileSystem, options: dict[str, Any]) -> tuple[Any, ...]:
+    """What a read-only open of the image finds: (last seq, records), or the error it raises."""
+    try:
+        with Journal.open(JOURNAL_PATH, readonly=True, fs=fs, **options) as r:
+            return ("ok", r.last_seq, [(x.seq, x.payload) for x in r.read()])
+    except JournalError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def check_hint(fs: MemFileSystem, options: dict[str, Any]) -> list[str]:
+    """A read-only open that starts from LIVE.hint (journal/engine/live_hint.py) finds what the
+    full scan finds: the same last seq and records, or the same refusal."""
+    hinted, plain = MemFileSystem.from_image(fs.snapshot()), MemFileSystem.from_image(fs.snapshot())
+    hint_path = JOURNAL_PATH + "/" + live_hint.HINT_FILE
+    if not plain.exists(hint_path):
+        return []
+    plain.unlink(hint_path)
+    for c in (hinted, plain):
+        c.record_reads = False
+    a, b = _readonly_view(hinted, options), _readonly_view(plain, options)
+    if a != b:
+        return [f"a read-only open with LIVE.hint finds {a[:2]}, the full scan {b[:2]}"]
+    return []
+
+
+def _hint_problems(fs: FileSystem, options: dict[str, Any]) -> list[str]:
+    if not isinstance(fs, MemFileSystem) or not fs.exists(JOURNAL_PATH):
+        return []
+    key = image_key(fs)
+    cached = _HINT_CHECKED.get(key)
+    problems = check_hint(fs, options) if cached is None else cached
+    _HINT_CHECKED.put(key, problems)
+    return problems
+
+
 def recover_and_check(fs: FileSystem, path: str, options: dict[str, Any], create: bool) -> list[Record]:
     """Core recovery, then the open checks -- unless the harness appended its own records after
-    recovery (invariant 6): those images get the core checks only."""
+    recovery (invariant 6): those images get the core checks only. On the crashed image and on
+    the recovered one, a read-only open with LIVE.hint is checked against one without it."""
+    hint_problems = _hint_problems(fs, options)  # the image as the crash left it
     j = Journal.open(path, create=create, fs=fs, **options)
     try:
         recs = list(j.read())
@@ -109,12 +149,13 @@ def recover_and_check(fs: FileSystem, path: str, options: dict[str, Any], create
         j.close()
     ours = bool(recs) and all(not r.is_bytes and isinstance(r.event, dict) and "schemaVersion" in r.event
                               for r in recs)
-    problems: list[str] = []
+    problems: list[str] = hint_problems + _hint_problems(fs, options)  # and as recovery left it
     if ours and isinstance(fs, MemFileSystem):
         key = image_key(fs)
         cached = _CHECKED.get(key)
-        problems = check_open(fs, options) if cached is None else cached
-        _CHECKED.put(key, problems)
+        opened = check_open(fs, options) if cached is None else cached
+        _CHECKED.put(key, opened)
+        problems += opened
     if problems:
         raise SessionOpenViolation("; ".join(problems))
     return recs
