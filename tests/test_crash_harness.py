@@ -41,6 +41,9 @@ STATES: dict[str, int] = {
     "session-open": 2_000 if CAMPAIGN else 200,
     "session-fork-chain": 2_000 if CAMPAIGN else 200,
     "toolguard": 2_000 if CAMPAIGN else 200,
+    # Its checks read every crashed image twice more (verify, a read with fresh dictionary
+    # tables): 2,100 states take ~7 s under psow and ~17 s under npsow.
+    "dictionary": STATES_PER_PAIR,
 }
 RUNS_MIN = {"session-fork": 5, "session-snapshot": 5}  # several parents, fork points, snapshots
 KILL_ROUNDS = 2_000 if CAMPAIGN else 200

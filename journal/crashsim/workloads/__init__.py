@@ -11,6 +11,8 @@
     shared_writers    shared-writers: two shared-mode handles taking turns (journal/engine/shared.py)
     retention         retention: seal, append what stays, drop the prefix before it
     toolguard         toolguard: a power loss over the tool guard's intent and result writes
+    dictionary        dictionary: a power loss while a journal installs, writes with, switches and
+                      reuses trained zstd dictionaries (written, or hard-linked from a stored file)
 
 Importing any module of the package (``journal.crashsim.workloads.core`` included) runs this
 file first, so the set of workloads a campaign sees never depends on which other modules
@@ -32,6 +34,7 @@ from typing import Any
 
 from journal.crashsim.workloads import (
     core,
+    dictionary,
     retention,
     session_fork,
     session_fork_chain,
@@ -43,7 +46,7 @@ from journal.crashsim.workloads import (
 )
 from journal.crashsim.workloads.core import WORKLOADS, Ctx, Ledger, RecordingJournal, Workload, workload
 
-ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers", "retention")
+ENGINE = ("single", "batch", "group", "rollover", "recovery", "shared-writers", "retention", "dictionary")
 SESSION = (
     "session-repair",
     "session-fork",
@@ -63,6 +66,7 @@ MODULES = (
     session_open,
     session_fork_chain,
     toolguard,
+    dictionary,
 )
 
 
