@@ -279,3 +279,25 @@ def test_a_hint_that_cannot_be_written_fails_nothing(tmp_path: Path, op: str) ->
     j.close()  # the hint is best effort: its failure is the full scan for the next reader, no error
     assert fs.injected and not (path / live_hint.HINT_FILE).exists()
     assert _note(path, **BLOCKS) == "no hint" and _state(path, **BLOCKS)[0] == 300
+
+
+def test_a_close_with_nothing_written_keeps_the_hint_without_a_scan(closed: Path) -> None:
+    before = (closed / live_hint.HINT_FILE).read_bytes()
+    fs = FaultyFileSystem(journal.fs.OsFileSystem())
+    j = Journal.open(closed, fs=fs, **BLOCKS)
+    reads = fs.calls["pread"]
+    j.close()
+    assert fs.calls["pread"] - reads == 1  # the hint itself, read to compare: no frame of the segment
+    assert (closed / live_hint.HINT_FILE).read_bytes() == before
+    assert _note(closed, **BLOCKS) == "used"
+
+
+def test_a_close_with_nothing_written_refreshes_a_stale_hint(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    _append(path, 0, 500, **BLOCKS)
+    early = (path / live_hint.HINT_FILE).read_bytes()
+    _append(path, 500, 500, **BLOCKS)
+    latest = (path / live_hint.HINT_FILE).read_bytes()
+    (path / live_hint.HINT_FILE).write_bytes(early)  # as a writer that died without closing leaves it
+    Journal.open(path, **BLOCKS).close()
+    assert (path / live_hint.HINT_FILE).read_bytes() == latest

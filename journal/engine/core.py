@@ -193,6 +193,9 @@ class Journal(Writer):
         # what its open's recovery fdatasync'd. LIVE.hint names a frame no later than this, or
         # than _synced_at.
         self._open_durable: tuple[File, int] | None = None
+        # (that file, the offset and seq of its last record frame) as the open found them: a close
+        # with nothing written since finds LIVE.hint naming them, and leaves it as it is.
+        self._open_last: tuple[File, int, int] | None = None
         # How a read-only open used LIVE.hint ("used", or why it scanned the whole live segment).
         self.live_hint_note = ""
 
@@ -608,6 +611,8 @@ class Journal(Writer):
             # fdatasync returned, across writers (recovery's durable-point rule relies on it).
             f.fdatasync()
         self._open_durable = (f, decision.valid_end)  # synced by either branch above
+        if data_frames:
+            self._open_last = (f, data_frames[-1].offset, data_frames[-1].seq)
         self._active_size = decision.valid_end
         self._reserved_end = decision.valid_end  # the file ends here now (cut, or clean)
         self._active_count = live_records
@@ -1179,6 +1184,8 @@ class Journal(Writer):
         active, header = self._active, self._active_header
         if active is None or header is None or self.shared:
             return
+        if self._unchanged_hint(active, header):
+            return
         ends = [known[1] for known in (self._synced_at, self._open_durable) if known is not None and known[0] is active]
         durable_end = min(max(ends, default=0), self._active_size)
         points = [p for p in self._index if p[1] < durable_end]
@@ -1207,6 +1214,21 @@ class Journal(Writer):
             points=tuple(p for p in points if p[1] <= last.offset),
         )
         live_hint.write_hint(self._fs, self.path, hint)
+
+    def _unchanged_hint(self, active: File, header: fmt.SegmentHeader) -> bool:
+        """Whether this handle wrote nothing since its open and LIVE.hint names the last record
+        frame that open found: the hint it would write (a close after a look costs no scan)."""
+        opened, durable = self._open_last, self._open_durable
+        if opened is None or durable is None or opened[0] is not active or durable[1] != self._active_size:
+            return False
+        try:
+            old = live_hint.read_hint(self._fs, self.path)
+        except (OSError, live_hint.HintError):
+            return False
+        want = (header.journal_id, fmt.segment_name(header.base_seq), header.salt, opened[1], opened[2])
+        return (old.journal_id, old.segment, old.salt, old.frame_offset, old.frame_seq) == want and (
+            old.index_interval_bytes == self.options.index_interval_bytes
+        )
 
     def _close_cut(self) -> None:
         """Cut the reserved zeros off the live segment at close. A shared writer does it under
