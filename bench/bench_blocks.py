@@ -4,11 +4,12 @@
     .venv/bin/python bench/bench_blocks.py --corpus ../shared/corpus --sizes 0,16384,32768
     .venv/bin/python bench/bench_blocks.py --dir /tmp/w --rounds 7
     .venv/bin/python bench/bench_blocks.py --sizes 4096,8192,16384,32768 --dictionary --corpus ../shared/corpus
+    .venv/bin/python bench/bench_blocks.py --sizes 32768 --corpus ../shared/corpus --level 3 --mix tools --dictionary
 
 For each ``block_bytes`` (0: a frame per record, as format version 1 wrote every record), the
-benchmark's event mix (journal/benchmark/events.py, 20,000 events) is appended buffered with one
-sync at the end, as ``journal bench`` writes its read data set, and measured in CPU time (user +
-system of the process; best of ``--rounds``):
+benchmark's event mix (journal/benchmark/events.py, 20,000 events; ``--mix`` picks another) is
+appended buffered with one sync at the end, as ``journal bench`` writes its read data set, and
+measured in CPU time (user + system of the process; best of ``--rounds``):
 
 - bulk append: CPU per event of the appends and the sync, and against SQLite's ``executemany``
   of the same JSON in one transaction (WAL, synchronous=FULL, one commit), the bulk target's
@@ -26,7 +27,13 @@ same way too: their bytes against their JSONL (the target is 0.35x), their decod
 their JSONL read with ``json.loads``, and point reads of them against their JSONL with an offset
 index. With ``--dictionary`` every journal is written with a
 zstd dictionary (format version 4) trained on the first half of its records (each data set its
-own, 16 KiB), as an application would train one on earlier sessions.
+own, 16 KiB), as an application would train one on earlier sessions. With ``--level N`` block
+frames (and only they: a record framed alone keeps the engine's level) are compressed at zstd
+level N instead of the engine's, to weigh a block level's bytes against its CPU (the level is not
+in the format: a reader decodes any). They go through the zstandard package then, never the
+GIL-held compressor (native/zstd_held.c, fixed at the engine's level): ``--level 1`` writes the
+engine's bytes, and its CPU is the baseline a level is weighed against. A journal's bytes count
+every file in it, its dictionary's (~16 KiB) too.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 import journal
-from journal.benchmark.events import make_events, real_session_events
+from journal.benchmark.events import DEFAULT_MIX, MIXES, make_mix, real_session_events
 
 EVENTS = 20_000
 READS = 2_000
@@ -96,6 +103,43 @@ def _sqlite_many(path: str, events: list[Any]) -> None:
         conn.close()
 
 
+def _block_level(level: int) -> None:
+    """Compress block frames at zstd ``level`` from now on (the engine's ``_block_spec``, with the
+    zstandard package at that level in place of the engine's compressors; a dictionary's tables
+    made at that level, since a CDict fixes the level it compresses at)."""
+    import zstandard
+
+    from journal.engine import encoding
+    from journal.engine import format as fmt
+
+    plain = zstandard.ZstdCompressor(level=level, write_content_size=False, write_checksum=False, write_dict_id=False)
+    with_dict: dict[bytes, zstandard.ZstdCompressor] = {}
+
+    def block_spec(run: list[Any], options: Any) -> fmt.FrameSpec:
+        raw = b"".join([it.raw for it in run])
+        body, codec, dict_id = raw, fmt.CODEC_RAW, 0
+        use = options.dictionary
+        if options.compress and use is not None and use.active:
+            c = with_dict.get(use.dictionary.digest)
+            if c is None:
+                cdict = zstandard.ZstdCompressionDict(use.dictionary.data)
+                cdict.precompute_compress(level=level)
+                c = with_dict[use.dictionary.digest] = zstandard.ZstdCompressor(
+                    dict_data=cdict, level=level, write_content_size=False, write_checksum=True, write_dict_id=False
+                )
+            packed, packed_dict = c.compress(raw), use.dict_id
+        elif options.compress and len(raw) >= encoding.COMPRESS_MIN_BYTES:
+            packed, packed_dict = plain.compress(raw), 0
+        else:
+            packed, packed_dict = raw, 0
+        if len(packed) < len(raw):
+            body, codec, dict_id = packed, fmt.CODEC_ZSTD, packed_dict
+        head = fmt.encode_block_head([len(it.raw) for it in run], [it.spec.flags for it in run])
+        return fmt.FrameSpec(fmt.KIND_BLOCK | codec, len(raw), head + body, len(run), dict_id)
+
+    encoding._block_spec = block_spec
+
+
 def _journal(path: str, events: list[Any], block_bytes: int, dictionary: Any = None) -> int:
     extra = {} if dictionary is None else {"dictionary": dictionary}
     with journal.open(path, create=True, block_bytes=block_bytes, **extra) as j:
@@ -121,6 +165,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--corpus", default=None, help="a folder of real session files (*.jsonl) for their bytes")
     ap.add_argument("--events", type=int, default=EVENTS, help=f"events of the mix (default {EVENTS:,})")
     ap.add_argument("--dictionary", action="store_true", help="write with a dictionary trained on half the records")
+    ap.add_argument("--level", type=int, default=None, help="zstd level of block frames (default: the engine's)")
+    ap.add_argument("--mix", default=DEFAULT_MIX, choices=list(MIXES), help="event mix (journal/benchmark/events.py)")
     args = ap.parse_args(argv)
     if args.events < 1 or args.rounds < 1:
         ap.error("need --events >= 1 and --rounds >= 1")
@@ -128,7 +174,9 @@ def main(argv: list[str]) -> int:
     sizes = [int(x) for x in args.sizes.split(",")]
     scratch = tempfile.mkdtemp(prefix="bench-blocks-", dir=args.dir)
     try:
-        events = make_events(count)
+        if args.level is not None:
+            _block_level(args.level)
+        events = make_mix(args.mix, count, args.corpus)
         jsonl_path = os.path.join(scratch, "events.jsonl")
         jsonl_bytes = _jsonl(jsonl_path, events)
         offsets = _offsets(jsonl_path)
@@ -186,13 +234,15 @@ def main(argv: list[str]) -> int:
 
             corpus_get_s = _best_cpu(corpus_jsonl_get, args.rounds)
             corpus_decode_s = _best_cpu(corpus_jsonl_decode, args.rounds)
+        engine_level = "the engine's"
         events_dict = _train(events) if args.dictionary else None
         corpus_dict = _train(corpus) if args.dictionary and corpus else None
         print(
             f"{count:,} events of the bench mix ({jsonl_bytes / count:.0f} B each as JSONL); CPU, best of "
             f"{args.rounds}; JSONL + json.loads {jsonl_decode_s * 1e6:.2f} us a record, JSONL get by offset "
             f"{jsonl_get_s * 1e6:.2f} us; SQLite executemany, one transaction {sqlite_s * 1e6:.2f} us a "
-            f"record{'; dictionaries trained on half the records' if args.dictionary else ''}"
+            f"record{'; dictionaries trained on half the records' if args.dictionary else ''}; mix {args.mix}; "
+            f"block level {engine_level if args.level is None else args.level}"
         )
         head = "| block_bytes | bulk append, us/event | bytes vs JSONL | decode, us/record | decode vs JSONL |"
         head += " get, us | get vs JSONL | bulk vs SQLite executemany |"
