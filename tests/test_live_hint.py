@@ -272,7 +272,7 @@ def test_a_directory_holding_only_a_hint_is_not_refused_as_foreign(tmp_path: Pat
 @pytest.mark.parametrize("op", ["pread", "open_write", "rename"])
 def test_a_hint_that_cannot_be_written_fails_nothing(tmp_path: Path, op: str) -> None:
     path = tmp_path / "j"
-    fs = FaultyFileSystem(journal.fs.OsFileSystem())
+    fs = FaultyFileSystem(journal.fs.OsFileSystem(), advisory_sites=True)
     j = Journal.open(path, create=True, fs=fs, **BLOCKS)
     j.append_many([{"n": i} for i in range(300)])
     fs.fail(op, errno.EACCES, after=fs.calls[op], times=1000)
@@ -283,7 +283,7 @@ def test_a_hint_that_cannot_be_written_fails_nothing(tmp_path: Path, op: str) ->
 
 def test_a_close_with_nothing_written_keeps_the_hint_without_a_scan(closed: Path) -> None:
     before = (closed / live_hint.HINT_FILE).read_bytes()
-    fs = FaultyFileSystem(journal.fs.OsFileSystem())
+    fs = FaultyFileSystem(journal.fs.OsFileSystem(), advisory_sites=True)
     j = Journal.open(closed, fs=fs, **BLOCKS)
     reads = fs.calls["pread"]
     j.close()

@@ -81,8 +81,10 @@ def test_verify_raises_journal_io_error_at_every_read(jdir: pathlib.Path, op: st
 def test_salvage_raises_journal_io_error_at_every_read(
     tmp_path: pathlib.Path, jdir: pathlib.Path, op: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The destination's LIVE.hint, written at its close, is best effort: a read of it that fails
-    # only means no hint (tests/test_live_hint.py). Every other read must fail the salvage.
+    # The destination's close leaves LIVE.hint at best effort, reading the live segment to name
+    # its last frame: a read there that fails only means no hint (tests/test_live_hint.py; the
+    # hint's own files are no fault sites, journal/crashsim/faults.py). Every other read must
+    # fail the salvage.
     monkeypatch.setattr("journal.engine.core.Journal._write_live_hint", lambda self: None)
     counting = counted(lambda fs: S.salvage(str(jdir), str(tmp_path / "count"), fs=fs))
     assert counting.calls[op] >= 1, counting.calls
