@@ -54,7 +54,7 @@ from journal.engine.reader import Record
 from journal.engine.segment import list_segments
 from journal.engine.verify import CLEAN, verify
 from journal.errors import CorruptionError, UnexpectedLinkError
-from journal.fs import FileSystem, read_all, write_atomic
+from journal.fs import FileSystem, read_file, write_atomic
 
 SEGMENT_BYTES = 4096  # small: the first life seals segments, the run rolls over
 DICT_BYTES = 2048  # a trained dictionary small enough to copy into every crash image cheaply
@@ -186,19 +186,11 @@ def fresh_tables() -> Iterator[None]:
         D._decodings, D._encodings, D._recent, D._contexts = saved
 
 
-def _read(fs: FileSystem, path: str) -> bytes:
-    f = fs.open_read(path)
-    try:
-        return read_all(f)
-    finally:
-        f.close()
-
-
 def named_ids(fs: FileSystem, path: str) -> list[tuple[str, int, int]]:
     """(segment, seq, dictionary id) of every record frame of the journal that names one."""
     out = []
     for seg in list_segments(fs, path):
-        data = _read(fs, posixpath.join(path, seg.name))
+        data = read_file(fs, posixpath.join(path, seg.name))
         try:
             header = fmt.decode_segment_header(data)
         except (CorruptionError, ValueError):

@@ -28,7 +28,7 @@ from journal.crashsim.workloads.core import CRASH_RESERVE_BYTES, JOURNAL_PATH, C
 from journal.crashsim.workloads.session_fork import CheckCache, image_key, talk
 from journal.engine.core import Journal
 from journal.engine.reader import Record
-from journal.fs import FileSystem, read_all, write_new
+from journal.fs import FileSystem, read_file, write_new
 from journal.session import snapshot
 from journal.session.reducer import SessionReducer
 from journal.session.registry import Registry
@@ -48,14 +48,6 @@ class SessionSnapshotViolation(AssertionError):
     """A snapshot invariant failed on a recovered crash image."""
 
 
-def _read(fs: FileSystem, path: str) -> bytes:
-    f = fs.open_read(path)
-    try:
-        return read_all(f)
-    finally:
-        f.close()
-
-
 def _take(fs: FileSystem, j: api.Journal) -> snapshot.Resumed[Any]:
     return snapshot.take(j, Registry(), SessionReducer(), SNAP_PATH, fs)
 
@@ -72,7 +64,7 @@ def _first_life(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
     talk(s, rng, before)
     s.journal.sync()
     _take(fs, s.journal)
-    old = _read(fs, SNAP_PATH)
+    old = read_file(fs, SNAP_PATH)
     talk(s, rng, rng.randint(1, 3), first=before)
     if rng.random() < 0.5:  # end inside a turn: the state has an open turn and a pending tool
         s.append("user.message", {"text": "one more thing"})
@@ -85,7 +77,7 @@ def _first_life(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
     clone = MemFileSystem.from_image(fs.snapshot())
     with Journal.open(JOURNAL_PATH, fs=clone, readonly=True) as j:
         _take(clone, j)
-    plan = {"old": old.hex(), "new": _read(clone, SNAP_PATH).hex()}
+    plan = {"old": old.hex(), "new": read_file(clone, SNAP_PATH).hex()}
     write_new(fs, PLAN_PATH, json.dumps(plan, sort_keys=True).encode())
     for a in ctx.ledger.attempts:  # everything of the first life precedes every crash point
         a.start = a.end = a.t0 = a.t1 = 0
@@ -95,10 +87,10 @@ def _first_life(seed: int, options: dict[str, Any]) -> tuple[Any, Ledger]:
 
 def check_snapshot(fs: MemFileSystem, j: Journal) -> list[str]:
     """The snapshot invariants of one recovered image (violations as strings)."""
-    plan = json.loads(_read(fs, PLAN_PATH))
+    plan = json.loads(read_file(fs, PLAN_PATH))
     old, new = bytes.fromhex(plan["old"]), bytes.fromhex(plan["new"])
     out: list[str] = []
-    on_disk = _read(fs, SNAP_PATH) if fs.exists(SNAP_PATH) else None
+    on_disk = read_file(fs, SNAP_PATH) if fs.exists(SNAP_PATH) else None
     if on_disk is None:
         out.append("the snapshot file is gone")
     elif on_disk not in (old, new):
@@ -125,7 +117,7 @@ def check_snapshot(fs: MemFileSystem, j: Journal) -> list[str]:
             _take(clone, cj)
     except Exception as exc:
         return [*out, f"saving again after the crash raised {type(exc).__name__}: {exc}"]
-    if _read(clone, SNAP_PATH) != new:
+    if read_file(clone, SNAP_PATH) != new:
         out.append("saving again after the crash does not write the snapshot an uncrashed save writes")
     return out
 
