@@ -9,7 +9,6 @@ digest) and each thread keeps a few contexts, each for one dictionary."""
 from __future__ import annotations
 
 import json
-import random
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,18 +20,15 @@ import journal
 from journal.engine import dictionary as dic
 from journal.engine import native
 from journal.engine.dictionary import Dictionary
-
-HANDLES = 40
-
-
-def event(i: int) -> dict[str, Any]:
-    rng = random.Random(i)
-    return {"type": "tool_result", "n": i, "output": " ".join(rng.choice(["ok", "fail", "line"]) for _ in range(40))}
+from tests.dictionary_samples import event, train
 
 
 @pytest.fixture(scope="module")
 def trained() -> bytes:
-    return zstandard.train_dictionary(4096, [json.dumps(event(i)).encode() for i in range(1000)]).as_bytes()
+    return train()
+
+
+HANDLES = 40
 
 
 class Counted:

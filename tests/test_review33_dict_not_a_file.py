@@ -7,41 +7,24 @@ that does not verify: CorruptionError naming it, for the frames that need it onl
 
 from __future__ import annotations
 
-import json
 import os
-import random
 from pathlib import Path
-from typing import Any
 
 import pytest
-import zstandard
 
 import journal
 from journal.engine.core import Journal
 from journal.engine.dictionary import Dictionary, dictionary_file_name, load_dictionary
 from journal.engine.salvage import salvage
-from journal.engine.verify import CORRUPT, VerifyReport, verify
+from journal.engine.verify import CORRUPT, verify
 from journal.errors import CorruptionError
 from journal.fs import OsFileSystem
-
-
-def lost(report: VerifyReport) -> set[int]:
-    """The seqs of every record the report's problems take."""
-    out: set[int] = set()
-    for p in report.problems:
-        assert p.seq_first is not None and p.seq_last is not None
-        out.update(range(p.seq_first, p.seq_last + 1))
-    return out
-
-
-def event(i: int) -> dict[str, Any]:
-    rng = random.Random(i)
-    return {"type": "tool_result", "n": i, "output": " ".join(rng.choice(["ok", "fail", "line"]) for _ in range(40))}
+from tests.dictionary_samples import event, lost, train
 
 
 @pytest.fixture(scope="module")
 def trained() -> bytes:
-    return zstandard.train_dictionary(4096, [json.dumps(event(i)).encode() for i in range(1000)]).as_bytes()
+    return train()
 
 
 def make(path: Path, trained: bytes, kind: str) -> None:

@@ -8,11 +8,9 @@ Now the file is CorruptionError naming it, like any file that does not verify.""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zstandard
@@ -26,32 +24,20 @@ from journal.engine.dictionary import (
     encode_dictionary_file,
 )
 from journal.engine.salvage import salvage
-from journal.engine.verify import CORRUPT, VerifyReport, verify
+from journal.engine.verify import CORRUPT, verify
 from journal.errors import CorruptionError, InvalidArgumentError, JournalError
 from journal.session import dictionaries as D
 from journal.session.store import SessionStore
-
-# zstd's dictionary magic, a dictionary id, then bytes that are no entropy tables.
-UNLOADABLE = b"\x37\xa4\x30\xec" + b"\x07\x00\x00\x00" + bytes(random.Random(3).getrandbits(8) for _ in range(2000))
-
-
-def lost(report: VerifyReport) -> set[int]:
-    """The seqs of every record the report's problems take."""
-    out: set[int] = set()
-    for p in report.problems:
-        assert p.seq_first is not None and p.seq_last is not None
-        out.update(range(p.seq_first, p.seq_last + 1))
-    return out
-
-
-def event(i: int) -> dict[str, Any]:
-    rng = random.Random(i)
-    return {"type": "tool_result", "n": i, "output": " ".join(rng.choice(["ok", "fail", "line"]) for _ in range(40))}
+from tests.dictionary_samples import event, lost, train
 
 
 @pytest.fixture(scope="module")
 def trained() -> bytes:
-    return zstandard.train_dictionary(4096, [json.dumps(event(i)).encode() for i in range(1000)]).as_bytes()
+    return train()
+
+
+# zstd's dictionary magic, a dictionary id, then bytes that are no entropy tables.
+UNLOADABLE = b"\x37\xa4\x30\xec" + b"\x07\x00\x00\x00" + bytes(random.Random(3).getrandbits(8) for _ in range(2000))
 
 
 def test_zstd_refuses_the_data() -> None:

@@ -19,17 +19,9 @@ import journal
 from journal.engine.core import Journal
 from journal.engine.dictionary import Dictionary, dictionary_file_name, encode_dictionary_file
 from journal.engine.salvage import salvage
-from journal.engine.verify import CORRUPT, VerifyReport, verify
+from journal.engine.verify import CORRUPT, verify
 from journal.errors import CorruptionError
-
-
-def lost(report: VerifyReport) -> set[int]:
-    """The seqs of every record the report's problems take."""
-    out: set[int] = set()
-    for p in report.problems:
-        assert p.seq_first is not None and p.seq_last is not None
-        out.update(range(p.seq_first, p.seq_last + 1))
-    return out
+from tests.dictionary_samples import lost
 
 
 def event(i: int) -> dict[str, Any]:
