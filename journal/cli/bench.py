@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=os.path.join("bench", "results"), help="where the table and chart go")
     parser.add_argument("--dir", default=None, help="scratch directory for the stores (default: a temp dir)")
     parser.add_argument(
-        "--repeats", type=int_at_least(1), default=None, help="rounds per workload (default 3; the targets take the median and spread of them)"
+        "--repeats", type=int_at_least(1), default=None, help="rounds per workload (default 3)"
     )
     parser.add_argument("--no-recover-gib", action="store_true", help="skip the 1 GiB open+recover history")
     parser.add_argument(
