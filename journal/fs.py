@@ -354,6 +354,11 @@ class OsFileSystem:
         return OsLock(fd, before)
 
     def read_lock_owner(self, path: str) -> int | None:
+        # The kernel's answer first: the pid note is written just after the flock is taken, so a
+        # second writer that looks in between would read the previous holder's pid from it.
+        holder = flock_holder(path)
+        if holder is not None:
+            return holder
         try:
             fd = _open_file(path, os.O_RDONLY)
             try:

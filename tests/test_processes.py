@@ -50,6 +50,25 @@ def test_second_writer_gets_the_holders_pid(jpath: str) -> None:
         assert j.append({"a": 1}) == journal.Committed(1, "sync")
 
 
+def test_the_holder_is_the_flocks_holder_not_a_stale_note(jpath: str) -> None:
+    """A holder has taken the flock but not yet written its pid over the last holder's note (the
+    window two racing writers can meet): a second writer is told the kernel's holder, not the
+    pid the note still names."""
+    import fcntl
+
+    with journal.open(jpath, create=True):
+        pass
+    lock_path = os.path.join(jpath, "LOCK")
+    with open(lock_path, "r+b") as f:
+        f.write(b"999999\n".ljust(32))  # a previous holder's note, left as it was
+        f.flush()
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held, no note written yet
+        assert OsFileSystem().read_lock_owner(lock_path) == os.getpid()
+        with pytest.raises(journal.JournalLockedError) as got:
+            journal.open(jpath)
+        assert got.value.pid == os.getpid(), got.value
+
+
 def test_waiting_for_the_lock_with_a_timeout(jpath: str) -> None:
     """The opener is turned away at least once, and only then does the holder let go: the open
     succeeds because it waited, never because the holder was already gone."""
