@@ -18,6 +18,7 @@ from typing import Any as _Any
 
 from journal import api
 from journal.api import PrefixCopier, PrefixCopy, RecoveryReport
+from journal.engine.block_cache import BLOCK_CACHE_BYTES_DEFAULT, set_block_cache_bytes
 from journal.engine.core import Journal, Options
 from journal.engine.core import open as _open_file
 
@@ -104,6 +105,7 @@ if _TYPE_CHECKING:  # mypy holds the file engine to the protocols of journal.api
 __version__ = "0.1.0"
 
 __all__ = [
+    "BLOCK_CACHE_BYTES_DEFAULT",
     "DICTIONARY_BYTES_MAX",
     "DICTIONARY_BYTES_MIN",
     "DICTIONARY_ID_MAX",
@@ -145,4 +147,5 @@ __all__ = [
     "open",
     "parse_dictionary_file_name",
     "read_dictionary_file",
+    "set_block_cache_bytes",
 ]

@@ -21,6 +21,8 @@ import zstandard
 
 from journal.engine import format as fmt
 from journal.engine import tail
+from journal.engine.block_cache import CACHE as _BLOCKS
+from journal.engine.block_cache import PointBlock, new_owner
 from journal.engine.dictionary import DictionaryCache, for_segment, undecodable_hint
 from journal.engine.segment import SegmentName, list_segments, read_header, read_seal, read_start
 from journal.errors import (
@@ -244,28 +246,6 @@ _RECORD_FLAG_VALUES = bytes(sorted({0, fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC, fmt.B
 _xxh64 = xxhash.xxh64_intdigest
 
 
-class PointBlock:
-    """The block frame a point read decoded last, kept by its segment: a read of a record next
-    to the last one then costs no decompression. Each read gets a Record of its own."""
-
-    __slots__ = ("first_seq", "flags", "last_seq", "lengths", "offset", "payload")
-
-    def __init__(self, offset: int, first_seq: int, payload: bytes, lengths: tuple[int, ...], flags: bytes) -> None:
-        self.offset = offset
-        self.first_seq = first_seq
-        self.last_seq = first_seq + len(lengths) - 1
-        self.payload = payload
-        self.lengths = lengths
-        self.flags = flags
-
-    def record(self, seq: int, segment: str) -> Record:
-        i = seq - self.first_seq
-        start = sum(self.lengths[:i])  # a few dozen records at most: cheaper than every start
-        f = self.flags[i]
-        payload = self.payload[start : start + self.lengths[i]]
-        return Record(seq, payload, bool(f & _BYTES), None, bool(f & _SYNTHETIC), segment, self.offset)
-
-
 def read_point(
     cur: _OpenSegment, seq: int, stored_bytes_max: int, size_max: int, dicts: DictionaryCache | None
 ) -> Record | None:
@@ -284,9 +264,11 @@ def read_point(
             return None
         offset, length = where
     name = cur.seg.name
-    block = cur.block
-    if block is not None and block.offset == offset and block.first_seq <= seq <= block.last_seq:
-        return block.record(seq, name)  # the block read last (neighbours of a read)
+    block = _BLOCKS.get(cur.owner, offset)
+    if block is not None and block.first_seq <= seq <= block.last_seq and cur.file.pread(_HEADER, offset) == block.head:
+        # Decoded before, and the frame there is the one decoded (its header, checksum and all,
+        # read again): a slice of it, no decompression.
+        return block.record(seq, name, _BYTES, _SYNTHETIC)
     buf = cur.file.pread(length, offset)
     if len(buf) < _HEADER:
         return None
@@ -348,8 +330,9 @@ def read_point(
         # A raw block, or one the checks above refuse: block_body decides (and raises what it refuses).
         frame = fmt.Frame(offset, last, flags, raw_len, stored_len, count)
         payload, _head = block_body(frame, buf, offset, name, size_max, dicts)
-    cur.block = block = PointBlock(offset, first, payload, lengths, rflags)
-    return block.record(seq, name)
+    block = PointBlock(offset, first, payload, lengths, rflags, bytes(buf[:_HEADER]))
+    _BLOCKS.put(cur.owner, block)
+    return block.record(seq, name, _BYTES, _SYNTHETIC)
 
 
 class _OpenSegment:
@@ -370,9 +353,14 @@ class _OpenSegment:
         self.ends = array("Q")  # where that frame ends
         self.scanned_to = 0
         self.misses = 0  # point reads answered without the index, before it was worth building
-        # The block frame a point read decoded last: a read of a record next to the last one
-        # then costs no decompression.
-        self.block: PointBlock | None = None
+        # Its entries in the process's cache of decoded blocks (block_cache.CACHE): a read of a
+        # record in a block read before costs no decompression.
+        self.owner = new_owner()
+
+    def close(self) -> None:
+        """Close the file and drop this segment's decoded blocks (no read can reach them now)."""
+        _BLOCKS.forget(self.owner)
+        self.file.close()
 
     def locate(self, seq: int, stored_bytes_max: int) -> tuple[int, int] | None:
         """(offset, bytes to read) of record ``seq``'s frame, from the dense index, or None if
@@ -515,7 +503,7 @@ class SegmentCache:
         self._segments[seg.base_seq] = got
         while len(self._segments) > self._open_max:
             _, old = self._segments.popitem(last=False)
-            old.file.close()
+            old.close()
         return got
 
     def close(self) -> None:
@@ -523,7 +511,7 @@ class SegmentCache:
         self.listed = []
         while self._segments:
             _, old = self._segments.popitem()
-            old.file.close()
+            old.close()
 
 
 class Cursor:
@@ -573,7 +561,7 @@ class Cursor:
     def close(self) -> None:
         if self._cur is not None:
             if self._cache is None:
-                self._cur.file.close()
+                self._cur.close()
             self._cur = None
 
     def _open(self, seg: SegmentName) -> _OpenSegment:
@@ -582,7 +570,7 @@ class Cursor:
             self._journal_id = opened.header.journal_id
         elif opened.header.journal_id != self._journal_id:
             if self._cache is None:
-                opened.file.close()
+                opened.close()
             raise ForeignSegmentError(seg.name, opened.file.path)
         return opened
 
