@@ -140,9 +140,15 @@ class Store:
 
 
 class JournalStore(Store):
-    def __init__(self, durability: str = "sync", compress: bool = True, block_bytes: int | None = None) -> None:
+    def __init__(
+        self, durability: str = "sync", compress: bool = True, block_bytes: int | None = None, block_cache: bool = True
+    ) -> None:
         self.durability = durability
         self.compress = compress
+        # False: reads with the process's cache of decoded blocks off (journal.set_block_cache_bytes(0)),
+        # so that every point read into a block decodes it, as the first read of a block does.
+        self.block_cache = block_cache
+        self._budget_before: int | None = None
         # None: the default. 0: a frame for every record, as the records a runtime appends one
         # by one are stored (block frames hold records appended together: docs/FORMAT.md).
         self.block_bytes = fmt.BLOCK_BYTES_DEFAULT if block_bytes is None else block_bytes
@@ -150,6 +156,7 @@ class JournalStore(Store):
             f"journal {durability}"
             + ("" if compress else ", compress=False")
             + ("" if block_bytes is None else f", block_bytes={block_bytes}")
+            + ("" if block_cache else ", block cache off")
         )
         self.durable = durability == "sync"
         self.concurrency = "group commit (one write + one fdatasync per batch)"
@@ -162,6 +169,8 @@ class JournalStore(Store):
 
     def open_read(self, path: str) -> None:
         self.path = path
+        if not self.block_cache and self._budget_before is None:
+            self._budget_before = journal.set_block_cache_bytes(0)
         self.j = journal.Journal.open(path, readonly=True)
 
     def append(self, event: Event) -> None:
@@ -186,6 +195,9 @@ class JournalStore(Store):
         if self.j is not None:
             self.j.close()
             self.j = None
+        if self._budget_before is not None:
+            journal.set_block_cache_bytes(self._budget_before)
+            self._budget_before = None
 
     def scan_bytes(self) -> int:
         """Every segment read whole and every frame's checksum verified by the C helper."""
