@@ -25,9 +25,11 @@ from itertools import accumulate
 from journal.errors import InvariantError
 from journal.record import Record
 
-# The budget of decoded block bytes the process keeps: 32 blocks of BLOCK_BYTES_LIMIT (1 MiB),
-# 1,024 of the default 32 KiB. What a read data set of 20,000 events of ~800 B (16 MB of JSON)
-# needs to stay whole; set_block_cache_bytes changes it (0: no cache, every read decodes).
+# The budget of decoded block bytes the process keeps: 1,024 blocks of the default 32 KiB, 32 of
+# BLOCK_BYTES_LIMIT (1 MiB). RocksDB keeps 32 MB of decoded blocks by default (8 MB before its
+# version 8), for one database; this one is for every journal of the process. Reads over more
+# data than this decode most blocks again (bench/README.md gives both figures);
+# set_block_cache_bytes changes it (0: no cache, every read decodes).
 BLOCK_CACHE_BYTES_DEFAULT = 32 * 1024 * 1024
 # What an entry costs beyond its payload: the Python objects, its key and its place in the
 # order (an estimate, so that many tiny blocks cannot hold far more memory than the budget).
