@@ -15,8 +15,12 @@
  * size, checksum or dictionary id (the journal frame carries those), and any zstd decoder reads
  * them: the bytes may differ from the zstandard package's bundled library, the payload may not.
  *
+ * Both take a zstd level, HELD_LEVEL unless told: a record framed alone is compressed at
+ * journal/engine/encoding.py's ZSTD_LEVEL, a block frame (many records compressed as one) at its
+ * BLOCK_ZSTD_LEVEL, which may differ (a block is larger, and finds more in a slower search).
+ *
  * A trained dictionary (journal/engine/dictionary.py) takes the same path: make_cdict digests it
- * once into a CDict (zstd's tables for it at HELD_LEVEL, kept in a capsule), and compress_with
+ * once into a CDict (zstd's tables for it at one level, kept in a capsule), and compress_with
  * compresses a payload against that CDict (its frames, alone, carry zstd's content checksum: with
  * a dictionary file other than the one a frame was compressed with, it is what fails). With one, a
  * small record costs fewer instructions than without (the entropy tables come from the dictionary
@@ -25,7 +29,10 @@
  * around each call, as above.
  *
  * One compression context serves the whole process, and a second one the dictionary calls: every
- * call holds the GIL from start to end, so no two calls ever use either at once. (This is also why the module is for GIL builds of CPython
+ * call holds the GIL from start to end, so no two calls ever use either at once. The plain
+ * context's level is set again only when a call asks for another than the last one did (a stored
+ * parameter, read when the next frame starts); a CDict fixes its own level, so the dictionary
+ * context follows whichever CDict a call brings. (This is also why the module is for GIL builds of CPython
  * only; it is built against the limited API of 3.11, whose buffer protocol it uses; on Python
  * 3.10, whose limited API has none, setup.py builds it against the full API: JOURNAL_FULL_API.)
  */
@@ -73,6 +80,7 @@ typedef const char *(*error_name_fn)(size_t);
 typedef zstd_cdict *(*create_cdict_fn)(const void *, size_t, int);
 typedef size_t (*free_cdict_fn)(zstd_cdict *);
 typedef size_t (*ref_cdict_fn)(zstd_cctx *, const zstd_cdict *);
+typedef int (*level_bound_fn)(void);
 
 static compress2_fn zstd_compress2;
 static is_error_fn zstd_is_error;
@@ -80,7 +88,11 @@ static error_name_fn zstd_error_name;
 static create_cdict_fn zstd_create_cdict;
 static free_cdict_fn zstd_free_cdict;
 static ref_cdict_fn zstd_ref_cdict;
+static set_parameter_fn zstd_set_parameter;
 static zstd_cctx *cctx;
+static int cctx_level;                 /* the level cctx is set to */
+static int level_min;                  /* ZSTD_minCLevel(): the fastest level (negative) */
+static int level_max;                  /* ZSTD_maxCLevel() */
 static zstd_cctx *dict_cctx;           /* the dictionary calls' context */
 static const zstd_cdict *dict_cctx_ref; /* the CDict dict_cctx refers to now (NULL: none) */
 static char *scratch;      /* the compressed bytes, copied out into a new bytes object */
@@ -130,6 +142,8 @@ static int open_library(int level) {
     free_fn release = NULL;
     set_parameter_fn set;
     bound_fn bound;
+    level_bound_fn min_level;
+    level_bound_fn max_level;
     zstd_cctx *made = NULL;
     zstd_cctx *made_dict = NULL;
     if (bind(lib, "ZSTD_versionNumber", &version, sizeof version) || bind(lib, "ZSTD_createCCtx", &create, sizeof create) ||
@@ -140,12 +154,20 @@ static int open_library(int level) {
         bind(lib, "ZSTD_getErrorName", &zstd_error_name, sizeof zstd_error_name) ||
         bind(lib, "ZSTD_createCDict", &zstd_create_cdict, sizeof zstd_create_cdict) ||
         bind(lib, "ZSTD_freeCDict", &zstd_free_cdict, sizeof zstd_free_cdict) ||
-        bind(lib, "ZSTD_CCtx_refCDict", &zstd_ref_cdict, sizeof zstd_ref_cdict)) {
+        bind(lib, "ZSTD_CCtx_refCDict", &zstd_ref_cdict, sizeof zstd_ref_cdict) ||
+        bind(lib, "ZSTD_minCLevel", &min_level, sizeof min_level) ||
+        bind(lib, "ZSTD_maxCLevel", &max_level, sizeof max_level)) {
         goto fail;
     }
     library_version = version();
     if (library_version < ZSTD_VERSION_MIN) {
         PyErr_Format(PyExc_ImportError, "libzstd %u is older than 1.4.0", library_version);
+        goto fail;
+    }
+    level_min = min_level();
+    level_max = max_level();
+    if (level < level_min || level > level_max) {
+        PyErr_Format(PyExc_ImportError, "libzstd has no level %d", level);
         goto fail;
     }
     made = create();
@@ -175,7 +197,9 @@ static int open_library(int level) {
         goto fail;
     }
     cctx = made;
+    cctx_level = level;
     dict_cctx = made_dict;
+    zstd_set_parameter = set;
     return 0;
 fail:
     if (made != NULL && release != NULL) {
@@ -192,11 +216,43 @@ fail:
     return -1;
 }
 
-/* compress(data) -> bytes: one zstd frame of data (at most HELD_INPUT_BYTES_MAX bytes). */
-static PyObject *held_compress(PyObject *self, PyObject *arg) {
+/* The level argument ``arg`` of ``func`` into ``*level``: -1 with a TypeError or ValueError set if
+ * it is no int or a level libzstd does not have (zstd would quietly clamp it). */
+static int level_of(PyObject *arg, const char *func, int *level) {
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v < level_min || v > level_max) {
+        PyErr_Format(PyExc_ValueError, "%s: level %ld is not one of libzstd's (%d to %d)", func, v, level_min,
+                     level_max);
+        return -1;
+    }
+    *level = (int)v;
+    return 0;
+}
+
+/* The (data[, level]) arguments of ``func``: -1 with a TypeError set if there are not 1 or 2. */
+static int data_and_level(PyObject *const *args, Py_ssize_t nargs, const char *func, int *level) {
+    if (nargs != 1 && nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s takes the data and an optional level (1 or 2 arguments), not %zd", func,
+                     nargs);
+        return -1;
+    }
+    *level = HELD_LEVEL;
+    return nargs == 2 ? level_of(args[1], func, level) : 0;
+}
+
+/* compress(data[, level]) -> bytes: one zstd frame of data (at most HELD_INPUT_BYTES_MAX bytes)
+ * at ``level`` (HELD_LEVEL if not given). */
+static PyObject *held_compress(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
+    int level;
+    if (data_and_level(args, nargs, "compress", &level) != 0) {
+        return NULL;
+    }
     Py_buffer in;
-    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) != 0) {
+    if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) != 0) {
         return NULL;
     }
     PyObject *out = NULL;
@@ -204,7 +260,15 @@ static PyObject *held_compress(PyObject *self, PyObject *arg) {
         PyErr_Format(PyExc_ValueError, "%zd bytes is more than the %d this compressor takes", in.len,
                      HELD_INPUT_BYTES_MAX);
     } else {
-        size_t n = zstd_compress2(cctx, scratch, scratch_cap, in.buf, (size_t)in.len);
+        size_t n = 0;
+        if (level != cctx_level) {
+            n = zstd_set_parameter(cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+            /* On a refusal the context keeps the level it had: cctx_level stays true to it. */
+            cctx_level = zstd_is_error(n) ? cctx_level : level;
+        }
+        if (!zstd_is_error(n)) {
+            n = zstd_compress2(cctx, scratch, scratch_cap, in.buf, (size_t)in.len);
+        }
         if (zstd_is_error(n)) {
             PyErr_Format(PyExc_RuntimeError, "zstd compression failed: %s", zstd_error_name(n));
         } else {
@@ -229,12 +293,17 @@ static void cdict_free(PyObject *capsule) {
     zstd_free_cdict(cd);
 }
 
-/* make_cdict(data) -> capsule: the dictionary ``data`` (at most DICT_BYTES_MAX bytes) digested
- * for HELD_LEVEL, for compress_with. zstd copies the bytes, so the caller's buffer may go. */
-static PyObject *held_make_cdict(PyObject *self, PyObject *arg) {
+/* make_cdict(data[, level]) -> capsule: the dictionary ``data`` (at most DICT_BYTES_MAX bytes)
+ * digested for ``level`` (HELD_LEVEL if not given), for compress_with: every frame compressed
+ * with it is at that level. zstd copies the bytes, so the caller's buffer may go. */
+static PyObject *held_make_cdict(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
+    int level;
+    if (data_and_level(args, nargs, "make_cdict", &level) != 0) {
+        return NULL;
+    }
     Py_buffer in;
-    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) != 0) {
+    if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) != 0) {
         return NULL;
     }
     PyObject *out = NULL;
@@ -242,7 +311,7 @@ static PyObject *held_make_cdict(PyObject *self, PyObject *arg) {
         PyErr_Format(PyExc_ValueError, "a dictionary of %zd bytes is more than the %d this compressor takes", in.len,
                      DICT_BYTES_MAX);
     } else {
-        zstd_cdict *cd = zstd_create_cdict(in.buf, (size_t)in.len, HELD_LEVEL);
+        zstd_cdict *cd = zstd_create_cdict(in.buf, (size_t)in.len, level);
         if (cd == NULL) {
             PyErr_SetString(PyExc_MemoryError, "zstd could not make the dictionary's tables");
         } else {
@@ -300,8 +369,10 @@ static PyObject *held_compress_with(PyObject *self, PyObject *const *args, Py_ss
 }
 
 static PyMethodDef methods[] = {
-    {"compress", held_compress, METH_O, "compress(data) -> one zstd frame, the GIL held throughout"},
-    {"make_cdict", held_make_cdict, METH_O, "make_cdict(dictionary) -> the dictionary's tables, for compress_with"},
+    {"compress", (PyCFunction)(void (*)(void))held_compress, METH_FASTCALL,
+     "compress(data[, level]) -> one zstd frame at level (LEVEL if not given), the GIL held throughout"},
+    {"make_cdict", (PyCFunction)(void (*)(void))held_make_cdict, METH_FASTCALL,
+     "make_cdict(dictionary[, level]) -> the dictionary's tables at level (LEVEL if not given), for compress_with"},
     {"compress_with", (PyCFunction)(void (*)(void))held_compress_with, METH_FASTCALL,
      "compress_with(cdict, data) -> one zstd frame against the dictionary, the GIL held throughout"},
     {NULL, NULL, 0, NULL},
@@ -322,6 +393,8 @@ PyMODINIT_FUNC PyInit__zstd_held(void) {
     }
     if (PyModule_AddIntConstant(m, "INPUT_BYTES_MAX", HELD_INPUT_BYTES_MAX) != 0 ||
         PyModule_AddIntConstant(m, "LEVEL", HELD_LEVEL) != 0 ||
+        PyModule_AddIntConstant(m, "LEVEL_MIN", level_min) != 0 ||
+        PyModule_AddIntConstant(m, "LEVEL_MAX", level_max) != 0 ||
         PyModule_AddIntConstant(m, "DICT_BYTES_MAX", DICT_BYTES_MAX) != 0 ||
         PyModule_AddIntConstant(m, "LIBRARY_VERSION", (long)library_version) != 0) {
         Py_DECREF(m);

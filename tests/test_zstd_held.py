@@ -295,3 +295,104 @@ def test_the_encoder_sends_small_payloads_to_it_with_the_dictionary(
     assert len(seen) >= 150  # the durable appends went through it
     with journal.open(tmp_path / "j", readonly=True) as j:
         assert [r.event for r in j.read()] == events
+
+
+# --- a level: block frames at encoding.BLOCK_ZSTD_LEVEL ----------------------------------------
+
+OTHER_LEVEL = 19  # far from ZSTD_LEVEL: its frames are several percent smaller on these payloads
+
+
+def _level_payloads() -> list[bytes]:
+    from journal.benchmark.events import make_events
+
+    opts = Options(compress=False)
+    raws = [encoding.encode_event(e, None, False, opts).raw for e in make_events(600)]
+    joined = b"".join(raws)
+    step = encoding.HELD_COMPRESS_BYTES_MAX
+    return [joined[i : i + step] for i in range(0, min(len(joined), 12 * step), step)]
+
+
+def _same_library(mod: Any) -> bool:
+    major, minor, patch = zstandard.ZSTD_VERSION
+    return bool(mod.LIBRARY_VERSION == major * 10000 + minor * 100 + patch)
+
+
+def test_the_levels_are_the_encoders_and_the_dictionary_modules() -> None:
+    from journal.engine import dictionary
+
+    mod = _module()
+    assert dictionary.ZSTD_LEVEL == encoding.ZSTD_LEVEL == mod.LEVEL
+    assert dictionary.BLOCK_ZSTD_LEVEL == encoding.BLOCK_ZSTD_LEVEL
+    assert mod.LEVEL_MIN <= encoding.BLOCK_ZSTD_LEVEL <= mod.LEVEL_MAX
+    if not native.forced_pure():
+        assert native.held_compress_at is mod.compress
+        assert native.held_make_cdict_at is mod.make_cdict
+        assert encoding._HELD_COMPRESS_AT is mod.compress
+
+
+def test_a_level_given_is_the_level_of_the_frame() -> None:
+    """compress(data, level) writes the package's frame at that level (byte for byte where the
+    system's libzstd is the package's version; else within a few bytes, far from the default
+    level's), and the next call without one is back at LEVEL."""
+    mod = _module()
+    payloads = _level_payloads()
+    at = [mod.compress(p, OTHER_LEVEL) for p in payloads]
+    package = [
+        zstandard.ZstdCompressor(
+            level=OTHER_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
+        ).compress(p)
+        for p in payloads
+    ]
+    default = [mod.compress(p) for p in payloads]
+    for p, frame in zip(payloads, at, strict=True):
+        assert zstandard.ZstdDecompressor().decompress(frame, max_output_size=len(p)) == p
+    if _same_library(mod):
+        assert at == package
+    assert abs(sum(map(len, at)) - sum(map(len, package))) <= sum(map(len, package)) // 100
+    assert sum(map(len, at)) < sum(map(len, default)) * 0.95, (sum(map(len, at)), sum(map(len, default)))
+    assert default == [_module().compress(p, mod.LEVEL) for p in payloads]  # LEVEL, again, once told another
+    assert [mod.compress(p) for p in payloads] == default
+    assert [mod.compress(p, OTHER_LEVEL) for p in payloads] == at
+
+
+def test_a_dictionary_made_at_a_level_compresses_at_it(trained: bytes) -> None:
+    mod = _module()
+    payloads = _level_payloads()
+    cdict_at, cdict = mod.make_cdict(trained, OTHER_LEVEL), mod.make_cdict(trained)
+    at = [mod.compress_with(cdict_at, p) for p in payloads]
+    zdict = zstandard.ZstdCompressionDict(trained)
+    zdict.precompute_compress(level=OTHER_LEVEL)
+    package = [
+        zstandard.ZstdCompressor(
+            dict_data=zdict, level=OTHER_LEVEL, write_content_size=False, write_checksum=True, write_dict_id=False
+        ).compress(p)
+        for p in payloads
+    ]
+    default = [mod.compress_with(cdict, p) for p in payloads]
+    for p, frame in zip(payloads, at, strict=True):
+        assert _decompress_with(trained, frame, len(p)) == p
+    if _same_library(mod):
+        assert at == package
+    assert abs(sum(map(len, at)) - sum(map(len, package))) <= sum(map(len, package)) // 100
+    assert sum(map(len, at)) < sum(map(len, default)) * 0.95, (sum(map(len, at)), sum(map(len, default)))
+    assert [mod.compress_with(cdict, p) for p in payloads] == default  # each CDict keeps its level
+
+
+def test_a_level_it_does_not_have_is_refused_with_a_typed_error(trained: bytes) -> None:
+    mod = _module()
+    data = b"abc" * 100
+    before = mod.compress(data)
+    for bad in (mod.LEVEL_MAX + 1, mod.LEVEL_MIN - 1, 2**40, 2**80):
+        with pytest.raises((ValueError, OverflowError)):
+            mod.compress(b"abc" * 100, bad)
+        with pytest.raises((ValueError, OverflowError)):
+            mod.make_cdict(trained, bad)
+    with pytest.raises(TypeError):
+        mod.compress(b"abc" * 100, "3")
+    with pytest.raises(TypeError):
+        mod.compress(b"abc" * 100, 3, 4)
+    with pytest.raises(TypeError):
+        mod.compress()
+    with pytest.raises(TypeError):
+        mod.make_cdict(trained, 1.5)
+    assert mod.compress(data) == before  # a refused level leaves the context at its own

@@ -50,7 +50,10 @@ DICTIONARY_FILE_TAIL_BYTES = _TAIL.size
 DICTIONARY_FILE_BYTES_MAX = DICTIONARY_FILE_HEAD_BYTES + DICTIONARY_BYTES_MAX + DICTIONARY_FILE_TAIL_BYTES
 _NAME = re.compile(r"dict-(\d{5})\.zdict")
 ZSTD_LEVEL = 1  # encoding.ZSTD_LEVEL, repeated to keep this module a leaf
+BLOCK_ZSTD_LEVEL = 1  # encoding.BLOCK_ZSTD_LEVEL, the same way (tests compare them)
 _Context = TypeVar("_Context", zstandard.ZstdCompressor, zstandard.ZstdDecompressor)
+# Tables' and contexts' key: (to compress, the dictionary's digest, the level; 0 to decompress).
+_Key = tuple[bool, bytes, int]
 
 
 def dictionary_file_name(dict_id: int) -> str:
@@ -269,7 +272,7 @@ class DecodingTables:
 
     def __init__(self, data: bytes, digest: bytes) -> None:
         self.digest = digest
-        self.key = (False, digest)  # of its decompressor in a thread's contexts
+        self.key: _Key = (False, digest, 0)  # of its decompressor in a thread's contexts
         self.zdict = zstandard.ZstdCompressionDict(data)
         try:
             # zstd makes the DDict on the first decompression: here, once, under _tables_mu.
@@ -278,33 +281,56 @@ class DecodingTables:
             raise ValueError(f"zstd cannot load it as a dictionary ({exc})") from None
 
 
-class _Encoding:
-    """The CDicts of one dictionary at ZSTD_LEVEL: the zstandard package's and the GIL-held
-    compressor's (native/zstd_held.c; None where it is not built)."""
+def _package_cdict(data: bytes, level: int) -> zstandard.ZstdCompressionDict:
+    cdict = zstandard.ZstdCompressionDict(data)
+    try:
+        cdict.precompute_compress(level=level)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd cannot load it as a dictionary ({exc})") from None
+    return cdict
 
-    __slots__ = ("__weakref__", "cdict", "digest", "held", "key")
+
+def _held_cdict(data: bytes, level: int) -> object | None:
+    """The GIL-held compressor's CDict at ``level``; None where it is not built (or, for another
+    level than its own, was built before it took one: the package then compresses)."""
+    if native.held_compress_with is None:
+        return None
+    try:
+        if level == ZSTD_LEVEL:  # the module's own LEVEL (tests compare them)
+            make = native.held_make_cdict
+            return None if make is None else make(data)
+        make_at = native.held_make_cdict_at
+        return None if make_at is None else make_at(data, level)
+    except MemoryError:
+        raise ValueError("zstd cannot load it as a dictionary (the held compressor's tables)") from None
+
+
+class _Encoding:
+    """The CDicts of one dictionary at ZSTD_LEVEL, for records, and at BLOCK_ZSTD_LEVEL, for
+    block frames (a CDict fixes the level of every frame compressed with it; the same ones where
+    the two levels are one): the zstandard package's and the GIL-held compressor's
+    (native/zstd_held.c; None where it is not built)."""
+
+    __slots__ = ("__weakref__", "block_cdict", "block_key", "cdict", "digest", "held", "held_block", "key")
 
     def __init__(self, data: bytes, digest: bytes) -> None:
         self.digest = digest
-        self.key = (True, digest)  # of its compressor in a thread's contexts
-        self.cdict = zstandard.ZstdCompressionDict(data)
-        try:
-            self.cdict.precompute_compress(level=ZSTD_LEVEL)
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"zstd cannot load it as a dictionary ({exc})") from None
-        make = native.held_make_cdict
-        self.held: object | None = None
-        if make is not None and native.held_compress_with is not None:
-            try:
-                self.held = make(data)
-            except MemoryError:
-                raise ValueError("zstd cannot load it as a dictionary (the held compressor's tables)") from None
+        # Of its compressors in a thread's contexts (the level tells the block one apart).
+        self.key: _Key = (True, digest, ZSTD_LEVEL)
+        self.block_key: _Key = (True, digest, BLOCK_ZSTD_LEVEL)
+        self.cdict = _package_cdict(data, ZSTD_LEVEL)
+        self.held = _held_cdict(data, ZSTD_LEVEL)
+        if BLOCK_ZSTD_LEVEL == ZSTD_LEVEL:
+            self.block_cdict, self.held_block = self.cdict, self.held
+        else:
+            self.block_cdict = _package_cdict(data, BLOCK_ZSTD_LEVEL)
+            self.held_block = _held_cdict(data, BLOCK_ZSTD_LEVEL)
 
 
 _tables_mu = threading.Lock()
 _decodings: weakref.WeakValueDictionary[bytes, DecodingTables] = weakref.WeakValueDictionary()
 _encodings: weakref.WeakValueDictionary[bytes, _Encoding] = weakref.WeakValueDictionary()
-_recent: collections.OrderedDict[tuple[bool, bytes], DecodingTables | _Encoding] = collections.OrderedDict()
+_recent: collections.OrderedDict[_Key, DecodingTables | _Encoding] = collections.OrderedDict()
 _contexts = threading.local()
 
 
@@ -319,7 +345,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _keep_recent(key: tuple[bool, bytes], tables: DecodingTables | _Encoding) -> None:
+def _keep_recent(key: _Key, tables: DecodingTables | _Encoding) -> None:
     _recent[key] = tables
     _recent.move_to_end(key)
     while len(_recent) > TABLES_RECENT_MAX:
@@ -360,10 +386,10 @@ def checked_tables(dictionary: Dictionary) -> _Encoding:
         ) from None
 
 
-def _thread_context(key: tuple[bool, bytes], make: Callable[[], _Context]) -> _Context:
+def _thread_context(key: _Key, make: Callable[[], _Context]) -> _Context:
     """This thread's (de)compressor for ``key``, made by ``make`` the first time; the thread
     keeps CONTEXTS_PER_THREAD_MAX, the oldest made leaving first."""
-    per_thread: dict[tuple[bool, bytes], _Context] | None = getattr(_contexts, "by_digest", None)
+    per_thread: dict[_Key, _Context] | None = getattr(_contexts, "by_digest", None)
     if per_thread is None:
         per_thread = _contexts.by_digest = {}
     got = per_thread.get(key)
@@ -380,7 +406,7 @@ class DictionaryUse:
     that may hold dictionary frames (a live segment is only ever followed by a newer one).
     InvalidArgumentError for a dictionary zstd cannot load."""
 
-    __slots__ = ("_tables", "active", "dict_id", "dictionary", "held")
+    __slots__ = ("_tables", "active", "dict_id", "dictionary", "held", "held_block")
 
     def __init__(self, dict_id: int, dictionary: Dictionary) -> None:
         self.dict_id = dict_id
@@ -388,19 +414,24 @@ class DictionaryUse:
         self.active = False
         self._tables = checked_tables(dictionary)
         # The GIL-held compressor's tables (None where it is not built): encoding._compressed
-        # uses it up to its input limit.
+        # uses them up to its input limit, the block ones for a block frame.
         self.held: object | None = self._tables.held
+        self.held_block: object | None = self._tables.held_block
 
-    def compressor(self) -> zstandard.ZstdCompressor:
+    def compressor(self, block: bool = False) -> zstandard.ZstdCompressor:
+        """This thread's compressor with the dictionary, for a block frame's records
+        (``block``: at BLOCK_ZSTD_LEVEL) or a record's (at ZSTD_LEVEL)."""
         tables = self._tables
+        key, cdict = (tables.block_key, tables.block_cdict) if block else (tables.key, tables.cdict)
         # No content size or dict id in the zstd frame: the journal frame has them. zstd's
         # content checksum (of the raw bytes) is what tells a dictionary file other than the one
-        # the frame was compressed with (docs/FORMAT.md, "Dictionaries").
+        # the frame was compressed with (docs/FORMAT.md, "Dictionaries"). The level is the
+        # CDict's (the key's), which zstd would use whatever this one said.
         return _thread_context(
-            tables.key,
+            key,
             lambda: zstandard.ZstdCompressor(
-                dict_data=tables.cdict,
-                level=ZSTD_LEVEL,
+                dict_data=cdict,
+                level=key[2],
                 write_content_size=False,
                 write_checksum=True,
                 write_dict_id=False,

@@ -58,12 +58,20 @@ COMPRESS_MIN_BYTES = 256  # smaller events gain little (2% of bytes on real logs
 # dictionary), so the bar is lower.
 DICT_COMPRESS_MIN_BYTES = 64
 ZSTD_LEVEL = 1  # on real session events within 2% of level 3's size, and faster
+# The level of a block frame's zstd: a block holds up to options.block_bytes of records compressed
+# as one, where a slower search finds more of what the records repeat of each other than it does in
+# one record; and a block costs one zstd call for all its records, so a higher level costs less per
+# event than it would for records framed alone (which stay at ZSTD_LEVEL). On every path: the
+# zstandard package, the GIL-held compressor (which takes a level) and a dictionary's CDict (which
+# fixes one: dictionary.py makes one at this level too, and repeats it).
+BLOCK_ZSTD_LEVEL = 1  # ZSTD_LEVEL so far: the block frames written before it had a name of its own
 # Payloads up to this size are compressed with the GIL held (native/zstd_held.c, where the system
 # has libzstd): a few microseconds of work, where giving the GIL up and waiting to get it back
 # behind the other appending threads cost several times that. Larger ones take long enough that
 # other threads should run meanwhile, so the zstandard package (which releases it) does them.
 HELD_COMPRESS_BYTES_MAX = 16 * 1024
 _HELD_COMPRESS = native.held_compress
+_HELD_COMPRESS_AT = native.held_compress_at  # (data, level): a block frame's, at BLOCK_ZSTD_LEVEL
 _HELD_COMPRESS_WITH = native.held_compress_with  # with a dictionary (DictionaryUse.held)
 BLOCK_SEGMENT_SHARE = 4  # a block frame holds at most 1/4 of a segment's bytes of records
 
@@ -91,12 +99,16 @@ _ORJSON_OPTIONS = (
 JSON_CODEC = "json" if orjson is None else f"orjson {orjson.__version__}, json where it would differ"
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    c: zstandard.ZstdCompressor | None = getattr(_local, "cctx", None)
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """This thread's compressor at ``level`` (ZSTD_LEVEL or BLOCK_ZSTD_LEVEL)."""
+    by_level: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "cctx", None)
+    if by_level is None:
+        by_level = _local.cctx = {}
+    c = by_level.get(level)
     if c is None:
         # No content size, checksum or dict id in the zstd frame: the journal frame has them.
-        c = _local.cctx = zstandard.ZstdCompressor(
-            level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
+        c = by_level[level] = zstandard.ZstdCompressor(
+            level=level, write_content_size=False, write_checksum=False, write_dict_id=False
         )
     return c
 
@@ -211,27 +223,34 @@ def encode_event(event: Any, key: str | None, synthetic: bool, options: Options,
     return Encoded(fmt.FrameSpec(flags, len(raw), body, 1, dict_id), raw, key)
 
 
-def _compressed(raw: bytes, options: Options) -> tuple[bytes, int, int]:
+def _compressed(raw: bytes, options: Options, block: bool = False) -> tuple[bytes, int, int]:
     """(stored body, codec flag, dictionary id): zstd where it is asked for and makes the bytes
-    smaller, with the handle's dictionary once its live segment may hold frames naming one."""
+    smaller, with the handle's dictionary once its live segment may hold frames naming one; at
+    BLOCK_ZSTD_LEVEL for a block frame's records (``block``), at ZSTD_LEVEL for a record's."""
     if not options.compress:
         return raw, fmt.CODEC_RAW, 0
     use = options.dictionary
+    small = len(raw) <= HELD_COMPRESS_BYTES_MAX
     if use is not None and use.active:
         if len(raw) >= DICT_COMPRESS_MIN_BYTES:
-            held = use.held
-            if held is not None and _HELD_COMPRESS_WITH is not None and len(raw) <= HELD_COMPRESS_BYTES_MAX:
+            held = use.held_block if block else use.held
+            if held is not None and _HELD_COMPRESS_WITH is not None and small:
                 packed = _HELD_COMPRESS_WITH(held, raw)
             else:
-                packed = use.compressor().compress(raw)
+                packed = use.compressor(block).compress(raw)
             if len(packed) < len(raw):
                 return packed, fmt.CODEC_ZSTD, use.dict_id
         return raw, fmt.CODEC_RAW, 0
     if len(raw) >= COMPRESS_MIN_BYTES:
-        if _HELD_COMPRESS is not None and len(raw) <= HELD_COMPRESS_BYTES_MAX:
+        if block:
+            if _HELD_COMPRESS_AT is not None and small:
+                packed = _HELD_COMPRESS_AT(raw, BLOCK_ZSTD_LEVEL)
+            else:
+                packed = _compressor(BLOCK_ZSTD_LEVEL).compress(raw)
+        elif _HELD_COMPRESS is not None and small:
             packed = _HELD_COMPRESS(raw)
         else:
-            packed = _compressor().compress(raw)
+            packed = _compressor(ZSTD_LEVEL).compress(raw)
         if len(packed) < len(raw):
             return packed, fmt.CODEC_ZSTD, 0
     return raw, fmt.CODEC_RAW, 0
@@ -325,7 +344,7 @@ def alone_spec(it: Encoded, options: Options) -> fmt.FrameSpec:
 
 def _block_spec(run: list[Encoded], options: Options) -> fmt.FrameSpec:
     raw = b"".join([it.raw for it in run])
-    body, codec, dict_id = _compressed(raw, options)
+    body, codec, dict_id = _compressed(raw, options, block=True)
     head = fmt.encode_block_head([len(it.raw) for it in run], [it.spec.flags for it in run])
     return fmt.FrameSpec(fmt.KIND_BLOCK | codec, len(raw), head + body, len(run), dict_id)
 

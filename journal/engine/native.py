@@ -106,10 +106,16 @@ _held, held_status = _load_held()
 # The compressor of small payloads that keeps the GIL (None: the zstandard package does all),
 # and a word on which library it is or why there is none.
 held_compress: Callable[[bytes], bytes] | None = None if _held is None else _held.compress
+# The same at a given zstd level (a block frame's, encoding.BLOCK_ZSTD_LEVEL), the GIL held too;
+# None where the module is missing or was built before it took a level.
+held_compress_at: Callable[[bytes, int], bytes] | None = _held.compress if hasattr(_held, "LEVEL_MAX") else None
 # The same with a trained dictionary: held_make_cdict(dictionary bytes) digests it once (an
 # opaque handle, freed with its last reference), held_compress_with(handle, data) compresses
 # against it. None where the module is missing or was built before it had them.
+# held_make_cdict_at(dictionary bytes, level) digests it for another level than the module's
+# LEVEL (a CDict fixes the level of every frame made with it); None as held_compress_at.
 held_make_cdict: Callable[[bytes], object] | None = getattr(_held, "make_cdict", None)
+held_make_cdict_at: Callable[[bytes, int], object] | None = None if held_compress_at is None else _held.make_cdict
 held_compress_with: Callable[[object, bytes], bytes] | None = getattr(_held, "compress_with", None)
 
 
