@@ -258,17 +258,26 @@ def read_point(
     if 0 <= i < len(offsets):  # indexed already: locate's answer, without its call
         offset = offsets[i]
         length = cur.ends[i] - offset
+        # The records of a block share its offset, and a block holds two at least: a record
+        # whose neighbours are elsewhere has a frame of its own, never in the block cache.
+        in_block = (i > 0 and offsets[i - 1] == offset) or (i + 1 < len(offsets) and offsets[i + 1] == offset)
     else:
         where = cur.locate(seq, stored_bytes_max)
         if where is None:
             return None
         offset, length = where
+        in_block = True
     name = cur.seg.name
-    block = _BLOCKS.get(cur.owner, offset)
-    if block is not None and block.first_seq <= seq <= block.last_seq and cur.file.pread(_HEADER, offset) == block.head:
-        # Decoded before, and the frame there is the one decoded (its header, checksum and all,
-        # read again): a slice of it, no decompression.
-        return block.record(seq, name, _BYTES, _SYNTHETIC)
+    if in_block:
+        block = _BLOCKS.get(cur.owner, offset)
+        if (
+            block is not None
+            and block.first_seq <= seq <= block.last_seq
+            and cur.file.pread(_HEADER, offset) == block.head
+        ):
+            # Decoded before, and the frame there is the one decoded (its header, checksum and
+            # all, read again): a slice of it, no decompression.
+            return block.record(seq, name, _BYTES, _SYNTHETIC)
     buf = cur.file.pread(length, offset)
     if len(buf) < _HEADER:
         return None
