@@ -28,12 +28,12 @@ their JSONL read with ``json.loads``, and point reads of them against their JSON
 index. With ``--dictionary`` every journal is written with a
 zstd dictionary (format version 4) trained on the first half of its records (each data set its
 own, 16 KiB), as an application would train one on earlier sessions. With ``--level N`` block
-frames (and only they: a record framed alone keeps the engine's level) are compressed at zstd
-level N instead of the engine's, to weigh a block level's bytes against its CPU (the level is not
-in the format: a reader decodes any). They go through the zstandard package then, never the
-GIL-held compressor (native/zstd_held.c, fixed at the engine's level): ``--level 1`` writes the
-engine's bytes, and its CPU is the baseline a level is weighed against. A journal's bytes count
-every file in it, its dictionary's (~16 KiB) too.
+frames (and only they: a record framed alone keeps the engine's ZSTD_LEVEL) are compressed at
+zstd level N instead of the engine's BLOCK_ZSTD_LEVEL, to weigh a block level's bytes against its
+CPU (the level is not in the format: a reader decodes any). It sets that constant, so the blocks
+take the engine's own paths at level N: the GIL-held compressor (native/zstd_held.c) up to its
+input limit, the zstandard package above it, a dictionary's CDicts made at N. A journal's bytes
+count every file in it, its dictionary's (~16 KiB) too.
 """
 
 from __future__ import annotations
@@ -104,40 +104,12 @@ def _sqlite_many(path: str, events: list[Any]) -> None:
 
 
 def _block_level(level: int) -> None:
-    """Compress block frames at zstd ``level`` from now on (the engine's ``_block_spec``, with the
-    zstandard package at that level in place of the engine's compressors; a dictionary's tables
-    made at that level, since a CDict fixes the level it compresses at)."""
-    import zstandard
+    """Compress block frames at zstd ``level`` from now on: the engine's BLOCK_ZSTD_LEVEL, and the
+    copy the dictionary module keeps (read when a dictionary's tables are made, after this)."""
+    from journal.engine import dictionary, encoding
 
-    from journal.engine import encoding
-    from journal.engine import format as fmt
-
-    plain = zstandard.ZstdCompressor(level=level, write_content_size=False, write_checksum=False, write_dict_id=False)
-    with_dict: dict[bytes, zstandard.ZstdCompressor] = {}
-
-    def block_spec(run: list[Any], options: Any) -> fmt.FrameSpec:
-        raw = b"".join([it.raw for it in run])
-        body, codec, dict_id = raw, fmt.CODEC_RAW, 0
-        use = options.dictionary
-        if options.compress and use is not None and use.active:
-            c = with_dict.get(use.dictionary.digest)
-            if c is None:
-                cdict = zstandard.ZstdCompressionDict(use.dictionary.data)
-                cdict.precompute_compress(level=level)
-                c = with_dict[use.dictionary.digest] = zstandard.ZstdCompressor(
-                    dict_data=cdict, level=level, write_content_size=False, write_checksum=True, write_dict_id=False
-                )
-            packed, packed_dict = c.compress(raw), use.dict_id
-        elif options.compress and len(raw) >= encoding.COMPRESS_MIN_BYTES:
-            packed, packed_dict = plain.compress(raw), 0
-        else:
-            packed, packed_dict = raw, 0
-        if len(packed) < len(raw):
-            body, codec, dict_id = packed, fmt.CODEC_ZSTD, packed_dict
-        head = fmt.encode_block_head([len(it.raw) for it in run], [it.spec.flags for it in run])
-        return fmt.FrameSpec(fmt.KIND_BLOCK | codec, len(raw), head + body, len(run), dict_id)
-
-    encoding._block_spec = block_spec
+    encoding.BLOCK_ZSTD_LEVEL = level
+    dictionary.BLOCK_ZSTD_LEVEL = level
 
 
 def _journal(path: str, events: list[Any], block_bytes: int, dictionary: Any = None) -> int:
@@ -234,7 +206,9 @@ def main(argv: list[str]) -> int:
 
             corpus_get_s = _best_cpu(corpus_jsonl_get, args.rounds)
             corpus_decode_s = _best_cpu(corpus_jsonl_decode, args.rounds)
-        engine_level = "the engine's"
+        from journal.engine import encoding
+
+        engine_level = f"{encoding.BLOCK_ZSTD_LEVEL} (the engine's BLOCK_ZSTD_LEVEL)"
         events_dict = _train(events) if args.dictionary else None
         corpus_dict = _train(corpus) if args.dictionary and corpus else None
         print(
@@ -242,7 +216,7 @@ def main(argv: list[str]) -> int:
             f"{args.rounds}; JSONL + json.loads {jsonl_decode_s * 1e6:.2f} us a record, JSONL get by offset "
             f"{jsonl_get_s * 1e6:.2f} us; SQLite executemany, one transaction {sqlite_s * 1e6:.2f} us a "
             f"record{'; dictionaries trained on half the records' if args.dictionary else ''}; mix {args.mix}; "
-            f"block level {engine_level if args.level is None else args.level}"
+            f"block level {engine_level}"
         )
         head = "| block_bytes | bulk append, us/event | bytes vs JSONL | decode, us/record | decode vs JSONL |"
         head += " get, us | get vs JSONL | bulk vs SQLite executemany |"
