@@ -267,10 +267,10 @@ CHILD = textwrap.dedent(
     path, fault = sys.argv[1], sys.argv[2]
     uses_c = fs._WRITE_ALL_SYNC is not None
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal's default: exit
-    j = journal.open(path, create=True)
+    j = journal.open(path, create=True, block_bytes=32 * 1024)
     assert isinstance(j.append({"n": 1}, durability="sync"), journal.Committed)
     start = j._active_size
-    batch = [{"n": 2, "text": os.urandom(1500).hex()} for _ in range(40)]  # several frames
+    batch = [{"n": 2, "text": os.urandom(1500).hex()} for _ in range(40)]  # several frames (blocks of 32 KiB)
     if fault == "fsize":
         # The next pwrite may write one byte past start, then no more (EFBIG); shrinking the
         # file back to start, the rollback, stays allowed.

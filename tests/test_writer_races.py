@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import threading
+from collections.abc import Callable
 
 import pytest
+import zstandard
 
 import journal
 from journal.crashsim.faults import FaultyFileSystem
+from journal.engine import encoding
 from journal.engine import format as fmt
 from journal.engine.reader import Cursor
 from journal.fs import OsFileSystem
@@ -621,16 +625,17 @@ def test_contended_sync_appends_all_commit_in_order(jpath: str) -> None:
 
 
 def _queue_behind_a_gated_leader(
-    j, gate: GateFS, queued: dict[str, threading.Event], lead_event: dict, names: list[str], box: list
+    j, gate: GateFS, queued: dict[str, threading.Event], lead_event: dict, names: list[str], box: list,
+    text: Callable[[int], str] = lambda n: "w" * 300,
 ) -> list[threading.Thread]:
     """Start an append named "lead" and hold it in its write (the gate), then one append per
-    name in ``names`` ({"n": i, "text": ...}), each seen queued behind it before the next
+    name in ``names`` ({"n": i, "text": text(i)}), each seen queued behind it before the next
     starts. The threads, lead first; the test releases the gate."""
     gate.arm()
     threads = [_run(lambda: j.append(lead_event), box, "lead")]
     assert gate.entered.wait(WAIT_S), "the leading append never reached its write"
     for n, name in enumerate(names):
-        threads.append(_run(lambda n=n: j.append({"n": n, "text": "w" * 300}), box, name))
+        threads.append(_run(lambda n=n: j.append({"n": n, "text": text(n)}), box, name))
         assert queued_event(queued, name).wait(WAIT_S), f"{name} never queued"
     return threads
 
@@ -682,6 +687,62 @@ def test_sync_appends_that_wait_for_one_group_commit_share_a_block(jpath: str, f
     expected_waiting = [] if fault else sorted(({"n": n, "text": "w" * 300} for n in range(4)), key=lambda e: e["n"])
     assert events[:2] == [{"first": True}, {"lead": True, "text": "l" * 300}]
     assert sorted(events[2:-1], key=lambda e: e["n"]) == expected_waiting and events[-1] == {"after": True}
+
+
+def _words(seed: int) -> str:
+    """Text with some repetition and some entropy: zstd's levels make different frames of it."""
+    rng = random.Random(seed)
+    vocab = ["tool_result", "assistant", "passes", "src/engine.py", "line", "def", "return", "ok", "0x1f", "path"]
+    return " ".join(rng.choice(vocab) + str(rng.randrange(100)) for _ in range(80))
+
+
+def _block_bodies(jpath: str) -> list[tuple[bytes, bytes]]:
+    """(the records' joined payloads, the stored zstd body) of every block frame of the live segment."""
+    data = live_segment(jpath).read_bytes()
+    out = []
+    for f in frames_of(live_segment(jpath)):
+        if f.flags & fmt.FLAG_KIND_MASK != fmt.KIND_BLOCK:
+            continue
+        stored = data[f.offset + fmt.FRAME_HEADER_SIZE_BYTES : f.offset + fmt.FRAME_HEADER_SIZE_BYTES + f.stored_len]
+        head = fmt.BLOCK_COUNT_SIZE_BYTES + fmt.BLOCK_ENTRY_SIZE_BYTES * f.records
+        body = stored[head:]
+        out.append((zstandard.ZstdDecompressor().decompress(body, max_output_size=f.raw_len), body))
+    return out
+
+
+def test_a_block_callers_wait_for_is_compressed_at_the_records_level_and_a_buffered_one_at_the_blocks(
+    jpath: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """the writer (_write_batch's ``waited``): the leader of a group commit compresses a block of
+    the records of callers parked until its write returns, on every one of those callers' path:
+    at encoding.ZSTD_LEVEL, as their records alone would be. A block of buffered records (their
+    callers already hold their answer) is compressed at encoding.BLOCK_ZSTD_LEVEL."""
+    monkeypatch.setattr(encoding, "BLOCK_ZSTD_LEVEL", 19)  # far from ZSTD_LEVEL: the two bodies differ
+    gate = GateFS()
+    j = journal.open(jpath, create=True, fs=gate)
+    queued = watch_queue(j)
+    waiting = [f"w{n}" for n in range(4)]
+    box: list = []
+    try:
+        assert j.append({"first": True}) == journal.Committed(1, "sync")
+        threads = _queue_behind_a_gated_leader(
+            j, gate, queued, {"lead": True, "text": "l" * 300}, waiting, box, text=lambda n: _words(n)
+        )
+        gate.release.set()
+        for t in threads:
+            t.join(WAIT_S)
+            assert not t.is_alive(), "an append never returned"
+        for n in range(6):
+            j.append({"buffered": n, "text": _words(100 + n)}, durability="buffered")
+        j.sync()
+    finally:
+        j.close()
+    (waited_raw, waited_body), (buffered_raw, buffered_body) = _block_bodies(jpath)
+    opts = journal.Options()
+    assert waited_body == encoding._compressed(waited_raw, opts, block=False)[0]
+    assert waited_body != encoding._compressed(waited_raw, opts, block=True)[0]
+    assert buffered_body == encoding._compressed(buffered_raw, opts, block=True)[0]
+    assert buffered_body != encoding._compressed(buffered_raw, opts, block=False)[0]
 
 
 def test_a_sync_append_deferred_for_a_group_commit_that_ended_is_compressed_alone(jpath: str) -> None:
@@ -790,11 +851,11 @@ def test_a_failure_compressing_a_batch_rolls_it_back_and_the_journal_goes_on(
         real = writer_mod.frame_specs
         calls: list[int] = []
 
-        def failing(items, options, blocks):  # type: ignore[no-untyped-def]
+        def failing(items, options, blocks, waited=False):  # type: ignore[no-untyped-def]
             calls.append(len(items))
             if len(calls) == 1:
                 raise MemoryError("injected while compressing the batch")
-            return real(items, options, blocks)
+            return real(items, options, blocks, waited)
 
         monkeypatch.setattr(writer_mod, "frame_specs", failing)
         gate.release.set()

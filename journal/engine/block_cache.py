@@ -1,11 +1,11 @@
 """Decoded block frames kept for point reads, within one byte budget for the whole process.
 
 A point read of a record that shares a block frame with others decodes the whole block (zstd
-takes ~30 µs for a block of 32 KiB), where JSONL with a line-offset index reads one line.
-Keeping decoded blocks, as a database keeps decoded pages (SQLite's page cache, RocksDB's
-block cache), turns a read into a block read before into a slice. One cache serves every
-journal handle of the process: a runtime holding a thousand sessions open spends one budget,
-not a thousand.
+takes ~120 µs for one of the default 128 KiB, ~30 µs for 32 KiB), where JSONL with a
+line-offset index reads one line. Keeping decoded blocks, as a database keeps decoded pages
+(SQLite's page cache, RocksDB's block cache), turns a read into a block read before into a
+slice. One cache serves every journal handle of the process: a runtime holding a thousand
+sessions open spends one budget, not a thousand.
 
 An entry belongs to one open segment (its ``owner``, a number never given twice) and one frame
 offset, and is used only while the frame at that offset still has the header it had when it
@@ -25,7 +25,7 @@ from itertools import accumulate
 from journal.errors import InvariantError
 from journal.record import Record
 
-# The budget of decoded block bytes the process keeps: 1,024 blocks of the default 32 KiB, 32 of
+# The budget of decoded block bytes the process keeps: 256 blocks of the default 128 KiB, 32 of
 # BLOCK_BYTES_LIMIT (1 MiB). RocksDB keeps 32 MB of decoded blocks by default (8 MB before its
 # version 8), for one database; this one is for every journal of the process. Reads over more
 # data than this decode most blocks again (bench/README.md gives both figures);

@@ -50,7 +50,7 @@ DICTIONARY_FILE_TAIL_BYTES = _TAIL.size
 DICTIONARY_FILE_BYTES_MAX = DICTIONARY_FILE_HEAD_BYTES + DICTIONARY_BYTES_MAX + DICTIONARY_FILE_TAIL_BYTES
 _NAME = re.compile(r"dict-(\d{5})\.zdict")
 ZSTD_LEVEL = 1  # encoding.ZSTD_LEVEL, repeated to keep this module a leaf
-BLOCK_ZSTD_LEVEL = 1  # encoding.BLOCK_ZSTD_LEVEL, the same way (tests compare them)
+BLOCK_ZSTD_LEVEL = 3  # encoding.BLOCK_ZSTD_LEVEL, the same way (tests compare them)
 _Context = TypeVar("_Context", zstandard.ZstdCompressor, zstandard.ZstdDecompressor)
 # Tables' and contexts' key: (to compress, the dictionary's digest, the level; 0 to decompress).
 _Key = tuple[bool, bytes, int]

@@ -647,8 +647,11 @@ class Writer:
         else:
             items = [it for r in batch for it in r.items]
             want_sync = any(r.durability == "sync" for r in batch)
+        # Callers parked until this write returns (sync or flush appends, not yet acknowledged):
+        # the blocks made of their records here are on their path, and compressed faster.
+        waited = any(not r.acked and r.items for r in batch)
         try:
-            specs = frame_specs(items, self.options, blocks) if items else []
+            specs = frame_specs(items, self.options, blocks, waited) if items else []
         except InvariantError:
             raise
         except Exception as exc:
