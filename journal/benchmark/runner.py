@@ -1004,6 +1004,13 @@ def evaluate(r: Report) -> None:
             r.ratios(wr, "journal sync", "JSONL buffered"),
             0.5,
         )
+        # The same reads with the block cache off: each decodes its block, as the first read of
+        # a block does, and every read of a data set several times the cache.
+        add(
+            f"speed: random reads by seq vs JSONL + offset index, records written together, block cache off{on}",
+            r.ratios(wr, cold, "JSONL buffered"),
+            0.5,
+        )
         add(
             f"speed: random reads by seq vs JSONL + offset index, records written one at a time (a frame each){on}",
             r.ratios(wr, framed, "JSONL buffered"),
