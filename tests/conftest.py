@@ -6,7 +6,7 @@ import os
 import pathlib
 import signal
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -30,6 +30,22 @@ def _interrupted(signum: int, frame: object) -> None:
 # KeyboardInterrupt, pytest ends the session with its teardown, and the servers the tests
 # started (tests/nats_cluster.py, stopped at exit) go with it instead of staying behind.
 signal.signal(signal.SIGTERM, _interrupted)
+
+
+def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets an entry each time a point read takes the plain zstd decompressor (a
+    block or a frame decoded, not served from the cache of decoded blocks)."""
+    from journal.engine import reader
+
+    calls: list[int] = []
+    real = reader._decompressor
+
+    def counted() -> Any:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(reader, "_decompressor", counted)
+    return calls
 
 
 def segments(path: str | os.PathLike[str]) -> list[pathlib.Path]:

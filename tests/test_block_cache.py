@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 import journal
-from journal.engine import block_cache, reader
+from journal.engine import block_cache
 from journal.engine.block_cache import CACHE, BlockCache, PointBlock
+from tests.conftest import count_decodes
 
 
 def _event(i: int, fill: str = "a") -> dict[str, Any]:
@@ -27,18 +28,6 @@ def _fresh_cache() -> Iterator[None]:
     before = journal.set_block_cache_bytes(journal.BLOCK_CACHE_BYTES_DEFAULT)
     yield
     journal.set_block_cache_bytes(before)
-
-
-def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    real = reader._decompressor
-
-    def counted() -> Any:
-        calls.append(1)
-        return real()
-
-    monkeypatch.setattr(reader, "_decompressor", counted)
-    return calls
 
 
 def _three_blocks(path: Path) -> None:
@@ -55,7 +44,7 @@ def test_every_block_read_before_is_read_again_without_decoding(
     with journal.open(path, readonly=True) as j:
         for seq in (5, 45, 85, 5):  # builds the index, then decodes each block once
             j.get(seq)
-        calls = _count_decodes(monkeypatch)
+        calls = count_decodes(monkeypatch)
         # Not only the block read last: each of the three, in any order.
         got = [j.get(seq) for seq in (1, 80, 42, 120, 81, 3)]
         assert [r.event for r in got if r is not None] == [_event(s) for s in (1, 80, 42, 120, 81, 3)]
@@ -69,7 +58,7 @@ def test_with_no_budget_every_read_decodes(tmp_path: Path, monkeypatch: pytest.M
     with journal.open(path, readonly=True) as j:
         for seq in (5, 45, 85):
             j.get(seq)
-        calls = _count_decodes(monkeypatch)
+        calls = count_decodes(monkeypatch)
         assert [j.get(s).event for s in (5, 45, 85)] == [_event(s) for s in (5, 45, 85)]  # type: ignore[union-attr]
         assert len(calls) == 3
     assert len(CACHE) == 0

@@ -15,6 +15,7 @@ from journal.engine import format as fmt
 from journal.engine import reader
 from journal.engine.core import Journal
 from journal.errors import CorruptionError
+from tests.conftest import count_decodes
 
 
 def _event(i: int) -> dict[str, object]:
@@ -75,14 +76,7 @@ def test_a_neighbour_of_the_last_read_decodes_no_block_again(tmp_path: Path, mon
     with journal.open(path, readonly=True) as j:
         j.get(20)  # builds the index (a small segment: after one read)
         j.get(20)
-        calls: list[int] = []
-        real = reader._decompressor
-
-        def counted() -> Any:
-            calls.append(1)
-            return real()
-
-        monkeypatch.setattr(reader, "_decompressor", counted)
+        calls = count_decodes(monkeypatch)
         got = [j.get(seq) for seq in (21, 19, 40, 1)]
         assert [r.event for r in got if r is not None] == [_event(s) for s in (21, 19, 40, 1)]
         assert calls == []
