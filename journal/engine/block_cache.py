@@ -31,9 +31,12 @@ from journal.record import Record
 # data than this decode most blocks again (bench/README.md gives both figures);
 # set_block_cache_bytes changes it (0: no cache, every read decodes).
 BLOCK_CACHE_BYTES_DEFAULT = 32 * 1024 * 1024
-# What an entry costs beyond its payload: the Python objects, its key and its place in the
-# order (an estimate, so that many tiny blocks cannot hold far more memory than the budget).
-ENTRY_OVERHEAD_BYTES = 256
+# What an entry costs beyond its payload, record table and flags: the Python objects (the block,
+# its payload's, table's, flags' and header's object headers, the 32-byte header), its key and
+# its place in the order and in its owner's set. Measured with tracemalloc at ~680 bytes an entry
+# of a block of two short records (tests/test_review34_block_cache_memory.py), rounded up so that
+# many tiny blocks cannot hold more memory than the budget.
+ENTRY_OVERHEAD_BYTES = 768
 _owners = itertools.count(1)
 
 
@@ -68,7 +71,7 @@ class PointBlock:
         return Record(seq, payload, bool(f & bytes_flag), None, bool(f & synthetic_flag), segment, self.offset)
 
     def cost(self) -> int:
-        return len(self.payload) + 8 * len(self.starts) + ENTRY_OVERHEAD_BYTES
+        return len(self.payload) + 8 * len(self.starts) + len(self.flags) + ENTRY_OVERHEAD_BYTES
 
 
 class BlockCache:
