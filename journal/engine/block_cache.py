@@ -17,6 +17,7 @@ rewritten since is decoded anew, never served stale. Only a verified, decoded fr
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from array import array
 from collections import OrderedDict
@@ -153,8 +154,19 @@ class BlockCache:
         while self._used > self._budget and self._entries:
             self._remove(next(iter(self._entries)))
 
+    def _after_fork_in_child(self) -> None:
+        # Another thread of the parent may have held the lock as one forked, perhaps half way
+        # through a put: the child has no such thread to release it (its first point read into
+        # a block would wait forever), and the entries may not add up to _used. It starts empty.
+        self._mu = threading.Lock()
+        self._used = 0
+        self._entries = OrderedDict()
+        self._by_owner = {}
+
 
 CACHE = BlockCache(BLOCK_CACHE_BYTES_DEFAULT)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=CACHE._after_fork_in_child)
 
 
 def set_block_cache_bytes(budget_bytes: int) -> int:
