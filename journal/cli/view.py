@@ -36,24 +36,35 @@ def run(args: argparse.Namespace) -> int:
     cache = args.cache_dir or default_cache_dir(source.location)
     viewer = Viewer(source, os.path.abspath(cache), rebuild_index=args.rebuild_index)
     server = ViewerServer(viewer, args.port, verbose=args.verbose)
-    print(f"journal view: {source.kind} {source.location} (read-only)", file=sys.stderr)
-    print(f"search index: {viewer.index.path}", file=sys.stderr)
-    print(server.url, flush=True)
-    if not args.no_browser:
-        import webbrowser
-
-        webbrowser.open(server.url)
     # Ctrl-C (and SIGTERM) ask the serving loop to stop, from a thread of their own: a
     # KeyboardInterrupt raised wherever the main thread happens to be (inside a request's thread
-    # start, a lock) can leave the interpreter unable to exit.
+    # start, a lock) can leave the interpreter unable to exit. Set before the URL is printed and
+    # the browser started, so that a stop asked for then is a clean stop too (serve_forever
+    # returns at once when a shutdown was asked before it began).
     def stop(_signum: int, _frame: object) -> None:
         threading.Thread(target=server.shutdown, name="journal-view-stop", daemon=True).start()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    launch = None
     try:
+        print(f"journal view: {source.kind} {source.location} (read-only)", file=sys.stderr)
+        print(f"search index: {viewer.index.path}", file=sys.stderr)
+        print(server.url, flush=True)
+        if not args.no_browser:
+            import webbrowser
+
+            from journal.view.launch import open_in_browser
+
+            # Through a private file, never the URL itself: a browser's command line is readable
+            # by every local user, and the URL holds the token (journal/view/launch.py).
+            launch = open_in_browser(server.url, webbrowser.open)
         server.serve_forever()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.server_close()
+        if launch is not None:
+            from journal.view.launch import remove_launch_file
+
+            remove_launch_file(launch)
     return OK
