@@ -32,6 +32,16 @@ def _interrupted(signum: int, frame: object) -> None:
 signal.signal(signal.SIGTERM, _interrupted)
 
 
+@pytest.fixture
+def block_cache_at_default() -> Iterator[None]:
+    """The process's block cache at its default budget for the test, as it was after."""
+    import journal
+
+    before = journal.set_block_cache_bytes(journal.BLOCK_CACHE_BYTES_DEFAULT)
+    yield
+    journal.set_block_cache_bytes(before)
+
+
 def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that gets an entry each time a point read takes the plain zstd decompressor (a
     block or a frame decoded, not served from the cache of decoded blocks)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,11 @@ from journal.engine import block_cache
 from journal.engine.block_cache import CACHE, BlockCache, PointBlock
 from tests.conftest import count_decodes
 
+pytestmark = pytest.mark.usefixtures("block_cache_at_default")
+
 
 def _event(i: int, fill: str = "a") -> dict[str, Any]:
     return {"type": "tool_result", "i": i, "text": f"{fill * 300} {i}"}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    before = journal.set_block_cache_bytes(journal.BLOCK_CACHE_BYTES_DEFAULT)
-    yield
-    journal.set_block_cache_bytes(before)
 
 
 def _three_blocks(path: Path) -> None:

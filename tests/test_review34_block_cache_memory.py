@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,7 @@ from journal.engine.block_cache import CACHE
 RECORDS = 4000  # 2,000 blocks of two records: enough entries that per-entry costs dominate
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    before = journal.set_block_cache_bytes(journal.BLOCK_CACHE_BYTES_DEFAULT)
-    yield
-    journal.set_block_cache_bytes(before)
+pytestmark = pytest.mark.usefixtures("block_cache_at_default")
 
 
 def test_many_small_blocks_hold_no_more_memory_than_the_bytes_counted(tmp_path: Path) -> None:
