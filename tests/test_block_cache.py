@@ -4,6 +4,7 @@ rewritten at the same offset since it was decoded is read anew, never served sta
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -13,8 +14,10 @@ from typing import Any
 import pytest
 
 import journal
+from journal.crashsim.faults import FaultyFileSystem
 from journal.engine import block_cache
 from journal.engine.block_cache import CACHE, BlockCache, PointBlock
+from journal.fs import OsFileSystem
 from tests.conftest import count_decodes
 
 pytestmark = pytest.mark.usefixtures("block_cache_at_default")
@@ -159,3 +162,24 @@ def test_threads_sharing_the_cache_keep_its_count_exact() -> None:
 def test_owners_are_never_given_twice() -> None:
     got = {block_cache.new_owner() for _ in range(1000)}
     assert len(got) == 1000
+
+
+def test_a_failed_read_of_a_cached_blocks_header_is_an_io_error_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header read that checks a cached block (an I/O path of its own) fails with EIO: the
+    read raises JournalIOError naming the journal, and the next read, the disk well again, is
+    served from the cache as before."""
+    path = tmp_path / "j"
+    _three_blocks(path)
+    fs = FaultyFileSystem(OsFileSystem())
+    with journal.open(path, readonly=True, fs=fs) as j:
+        for seq in (5, 5):  # the index, then the block decoded and kept
+            j.get(seq)
+        calls = count_decodes(monkeypatch)
+        fs.fail("pread", errno.EIO, after=fs.calls["pread"])  # the next pread: the header's
+        with pytest.raises(journal.JournalIOError):
+            j.get(6)
+        assert fs.injected and calls == []
+        got = j.get(7)
+        assert got is not None and got.event == _event(7) and calls == []
