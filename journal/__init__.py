@@ -34,11 +34,14 @@ from journal.engine.dictionary import (
     parse_dictionary_file_name,
     read_dictionary_file,
 )
+from journal.engine.group import CommitGroup, open_group
 from journal.engine.native import native_available
 from journal.errors import (
     CorruptionError,
     DurabilityError,
     EventNotSerializableError,
+    GroupError,
+    GroupLogCorruptionError,
     IdempotencyConflictError,
     InvalidArgumentError,
     JournalClosedError,
@@ -110,11 +113,14 @@ __all__ = [
     "DICTIONARY_BYTES_MIN",
     "DICTIONARY_ID_MAX",
     "AckLost",
+    "CommitGroup",
     "Committed",
     "CorruptionError",
     "Dictionary",
     "DurabilityError",
     "EventNotSerializableError",
+    "GroupError",
+    "GroupLogCorruptionError",
     "IdempotencyConflictError",
     "InvalidArgumentError",
     "Journal",
@@ -145,6 +151,7 @@ __all__ = [
     "encode_dictionary_file",
     "native_available",
     "open",
+    "open_group",
     "parse_dictionary_file_name",
     "read_dictionary_file",
     "set_block_cache_bytes",

@@ -1,0 +1,658 @@
+"""Commit groups: the journals of one store share an fdatasync per group commit.
+
+``g = journal.open_group(root)``, then ``journal.open(path, group=g)`` for journals in
+directories under ``root`` (a session store's sessions). A durable append of such a journal
+writes its frames into the journal's own live segment as always, then a copy of those bytes into
+the group's log (journal/engine/group_log.py has the format); the log, not the segment, is
+fdatasync'd, and one fdatasync covers every journal whose append met in that group commit
+(RocksDB's rule again: no delay added, a bounded batch). A journal's segment is fdatasync'd at
+seal, at close, and when the group retires a log file, so a closed journal's directory holds
+every record it acknowledged, with no group needed to read it.
+
+On disk, under ``root``:
+
+    .journal-group/RECOVER.lock      taken by whoever recovers or starts a group (below)
+    .journal-group/g-<pid>-<hex>/    one group, open in one process (its LOCK held for its life)
+        LOCK
+        log-<generation>.jgl         its logs, in generation order
+    <journal>/GROUP                  in each journal that joined a group: how many levels up its
+                                     root is ("journal-group 1 up=N"); written before its first
+                                     group commit, and never removed
+
+Life of a log: the group appends entries to its current log file; once the file holds
+LOG_ROTATE_BYTES, a leader makes the next one (durable before use), fdatasyncs every segment the
+old one wrote to, and only then removes it. A clean close does the same with the last file and
+removes the group's directory.
+
+Recovery: a group whose process died leaves its directory, its LOCK free. Before a journal with
+a GROUP file is opened (for writing or reading), and when a group opens, every such dead group
+under the root is recovered under RECOVER.lock: each entry of its logs, in order, is written back
+into the segment it names where the bytes there differ (a power loss dropped them), those
+segments are fdatasync'd, and only then are the logs removed. An entry whose segment is gone,
+sealed (a seal is synced), or belongs to another journal (another journal id) is skipped: it is
+already durable or was deleted on purpose. A torn tail of a log (a write a crash cut short, never
+acknowledged) is kept aside in ``.journal-group/quarantine``; damage to synced bytes of a log is
+GroupLogCorruptionError and nothing is changed. Writing the entries back is idempotent: a crash
+during recovery is recovered by the next one.
+
+Failures: a log write that fails is cut back (every append in that group commit NotCommitted,
+each journal truncating its own frames); a failed fdatasync of the log, a failed cut, or a failed
+fdatasync of a segment while a log is retired fail-stops the group and every journal in it (their
+appends in flight AckLost): the kernel may have dropped pages, and the logs stay for recovery.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import threading
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from journal.engine import format as fmt
+from journal.engine import group_log as glog
+from journal.engine.recovery import quarantine
+from journal.engine.segment import read_header, read_seal
+from journal.errors import (
+    CorruptionError,
+    GroupError,
+    GroupLogCorruptionError,
+    InvalidArgumentError,
+    InvariantError,
+    JournalError,
+    JournalIOError,
+)
+from journal.fs import (
+    File,
+    FileSystem,
+    Lock,
+    OsFileSystem,
+    SyncError,
+    ensure_dir,
+    pread_upto,
+    take_lock,
+    write_all,
+    write_all_synced,
+    write_atomic,
+)
+
+if TYPE_CHECKING:
+    from journal.engine.core import Journal
+
+GROUP_DIR = ".journal-group"
+RECOVER_LOCK = "RECOVER.lock"
+INSTANCE_LOCK = "LOCK"
+INSTANCE_PREFIX = "g-"
+QUARANTINE_DIR = "quarantine"
+MARKER_FILE = "GROUP"
+MARKER_BYTES_MAX = 64
+MARKER_LEVELS_MAX = 64  # a journal this many directories below its root at most
+RECOVER_LOCK_TIMEOUT_S = 60.0  # a recovery writes back at most a few logs: minutes would be damage
+COMMIT_BYTES_MAX = 8 * 1024 * 1024  # one log write carries at most this much (one entry may be larger)
+COMMIT_ENTRIES_MAX = 1024  # and at most this many entries
+_MARKER = re.compile(rb"journal-group 1 up=([0-9]{1,2})\n")
+
+# (status, reason, errno), as writer.Results: "ok", "rolled_back" (nothing of it is in the log:
+# the journal cuts its frames back), "not_written" (the group had stopped before: nothing was
+# logged) or "failed" (fail-stop: unknown what is durable).
+Results = tuple[str, str, "int | None"]
+OK: Results = ("ok", "", None)
+
+
+@dataclass
+class RecoveryNote:
+    """What a recovery of dead groups did (each group's directory, entries, segments written)."""
+
+    groups: list[str] = field(default_factory=list)
+    entries_applied: int = 0
+    entries_skipped: int = 0
+    segments_written: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+
+
+class Member:
+    """A journal in the group, as its entries name it: its directory (absolute, for retiring a
+    log), its path relative to the root (checked once, at join, and kept encoded)."""
+
+    __slots__ = ("journal_dir", "path_raw", "rel")
+
+    def __init__(self, journal_dir: str, rel: str) -> None:
+        self.journal_dir = journal_dir
+        self.rel = rel
+        self.path_raw = glog.check_path(rel).encode("utf-8", "surrogateescape")
+
+
+class _Waiter:
+    """One commit() waiting for its group commit: its entry's fields (the leader numbers and
+    encodes it), whether it asks for the fdatasync, and the lock a leader releases to wake it."""
+
+    __slots__ = ("base_seq", "data", "journal_id", "lead", "member", "offset", "result", "sync", "wake")
+
+    def __init__(
+        self, member: Member, journal_id: bytes, base_seq: int, offset: int, data: bytes | memoryview, sync: bool
+    ) -> None:
+        self.member = member
+        self.journal_id = journal_id
+        self.base_seq = base_seq
+        self.offset = offset
+        self.data = data  # b"": no entry (a sync of what was logged before)
+        self.sync = sync
+        self.lead = False
+        self.result: Results = OK
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+
+class CommitGroup:
+    """One process's commit group under a store root; see the module's doc. Thread-safe."""
+
+    def __init__(self, root: str, fs: FileSystem, instance: str, lock: Lock) -> None:
+        self.root = root
+        self._fs = fs
+        self._dir = instance
+        self._lock: Lock | None = lock
+        self.recovery = RecoveryNote()
+        self._mu = threading.Lock()
+        self._pending: list[_Waiter] = []
+        self._leading = False
+        self._failed: str | None = None
+        self._closed = False
+        self._members: dict[int, str] = {}  # id(journal) -> its directory, of journals open in the group
+        self._generation = 0
+        self._log: File | None = None
+        self._salt = 0
+        self._end = 0  # where the next entry goes in the current log
+        self._number = 0  # the last entry's number in the current log
+        self._touched: set[tuple[str, int]] = set()  # (journal dir, segment base seq) the current log wrote to
+
+    # --- opening and closing -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], fs: FileSystem | None = None) -> CommitGroup:
+        """Recover the dead groups under ``root`` and start this process's group there."""
+        fs = fs or OsFileSystem()
+        root = os.path.abspath(os.fspath(root))
+        if not fs.is_dir(root):
+            raise InvalidArgumentError(f"a commit group's root must be an existing directory: {root}")
+        try:
+            gdir = os.path.join(root, GROUP_DIR)
+            if ensure_dir(fs, gdir):
+                fs.fsync_dir(root)
+            recover_lock = _take_recover_lock(fs, gdir)
+            try:
+                note = _recover_dead(fs, root)
+                instance = os.path.join(gdir, f"{INSTANCE_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+                fs.mkdir(instance)
+                fs.fsync_dir(gdir)
+                lock = fs.try_lock(os.path.join(instance, INSTANCE_LOCK))
+                if lock is None:  # a name this process just made: nobody else could hold it
+                    raise GroupError(f"could not lock the new commit group {instance}")
+                fs.fsync_dir(instance)
+            finally:
+                recover_lock.release()
+            group = cls(root, fs, instance, lock)
+            group.recovery = note
+            try:
+                group._new_log(1)
+            except BaseException:
+                group._release()
+                raise
+        except OSError as exc:
+            if isinstance(exc, JournalError):
+                raise
+            raise JournalIOError(root, exc, doing="opening the commit group of") from exc
+        return group
+
+    def __enter__(self) -> CommitGroup:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def failed(self) -> str | None:
+        """Why the group fail-stopped, or None."""
+        return self._failed
+
+    def close(self) -> None:
+        """Retire the last log (sync the segments it wrote to, remove it) and release the group.
+        Its journals must be closed first. Idempotent. A fail-stopped group keeps its logs for
+        the next open's recovery."""
+        with self._mu:
+            if self._closed:
+                return
+            if self._members:
+                raise GroupError(
+                    f"{len(self._members)} journal(s) of the commit group are still open: close them first"
+                )
+            self._closed = True
+            # Every journal closed, none is in commit(): a leader is done before its journal's
+            # close returns (Journal.close waits for its own leader).
+            leading = self._leading
+        if leading:
+            raise InvariantError("a commit group closed with a batch in flight")
+        try:
+            if self._failed is None and self._log is not None:
+                try:
+                    self._retire(self._generation, self._log, self._touched)
+                    self._log = None
+                    _remove_instance(self._fs, self._dir)
+                except OSError as exc:
+                    self._fail(f"retiring the group's last log at close failed: {exc}")
+                    raise JournalIOError(self.root, exc, doing="closing the commit group of") from exc
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # --- journals in the group ---------------------------------------------------------------
+
+    def join(self, journal: Journal) -> Member:
+        """Admit an open writable journal: its GROUP file is made durable here (before any entry
+        names it) and its directory relative to the root is returned (the entries' path)."""
+        path = os.path.abspath(journal.path)
+        try:
+            rel = glog.relative_path(self.root, path)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{exc}: a journal joins the group of a directory above it") from None
+        _check_no_links(self._fs, self.root, rel)
+        levels = len(rel.split("/"))
+        if levels > MARKER_LEVELS_MAX:
+            raise InvalidArgumentError(
+                f"{path} is {levels} directories below the group's root; at most {MARKER_LEVELS_MAX}"
+            )
+        marker = f"journal-group 1 up={levels}\n".encode()
+        mpath = os.path.join(path, MARKER_FILE)
+        if _read_marker(self._fs, path) != levels:
+            write_atomic(self._fs, mpath, marker)
+        with self._mu:
+            if self._closed or self._failed is not None:
+                raise GroupError(f"the commit group is {'closed' if self._closed else 'fail-stopped'}: "
+                                 f"{self._failed or 'open a new one'}")
+            self._members[id(journal)] = path
+        return Member(path, rel)
+
+    def leave(self, journal: Journal) -> None:
+        with self._mu:
+            self._members.pop(id(journal), None)
+
+    def segment_failed(self, reason: str) -> None:
+        """A journal of the group could not fdatasync its segment: what the log holds for it must
+        stay until recovery writes it back, so the group fail-stops (the logs are kept)."""
+        self._fail(reason)
+
+    # --- the commit path ---------------------------------------------------------------------
+
+    def commit(
+        self, member: Member, journal_id: bytes, base_seq: int, offset: int, data: bytes | memoryview, sync: bool
+    ) -> Results:
+        """Log ``data`` (frames just written at ``offset`` of segment ``base_seq`` of ``member``)
+        and, if ``sync``, return once the log holding it is fdatasync'd. With no ``data``, only
+        the fdatasync (the journal's sync() of what it logged at flush level)."""
+        w = _Waiter(member, journal_id, base_seq, offset, data, sync)
+        with self._mu:
+            if self._failed is not None or self._closed:
+                return ("not_written", self._stopped_reason(), None)
+            self._pending.append(w)
+            lead = not self._leading
+            if lead:
+                self._leading = True
+        if not lead:
+            w.wake.acquire()  # released by a leader: with the result, or to lead
+            if not w.lead:
+                return w.result
+        return self._lead(w)
+
+    def _stopped_reason(self) -> str:
+        if self._failed is not None:
+            return f"the commit group fail-stopped: {self._failed}"
+        return "the commit group is closed"
+
+    def _lead(self, me: _Waiter) -> Results:
+        while True:
+            with self._mu:
+                batch: list[_Waiter] = []
+                nbytes = 0
+                pending = self._pending
+                if pending and len(pending) <= COMMIT_ENTRIES_MAX and (
+                    sum(len(w.data) for w in pending) <= COMMIT_BYTES_MAX
+                ):
+                    batch, self._pending = pending, []
+                else:
+                    while pending and (not batch or (nbytes < COMMIT_BYTES_MAX and len(batch) < COMMIT_ENTRIES_MAX)):
+                        w = pending.pop(0)
+                        batch.append(w)
+                        nbytes += len(w.data)
+                if not batch:
+                    self._leading = False
+                    return me.result
+            result = self._write(batch)
+            mine = False
+            for w in batch:
+                w.result = result
+                if w is me:
+                    mine = True
+                else:
+                    w.wake.release()
+            if mine:
+                with self._mu:
+                    if not self._pending:
+                        self._leading = False
+                        return me.result
+                    nxt = self._pending[0]
+                    nxt.lead = True
+                nxt.wake.release()  # it leads the next batch (it is first in the queue)
+                return me.result
+
+    def _write(self, batch: list[_Waiter]) -> Results:
+        """One write of the batch's entries to the log, and an fdatasync if any of them asks."""
+        if self._failed is not None:
+            return ("not_written", self._stopped_reason(), None)
+        log = self._log
+        if log is None:
+            return ("not_written", "the commit group has no log (closed)", None)
+        if self._end >= glog.LOG_ROTATE_BYTES:
+            self._rotate()
+            log = self._log
+            if self._failed is not None or log is None:
+                return ("not_written", self._stopped_reason(), None)
+        pieces: list[bytes | memoryview] = []
+        number = self._number
+        salt = self._salt
+        sync = False
+        touched = self._touched  # a segment counted and then not written costs one extra fdatasync
+        for w in batch:
+            sync = sync or w.sync
+            if w.data:
+                number += 1
+                pieces.extend(
+                    glog.entry_pieces(number, w.journal_id, w.base_seq, w.offset, w.member.path_raw, w.data, salt)
+                )
+                touched.add((w.member.journal_dir, w.base_seq))
+        data = b"".join(pieces)
+        start = self._end
+        if start + len(data) > glog.LOG_FILE_BYTES_MAX:
+            return ("rolled_back", f"the commit group's log is full ({start} bytes) and could not be retired", None)
+        try:
+            if data and sync:
+                write_all_synced(log, data, start)  # one call into C, one release of the GIL
+            elif data:
+                write_all(log, data, start)
+            elif sync:
+                log.fdatasync()
+        except SyncError as exc:
+            return self._sync_failed(exc)
+        except OSError as exc:
+            if not data:
+                return self._sync_failed(exc)
+            try:
+                log.truncate(start)
+                log.fdatasync()
+            except OSError as cut:
+                self._fail(f"a log write failed ({exc}) and cutting it back failed too: {cut}")
+                return ("failed", f"the commit group's log write failed and could not be cut back: {cut}", cut.errno)
+            return ("rolled_back", f"writing the commit group's log failed: {exc}", exc.errno)
+        self._end = start + len(data)
+        self._number = number
+        return OK
+
+    def _sync_failed(self, exc: OSError) -> Results:
+        reason = f"fdatasync of the commit group's log failed: {exc}"
+        self._fail(reason)
+        return ("failed", reason, exc.errno)
+
+    def _fail(self, reason: str) -> None:
+        with self._mu:
+            if self._failed is None:
+                self._failed = reason
+
+    # --- log files ----------------------------------------------------------------------------
+
+    def _new_log(self, generation: int) -> None:
+        """Make log ``generation`` durable under its name (temp file, fsync, rename, directory
+        fsync) and make it the current one."""
+        salt = int.from_bytes(secrets.token_bytes(8), "little")
+        path = os.path.join(self._dir, glog.log_name(generation))
+        write_atomic(self._fs, path, glog.encode_header(generation, salt))
+        f = self._fs.open_write(path, create=False)
+        self._log, self._generation, self._salt = f, generation, salt
+        self._end, self._number, self._touched = glog.LOG_HEADER_SIZE_BYTES, 0, set()
+
+    def _rotate(self) -> None:
+        """The next log file, then the old one retired. A failure to make the new file keeps the
+        old one (it grows to LOG_FILE_BYTES_MAX); a failure to retire fail-stops the group."""
+        old, generation, touched = self._log, self._generation, self._touched
+        if old is None:
+            return
+        try:
+            self._new_log(generation + 1)
+        except OSError:
+            return  # retried at the next batch; the old log stays current
+        try:
+            self._retire(generation, old, touched)
+        except OSError as exc:
+            self._fail(f"retiring commit group log {generation} failed: {exc}")
+
+    def _retire(self, generation: int, log: File, touched: set[tuple[str, int]]) -> None:
+        """fdatasync every segment log ``generation`` wrote to, then remove it. A segment that is
+        gone was dropped or deleted with its journal: nothing of it is to keep."""
+        fs = self._fs
+        for jdir, base_seq in sorted(touched):
+            seg = os.path.join(jdir, fmt.segment_name(base_seq))
+            try:
+                f = fs.open_write(seg, create=False)
+            except FileNotFoundError:
+                continue
+            try:
+                f.fdatasync()
+            finally:
+                f.close()
+        log.close()
+        fs.unlink(os.path.join(self._dir, glog.log_name(generation)))
+        fs.fsync_dir(self._dir)
+
+
+# --- recovery -----------------------------------------------------------------------------------
+
+
+def _take_recover_lock(fs: FileSystem, gdir: str) -> Lock:
+    lock = take_lock(fs, os.path.join(gdir, RECOVER_LOCK), RECOVER_LOCK_TIMEOUT_S)
+    if lock is None:
+        raise GroupError(
+            f"another process has been recovering the commit groups in {gdir} for {RECOVER_LOCK_TIMEOUT_S:.0f} s; "
+            "if it is stuck, stop it and open again"
+        )
+    return lock
+
+
+def _read_marker(fs: FileSystem, journal_dir: str) -> int | None:
+    """How many levels above ``journal_dir`` its group's root is (its GROUP file), or None."""
+    path = os.path.join(journal_dir, MARKER_FILE)
+    try:
+        if not fs.exists(path):
+            return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # no journal there yet (its open says so, or makes one)
+    f = fs.open_read(path)
+    try:
+        data = f.pread(MARKER_BYTES_MAX + 1, 0)
+    finally:
+        f.close()
+    m = _MARKER.fullmatch(data)
+    if m is None or not 1 <= int(m.group(1)) <= MARKER_LEVELS_MAX:
+        raise GroupError(
+            f"{path} is not a commit group marker this build wrote ({data[:MARKER_BYTES_MAX]!r}); "
+            "if the journal never joined a group, remove the file"
+        )
+    return int(m.group(1))
+
+
+def recover_for_journal(fs: FileSystem, journal_dir: str) -> RecoveryNote | None:
+    """Before a journal is opened: if it joined a commit group, recover that root's dead groups,
+    so that every record the journal acknowledged through a group is in its segments."""
+    levels = _read_marker(fs, journal_dir)
+    if levels is None:
+        return None
+    root = os.path.abspath(journal_dir)
+    for _ in range(levels):
+        root = os.path.dirname(root)
+    gdir = os.path.join(root, GROUP_DIR)
+    if not fs.is_dir(gdir) or fs.is_link(gdir):
+        return None  # no group ever ran there (the journal was moved or copied out of its store)
+    if not any(n.startswith(INSTANCE_PREFIX) for n in fs.listdir(gdir)):
+        return None
+    lock = _take_recover_lock(fs, gdir)
+    try:
+        return _recover_dead(fs, root)
+    finally:
+        lock.release()
+
+
+def _recover_dead(fs: FileSystem, root: str) -> RecoveryNote:
+    """Recover every group under ``root`` whose LOCK is free (its process is gone). The caller
+    holds RECOVER.lock: a LOCK held now is held by a live group, whose journals' bytes are in the
+    page cache, and whose entries for closed journals were synced at their close."""
+    note = RecoveryNote()
+    gdir = os.path.join(root, GROUP_DIR)
+    for name in fs.listdir(gdir):
+        inst = os.path.join(gdir, name)
+        if not name.startswith(INSTANCE_PREFIX) or not fs.is_dir(inst) or fs.is_link(inst):
+            continue
+        lock = fs.try_lock(os.path.join(inst, INSTANCE_LOCK))
+        if lock is None:
+            continue  # a live group
+        try:
+            _recover_instance(fs, root, inst, note)
+        finally:
+            lock.release()
+        _remove_instance(fs, inst)
+        note.groups.append(name)
+    return note
+
+
+def _recover_instance(fs: FileSystem, root: str, inst: str, note: RecoveryNote) -> None:
+    logs = sorted((g, n) for n in fs.listdir(inst) if (g := glog.parse_log_name(n)) is not None)
+    scans: list[tuple[str, glog.Scan]] = []
+    for generation, name in logs:
+        path = os.path.join(inst, name)
+        f = fs.open_read(path)
+        try:
+            size = f.size()
+            if size > glog.LOG_FILE_BYTES_MAX:
+                raise GroupLogCorruptionError(path, 0, f"{size} bytes, more than a log file ever holds")
+            data = pread_upto(f, size, 0)
+        finally:
+            f.close()
+        try:
+            got = glog.scan(data)
+        except glog.LogError as exc:
+            if exc.offset == 0 and len(data) < glog.LOG_HEADER_SIZE_BYTES + 8 and not data.strip(b"\x00"):
+                continue  # made and never written: nothing to recover
+            raise GroupLogCorruptionError(path, exc.offset, exc.reason) from None
+        if got.header.generation != generation:
+            raise GroupLogCorruptionError(path, 0, f"its header says generation {got.header.generation}")
+        if got.torn:
+            kept = quarantine(fs, os.path.dirname(inst), f"{os.path.basename(inst)}-{name}", got.end, data[got.end :])
+            note.quarantined.append(kept)
+            note.actions.append(f"kept aside the torn tail of {name} ({len(data) - got.end} bytes) as {kept}")
+        scans.append((name, got))
+    opened: dict[str, File | None] = {}
+    written: set[str] = set()
+    try:
+        for _name, got in scans:
+            for entry in got.entries:
+                if _apply(fs, root, entry, opened, written):
+                    note.entries_applied += 1
+                else:
+                    note.entries_skipped += 1
+        for seg in sorted(written):
+            dirty = opened[seg]
+            if dirty is not None:
+                dirty.fdatasync()
+    finally:
+        for each in opened.values():
+            if each is not None:
+                each.close()
+    note.segments_written += len(written)
+    for _g, name in logs:
+        fs.unlink(os.path.join(inst, name))
+    fs.fsync_dir(inst)
+
+
+def _apply(fs: FileSystem, root: str, entry: glog.Entry, opened: dict[str, File | None], written: set[str]) -> bool:
+    """Write ``entry`` back into its segment where the bytes there differ; False if it is skipped
+    (the segment is gone, sealed, or another journal's)."""
+    jdir = os.path.join(root, *entry.path.split("/"))
+    seg = os.path.join(jdir, fmt.segment_name(entry.base_seq))
+    if seg not in opened:
+        opened[seg] = _open_live_segment(fs, root, entry, seg)
+    f = opened[seg]
+    if f is None:
+        return False
+    if pread_upto(f, len(entry.data), entry.offset) != entry.data:
+        write_all(f, entry.data, entry.offset)
+        written.add(seg)
+    return True
+
+
+def _open_live_segment(fs: FileSystem, root: str, entry: glog.Entry, seg: str) -> File | None:
+    try:
+        _check_no_links(fs, root, entry.path)
+    except JournalError:
+        return None
+    if not fs.exists(seg):
+        return None
+    f = fs.open_write(seg, create=False)
+    try:
+        header = read_header(f, os.path.basename(seg))
+        if header.journal_id != entry.journal_id or header.base_seq != entry.base_seq:
+            f.close()
+            return None
+        if read_seal(f, header, os.path.basename(seg), f.size()) is not None:
+            f.close()  # sealed: synced when it was sealed
+            return None
+    except CorruptionError:
+        f.close()  # the journal's own open reports a damaged header
+        return None
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _check_no_links(fs: FileSystem, root: str, rel: str) -> None:
+    """No directory between the root and a journal is a symbolic link: an entry is written only
+    into a segment under the root, never through a link out of it."""
+    from journal.errors import UnexpectedLinkError
+
+    here = root
+    for part in rel.split("/"):
+        here = os.path.join(here, part)
+        if fs.is_link(here):
+            raise UnexpectedLinkError(here)
+
+
+def _remove_instance(fs: FileSystem, inst: str) -> None:
+    for name in fs.listdir(inst):
+        fs.unlink(os.path.join(inst, name))
+    remove = getattr(fs, "rmdir", None)
+    if remove is not None:
+        remove(inst)
+    fs.fsync_dir(os.path.dirname(inst))
+
+
+def open_group(root: str | os.PathLike[str], fs: FileSystem | None = None) -> CommitGroup:
+    """Start this process's commit group under the store root ``root``; see journal/engine/group.py."""
+    return CommitGroup.open(root, fs)
+
+
+__all__ = ["CommitGroup", "RecoveryNote", "open_group", "recover_for_journal"]
