@@ -492,6 +492,72 @@ def write_all_synced(f: File, data: bytes | memoryview, offset: int, first_last:
         raise _as_sync_error(exc) from exc
 
 
+# The commit group's batch write in one call, where the module built has it.
+_WRITE_BATCH = (
+    None if _WRITE_ALL_SYNC is None else getattr(importlib.import_module("journal._write_sync"), "write_batch", None)
+)
+_NOT_TRIED = 0x20000  # its answer for the last item when an earlier one failed (NOT_TRIED in the C file)
+BatchItem = tuple["File", "bytes | memoryview", int, int]  # (file, data, offset, first_last)
+
+
+def not_tried() -> OSError:
+    """write_batch's answer for the last item when an earlier write failed: nothing of it was written."""
+    return OSError(errno.ECANCELED, "not written: an earlier write of the same batch failed")
+
+
+def write_batch(items: list[BatchItem], sync_last: bool) -> list[OSError | None]:
+    """write_all of every item but the last (``first_last`` as there); if all went through,
+    write_all of the last and, with ``sync_last``, fdatasync its file: a commit group's leader
+    writes the frames of every journal in its batch, then the group's log. One answer per item:
+    None, or the OSError its write raised (the last's: SyncError if its fdatasync failed, or
+    not_tried()). On plain OsFiles it is one C call that releases the GIL once (as
+    write_all_synced, and for the same reason); on any other file the calls run one by one
+    through its own methods."""
+    c_call = _WRITE_BATCH
+    if c_call is not None:
+        calls = []
+        for f, data, offset, first in items:
+            if type(f) is not OsFile or not _STANDS_FOR.isdisjoint(f.__dict__):
+                break
+            calls.append((f.fileno(), data, offset, first))
+        else:
+            rcs: list[int] = c_call(calls, sync_last)
+            if not any(rcs):
+                return [None] * len(rcs)
+            return [_batch_answer(rc, items[k][0]) for k, rc in enumerate(rcs)]
+    out: list[OSError | None] = []
+    for f, data, offset, first in items[:-1]:
+        try:
+            write_all(f, data, offset, first)
+            out.append(None)
+        except OSError as exc:
+            out.append(exc)
+    f, data, offset, first = items[-1]
+    if any(out):
+        out.append(not_tried())
+        return out
+    try:
+        (write_all_synced if sync_last else write_all)(f, data, offset, first)
+        out.append(None)
+    except OSError as exc:
+        out.append(exc)
+    return out
+
+
+def _batch_answer(rc: int, f: File) -> OSError | None:
+    """write_batch's C answer as the twin gives it (the errors raised as os.pwrite and
+    os.fdatasync raise them, as write_all_synced's are)."""
+    if rc == 0:
+        return None
+    if rc == _NOT_TRIED:
+        return not_tried()
+    if rc == _NO_PROGRESS:
+        return OSError(errno.ENOSPC, "short write made no progress", f.path)
+    if rc > 0:
+        return OSError(rc, os.strerror(rc))
+    return SyncError(-rc, os.strerror(-rc))
+
+
 def _as_sync_error(exc: OSError) -> SyncError:
     """``exc`` as a SyncError that reads as it did: the same errno, text and file names."""
     if exc.errno is None or exc.strerror is None:

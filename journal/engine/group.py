@@ -63,8 +63,10 @@ from journal.errors import (
     InvariantError,
     JournalError,
     JournalIOError,
+    present,
 )
 from journal.fs import (
+    BatchItem,
     File,
     FileSystem,
     Lock,
@@ -76,6 +78,7 @@ from journal.fs import (
     write_all,
     write_all_synced,
     write_atomic,
+    write_batch,
 )
 
 if TYPE_CHECKING:
@@ -129,12 +132,17 @@ class _Waiter:
     """One commit() waiting for its group commit: its entry's fields (the leader numbers and
     encodes it), whether it asks for the fdatasync, and the lock a leader releases to wake it."""
 
-    __slots__ = ("base_seq", "data", "journal_id", "lead", "member", "offset", "result", "sync", "wake")
+    __slots__ = (
+        "base_seq", "data", "file", "first_last", "journal_id", "lead", "member", "offset", "result", "sync", "wake"
+    )
 
     def __init__(
-        self, member: Member, journal_id: bytes, base_seq: int, offset: int, data: bytes | memoryview, sync: bool
+        self, member: Member, file: File, journal_id: bytes, base_seq: int, offset: int,
+        data: bytes | memoryview, first_last: int, sync: bool,
     ) -> None:
         self.member = member
+        self.file = file  # the journal's live segment, which the leader writes ``data`` into
+        self.first_last = first_last
         self.journal_id = journal_id
         self.base_seq = base_seq
         self.offset = offset
@@ -142,8 +150,7 @@ class _Waiter:
         self.sync = sync
         self.lead = False
         self.result: Results = OK
-        self.wake = threading.Lock()
-        self.wake.acquire()
+        self.wake: threading.Lock | None = None  # made (held) only when it waits for a leader
 
 
 class CommitGroup:
@@ -293,24 +300,49 @@ class CommitGroup:
     # --- the commit path ---------------------------------------------------------------------
 
     def commit(
-        self, member: Member, journal_id: bytes, base_seq: int, offset: int, data: bytes | memoryview, sync: bool
+        self, member: Member, file: File, journal_id: bytes, base_seq: int, offset: int,
+        data: bytes | memoryview, first_last: int, sync: bool,
     ) -> Results:
-        """Log ``data`` (frames just written at ``offset`` of segment ``base_seq`` of ``member``)
-        and, if ``sync``, return once the log holding it is fdatasync'd. With no ``data``, only
-        the fdatasync (the journal's sync() of what it logged at flush level)."""
-        w = _Waiter(member, journal_id, base_seq, offset, data, sync)
-        with self._mu:
+        """Write ``data`` (frames) at ``offset`` of ``file``, the live segment ``base_seq`` of
+        ``member``, the first ``first_last`` bytes last (journal/fs.py's write_all), and log a
+        copy; if ``sync``, return once the log holding it is fdatasync'd. The leader of the group
+        commit makes every journal's write and the log's in one call (one release of the GIL for
+        the batch). With no ``data``, only the fdatasync (the journal's sync() of what it logged
+        at flush level). "seg_failed": this journal's write failed (nothing of it is in the log);
+        "rolled_back": the log's write failed (cut back): either way the journal cuts its frames
+        back; "not_written": nothing was written (the group had stopped)."""
+        w = _Waiter(member, file, journal_id, base_seq, offset, data, first_last, sync)
+        mu = self._mu
+        with mu:
             if self._failed is not None or self._closed:
                 return ("not_written", self._stopped_reason(), None)
-            self._pending.append(w)
-            lead = not self._leading
-            if lead:
+            if self._leading:
+                wake = w.wake = threading.Lock()
+                wake.acquire()
+                self._pending.append(w)
+            else:
+                # Nobody leads, so nobody waits: this one is a batch of its own at once, with no
+                # lock to make or to wake (the one writer of a quiet group pays no more).
                 self._leading = True
-        if not lead:
-            w.wake.acquire()  # released by a leader: with the result, or to lead
-            if not w.lead:
-                return w.result
+                wake = None
+        if wake is None:
+            self._write([w])
+            self._end_lead()
+            return w.result
+        wake.acquire()  # released by a leader: with the result, or to lead
+        if not w.lead:
+            return w.result
         return self._lead(w)
+
+    def _end_lead(self) -> None:
+        """The leader is done: the first waiter leads next, or nobody does."""
+        with self._mu:
+            if not self._pending:
+                self._leading = False
+                return
+            nxt = self._pending[0]
+            nxt.lead = True
+        present(nxt.wake, "a waiter holds its lock").release()
 
     def _stopped_reason(self) -> str:
         if self._failed is not None:
@@ -318,82 +350,123 @@ class CommitGroup:
         return "the commit group is closed"
 
     def _lead(self, me: _Waiter) -> Results:
+        """Write batches from the queue until one holds ``me``, then hand the lead on."""
         while True:
             with self._mu:
-                batch: list[_Waiter] = []
-                nbytes = 0
                 pending = self._pending
-                if pending and len(pending) <= COMMIT_ENTRIES_MAX and (
-                    sum(len(w.data) for w in pending) <= COMMIT_BYTES_MAX
-                ):
+                if len(pending) <= COMMIT_ENTRIES_MAX and sum(len(w.data) for w in pending) <= COMMIT_BYTES_MAX:
                     batch, self._pending = pending, []
                 else:
+                    batch, nbytes = [], 0
                     while pending and (not batch or (nbytes < COMMIT_BYTES_MAX and len(batch) < COMMIT_ENTRIES_MAX)):
                         w = pending.pop(0)
                         batch.append(w)
                         nbytes += len(w.data)
-                if not batch:
-                    self._leading = False
-                    return me.result
-            result = self._write(batch)
+            self._write(batch)
             mine = False
             for w in batch:
-                w.result = result
                 if w is me:
                     mine = True
                 else:
-                    w.wake.release()
+                    present(w.wake, "a waiter holds its lock").release()
             if mine:
-                with self._mu:
-                    if not self._pending:
-                        self._leading = False
-                        return me.result
-                    nxt = self._pending[0]
-                    nxt.lead = True
-                nxt.wake.release()  # it leads the next batch (it is first in the queue)
+                self._end_lead()
                 return me.result
 
-    def _write(self, batch: list[_Waiter]) -> Results:
-        """One write of the batch's entries to the log, and an fdatasync if any of them asks."""
-        if self._failed is not None:
-            return ("not_written", self._stopped_reason(), None)
-        log = self._log
-        if log is None:
-            return ("not_written", "the commit group has no log (closed)", None)
-        if self._end >= glog.LOG_ROTATE_BYTES:
+    def _write(self, batch: list[_Waiter]) -> None:
+        """The batch's frames into their segments and its entries into the log, and an fdatasync
+        of the log if any of them asks: each waiter's ``result`` says what it got."""
+        stopped: Results | None = None
+        if self._failed is not None or self._log is None:
+            stopped = ("not_written", self._stopped_reason(), None)
+        elif self._end >= glog.LOG_ROTATE_BYTES:
             self._rotate()
-            log = self._log
-            if self._failed is not None or log is None:
-                return ("not_written", self._stopped_reason(), None)
-        pieces: list[bytes | memoryview] = []
-        number = self._number
-        salt = self._salt
+            if self._failed is not None or self._log is None:
+                stopped = ("not_written", self._stopped_reason(), None)
+        if stopped is not None:
+            for w in batch:
+                w.result = stopped
+            return
+        log = present(self._log, "a group that has not stopped has a log")
         sync = False
-        touched = self._touched  # a segment counted and then not written costs one extra fdatasync
+        writes: list[_Waiter] = []
         for w in batch:
             sync = sync or w.sync
             if w.data:
-                number += 1
-                pieces.extend(
-                    glog.entry_pieces(number, w.journal_id, w.base_seq, w.offset, w.member.path_raw, w.data, salt)
-                )
-                touched.add((w.member.journal_dir, w.base_seq))
-        data = b"".join(pieces)
+                writes.append(w)
+        if not writes:
+            result = OK
+            if sync:
+                try:
+                    log.fdatasync()
+                except OSError as exc:
+                    result = self._sync_failed(exc)
+            for w in batch:
+                w.result = result
+            return
+        items: list[BatchItem] = [(w.file, w.data, w.offset, w.first_last) for w in writes]
+        data = self._entries(writes)
         start = self._end
         if start + len(data) > glog.LOG_FILE_BYTES_MAX:
-            return ("rolled_back", f"the commit group's log is full ({start} bytes) and could not be retired", None)
-        try:
-            if data and sync:
-                write_all_synced(log, data, start)  # one call into C, one release of the GIL
-            elif data:
-                write_all(log, data, start)
-            elif sync:
-                log.fdatasync()
-        except SyncError as exc:
-            return self._sync_failed(exc)
-        except OSError as exc:
+            # Nothing is written: every journal of the batch gives its records back.
+            full: Results = ("not_written", f"the commit group's log is full ({start} bytes), not retired", None)
+            for w in batch:
+                w.result = full
+            return
+        items.append((log, data, start, 0))
+        answers = write_batch(items, sync)
+        last = answers[-1]
+        failed: dict[int, OSError] = {}
+        if any(answers):
+            failed = {id(w): exc for w, exc in zip(writes, answers, strict=False) if exc is not None}
+        if failed:
+            # A journal's own write failed: its frames are not logged (it cuts them back); the
+            # others' entries are logged now, numbered anew.
+            for w in writes:
+                own = failed.get(id(w))
+                if own is not None:
+                    w.result = ("seg_failed", f"write failed: {own}", own.errno)
+            writes = [w for w in writes if id(w) not in failed]
+            data = self._entries(writes)
             if not data:
-                return self._sync_failed(exc)
+                result = OK
+                if sync:
+                    try:
+                        log.fdatasync()
+                    except OSError as exc:
+                        result = self._sync_failed(exc)
+                for w in batch:
+                    if id(w) not in failed:
+                        w.result = result
+                return
+            try:
+                (write_all_synced if sync else write_all)(log, data, start)
+                last = None
+            except OSError as exc:
+                last = exc
+        result = self._logged(writes, data, start, last)
+        for w in batch:
+            if id(w) not in failed:
+                w.result = result
+
+    def _entries(self, writes: list[_Waiter]) -> bytes:
+        """The log entries of ``writes``, numbered on from the log's last."""
+        pieces: list[bytes | memoryview] = []
+        number, salt = self._number, self._salt
+        for w in writes:
+            number += 1
+            pieces.extend(
+                glog.entry_pieces(number, w.journal_id, w.base_seq, w.offset, w.member.path_raw, w.data, salt)
+            )
+        return b"".join(pieces)
+
+    def _logged(self, writes: list[_Waiter], data: bytes, start: int, exc: OSError | None) -> Results:
+        """Account for the log write of ``writes``'s entries at ``start`` whose answer was ``exc``."""
+        log = present(self._log, "a group writing has a log")
+        if isinstance(exc, SyncError):
+            self._end = start + len(data)  # written: whatever is durable of it, the log is kept
+            return self._sync_failed(exc)
+        if exc is not None:
             try:
                 log.truncate(start)
                 log.fdatasync()
@@ -402,7 +475,10 @@ class CommitGroup:
                 return ("failed", f"the commit group's log write failed and could not be cut back: {cut}", cut.errno)
             return ("rolled_back", f"writing the commit group's log failed: {exc}", exc.errno)
         self._end = start + len(data)
-        self._number = number
+        self._number += len(writes)
+        touched = self._touched  # a segment counted and then not written costs one extra fdatasync
+        for w in writes:
+            touched.add((w.member.journal_dir, w.base_seq))
         return OK
 
     def _sync_failed(self, exc: OSError) -> Results:

@@ -848,34 +848,30 @@ class Writer:
     def _write_grouped(
         self, group: CommitGroup, active: File, data: bytes, start: int, sync: bool, first_last: int
     ) -> Results:
-        """_write_frames in a commit group: the frames go into the live segment, then a copy into
-        the group's log, which is fdatasync'd for every journal whose append met in that group
-        commit. A log write that failed (or a group that had stopped) cuts the frames back out of
-        the segment: NotCommitted. A failed fdatasync of the log is fail-stop, as one of the
-        segment would be. Once the log's fdatasync returned, the frames are durable: a recovery
-        writes them back into the segment if a power loss dropped them (journal/engine/group.py)."""
+        """_write_frames in a commit group: the group commit's leader writes the frames into the
+        live segment (with the other journals' in one call) and a copy into the group's log, which
+        is fdatasync'd for every journal whose append met in that group commit. A failed write,
+        of the frames or of the log, cuts the frames back out of the segment: NotCommitted. A
+        failed fdatasync of the log is fail-stop, as one of the segment would be. Once the log's
+        fdatasync returned the frames are durable: a recovery writes them back into the segment if
+        a power loss dropped them (journal/engine/group.py)."""
         if data:
             self._synced_at = None  # written and not yet durable: the next frame claims nothing
-            try:
-                write_all(active, data, start, first_last)
-            except OSError as exc:
-                return self._roll_back(start, f"write failed: {exc}", exc.errno)
             self._unsynced = True
             self._group_dirty = True
         header = present(self._active_header, "a live segment has a header")
         member = present(self._group_member, "a journal in a group is its member")
-        status, reason, errno_ = group.commit(member, header.journal_id, header.base_seq, start, data, sync)
-        if status == "failed":
-            return ("failed", reason, errno_)
-        if status != "ok":
-            if not data:
-                return ("failed" if status == "not_written" else status, reason, errno_)
-            cut = self._roll_back(start, reason, errno_)
-            return cut if cut[0] == "failed" or status == "rolled_back" else (status, reason, errno_)
-        if sync:
-            self._unsynced = False
-            self._synced_at = (active, start + len(data))
-        return WRITTEN
+        status, reason, errno_ = group.commit(
+            member, active, header.journal_id, header.base_seq, start, data, first_last, sync
+        )
+        if status == "ok":
+            if sync:
+                self._unsynced = False
+                self._synced_at = (active, start + len(data))
+            return WRITTEN
+        if status in ("failed", "not_written") or not data:
+            return (status if status in ("failed", "not_written") else "rolled_back", reason, errno_)
+        return self._roll_back(start, reason, errno_)
 
     def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], records: int, start: int, end: int) -> None:
         """Account for ``records`` records in frames written at [start, end): index points (a
