@@ -226,6 +226,19 @@ class GroupError(JournalError):
     """A commit group (journal.open_group) cannot do what was asked; the message says what to do."""
 
 
+class GroupRecoveryPendingError(GroupError):
+    """A tool that changes nothing met a journal whose commit group died with its log unrecovered."""
+
+    def __init__(self, path: str, group: str) -> None:
+        super().__init__(
+            f"journal {path!r} joined a commit group whose process stopped ({group}); its log may hold "
+            "records the segments lack. Open the journal once (journal.open, or `journal cat`), which "
+            "writes them back, then run this again"
+        )
+        self.path = path
+        self.group = group
+
+
 class GroupLogCorruptionError(CorruptionError):
     """Synced bytes of a commit group's log failed verification: recovery stops, nothing is changed."""
 

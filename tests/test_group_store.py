@@ -12,8 +12,8 @@ import pytest
 
 import journal
 from journal.engine import group as grp
-from journal.engine import segment as seg_mod
 from journal.engine.format import SEGMENT_HEADER_SIZE_BYTES
+from journal.engine.verify import verify
 from journal.session.store import SessionStore
 
 SESSIONS = 3
@@ -92,12 +92,19 @@ def test_a_grouped_store_recovers_sessions_from_the_group_log_after_a_crash(tmp_
     acked: dict[str, int] = json.loads(out.read_text())
     segs = glob.glob(str(root / "sessions" / "*" / "journal" / "*.seg"))
     assert len(segs) == SESSIONS
-    # A read-only open (the viewer's) recovers the dead group first: every synced event is back.
+    # A tool that changes nothing says the group's log is unrecovered rather than judge the
+    # segments (they lack what only the log holds), and changes nothing.
     store = SessionStore(root)
+    first = store.journal_path(next(iter(acked)))
+    before = {p: pathlib.Path(p).read_bytes() for p in segs}
+    with pytest.raises(journal.GroupRecoveryPendingError, match="Open the journal once"):
+        verify(first)
+    assert {p: pathlib.Path(p).read_bytes() for p in segs} == before
+    # A read-only open (the viewer's) recovers the dead group first: every synced event is back.
     for sid, seq in acked.items():
         with store.open(sid, readonly=True) as s:
             texts = [e.data.get("text") for e in s.read() if e.type == "user.message"]
             assert s.journal.last_seq >= seq
             assert texts == [f"message {k}" for k in range(TOOL_CALLS)]
     assert not [n for n in os.listdir(root / grp.GROUP_DIR) if n.startswith(grp.INSTANCE_PREFIX)]
-    assert seg_mod  # the segment module is the one the store's journals use
+    assert verify(first).verdict == "clean"  # and now the segments hold it all

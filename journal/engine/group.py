@@ -593,6 +593,33 @@ def recover_for_journal(fs: FileSystem, journal_dir: str) -> RecoveryNote | None
         lock.release()
 
 
+def pending_recovery(fs: FileSystem, journal_dir: str) -> str | None:
+    """The first dead group under the root of the journal in ``journal_dir`` whose logs are not
+    yet written back (a tool that must not change the journal reports it rather than read
+    segments that may lack what the log holds), or None. Changes no byte of any journal."""
+    levels = _read_marker(fs, journal_dir)
+    if levels is None:
+        return None
+    root = os.path.abspath(journal_dir)
+    for _ in range(levels):
+        root = os.path.dirname(root)
+    gdir = os.path.join(root, GROUP_DIR)
+    if not fs.is_dir(gdir) or fs.is_link(gdir):
+        return None
+    for name in fs.listdir(gdir):
+        inst = os.path.join(gdir, name)
+        if not name.startswith(INSTANCE_PREFIX) or not fs.is_dir(inst) or fs.is_link(inst):
+            continue
+        if not any(glog.parse_log_name(n) is not None for n in fs.listdir(inst)):
+            continue
+        lock = fs.try_lock(os.path.join(inst, INSTANCE_LOCK))
+        if lock is None:
+            continue  # alive: its journals' bytes are in the page cache
+        lock.release()
+        return inst
+    return None
+
+
 def _recover_dead(fs: FileSystem, root: str) -> RecoveryNote:
     """Recover every group under ``root`` whose LOCK is free (its process is gone). The caller
     holds RECOVER.lock: a LOCK held now is held by a live group, whose journals' bytes are in the
@@ -731,4 +758,4 @@ def open_group(root: str | os.PathLike[str], fs: FileSystem | None = None) -> Co
     return CommitGroup.open(root, fs)
 
 
-__all__ = ["CommitGroup", "RecoveryNote", "open_group", "recover_for_journal"]
+__all__ = ["CommitGroup", "RecoveryNote", "open_group", "pending_recovery", "recover_for_journal"]
