@@ -66,8 +66,9 @@ if spec.get("close_each"):  # a long-lived group, sessions opened and closed one
             for i in range(spec["records"]):
                 assert isinstance(j.append({"j": n, "i": i}, durability="sync"), journal.Committed)
     spec["records"] = 0
+opts = {"segment_size_bytes": spec["segment_bytes"]} if spec.get("segment_bytes") else {}
 js = [] if spec.get("close_each") else [
-    journal.open(os.path.join(root, name), create=True, group=g) for name in spec["journals"]
+    journal.open(os.path.join(root, name), create=True, group=g, **opts) for name in spec["journals"]
 ]
 for i in range(spec["records"]):
     for n, j in enumerate(js):
@@ -76,6 +77,10 @@ for i in range(spec["records"]):
 if spec.get("durability") == "flush":
     for j in js:
         j.sync()
+if spec.get("close_group"):  # a clean close of everything, then the power loss
+    for j in js:
+        j.close()
+    g.close()
 gdir = os.path.join(root, ".journal-group")
 listing = {n: sorted(os.listdir(os.path.join(gdir, n))) for n in os.listdir(gdir) if n.startswith("g-")}
 print(json.dumps(listing), flush=True)
@@ -464,6 +469,24 @@ def test_records_survive_a_power_loss_after_rotation(root: pathlib.Path) -> None
         assert events(root / name) == [{"j": n, "i": i} for i in range(60)]
 
 
+def test_records_survive_a_power_loss_across_segment_roll_overs(root: pathlib.Path) -> None:
+    names = ["r1", "r2"]
+    finish(run_child("powerloss", root, journals=names, records=120, segment_bytes=4096))
+    assert all(len(list((root / name).glob("*" + SEG_SUFFIX))) >= 2 for name in names)  # it rolled over
+    for n, name in enumerate(names):
+        assert events(root / name) == [{"j": n, "i": i} for i in range(120)]
+
+
+def test_a_clean_close_leaves_every_record_in_the_segments(root: pathlib.Path) -> None:
+    # After journal.close and group.close, the group's log is gone: a power loss then keeps the
+    # records only if the closes fdatasync'd the segments.
+    names = ["c1", "c2", "a/b/c3"]
+    (root / "a/b").mkdir(parents=True)
+    assert finish(run_child("powerloss", root, journals=names, records=4, close_group=True)) == {}
+    for n, name in enumerate(names):
+        assert events(root / name) == [{"j": n, "i": i} for i in range(4)]
+
+
 def test_flush_then_sync_is_durable_through_the_group(root: pathlib.Path) -> None:
     names = ["f1", "f2"]
     finish(run_child("powerloss", root, journals=names, records=7, durability="flush"))
@@ -519,7 +542,11 @@ def test_a_dead_group_is_recovered_by_open_group(root: pathlib.Path, holder: sub
 # --- threads -------------------------------------------------------------------------------------
 
 
-def test_eight_journals_four_threads_each_through_one_group(root: pathlib.Path) -> None:
+@pytest.mark.parametrize("rotate_bytes", [glog.LOG_ROTATE_BYTES, 4096], ids=["one_log", "rotating"])
+def test_eight_journals_four_threads_each_through_one_group(
+    root: pathlib.Path, monkeypatch: pytest.MonkeyPatch, rotate_bytes: int
+) -> None:
+    monkeypatch.setattr(glog, "LOG_ROTATE_BYTES", rotate_bytes)  # retirements among the appends
     journals_n, threads_n, rounds = 8, 4, 20
     g = journal.open_group(root)
     js = [journal.open(root / f"t{n}", create=True, group=g) for n in range(journals_n)]
