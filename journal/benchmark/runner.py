@@ -602,13 +602,19 @@ class Bench:
             store_root = self.path("corpus-dict")
             made.append(store_root)
             try:
-                d = train(store_root, [file_events(f) for f in fit])
+                got = train(store_root, [file_events(f) for f in fit])
             except Exception as exc:  # a store that cannot train on this half: said, never a crash
                 self.report.notes.append(f"Store dictionary {label}: {exc}; not measured")
                 continue
+            # What the store does: a store that declined a dictionary writes the measured half
+            # without one, and the row holds those bytes.
+            d, why = got if isinstance(got, tuple) else (got, "")
             if d is None:
-                self.report.notes.append(f"Store dictionary {label}: the training stored none; not measured")
-                continue
+                self.report.notes.append(
+                    f"Store dictionary {label}: the training stored none"
+                    + (f" ({why})" if why else "")
+                    + "; the row's bytes are the store's without a dictionary"
+                )
             paths, plain, count, jsonl = [], [], 0, 0
             for k, src in enumerate(measure):
                 events = file_events(src)
@@ -618,6 +624,8 @@ class Bench:
                 _journal_of(plain[-1], events)
                 count += len(events)
                 jsonl += sum(len(st.dumps(e)) + 1 for e in events)
+            if count == 0:
+                continue  # a half of no events (every file went to the other): no row
             # Each journal holds the dictionary as a hard link to the store's file: counted once.
             for store, size in (
                 (f"journal, {label}", st.dir_bytes(*paths)),
@@ -801,8 +809,9 @@ def corpus_halves(files: list[str]) -> tuple[list[str], list[str]]:
 def dictionary_trainer() -> Callable[[str, list[list[Event]]], Any] | None:
     """A function that makes a session store at a root, writes each list of events into a
     session of it, trains the store's dictionary with
-    ``journal.session.dictionaries.train_store_dictionary`` and returns the store's current
-    dictionary (None if the training stored none); None when this build has no such module."""
+    ``journal.session.dictionaries.train_store_dictionary`` and returns (the store's current
+    dictionary, None if the training stored none; why the training stored it or not); None when
+    this build has no such module."""
     try:
         mod = importlib.import_module("journal.session.dictionaries")
     except ModuleNotFoundError:
@@ -830,13 +839,13 @@ def dictionary_trainer() -> Callable[[str, list[list[Event]]], Any] | None:
         too_few = getattr(mod, "NotEnoughRecordsError", None)
         while True:
             try:
-                fn(store, size_bytes=size)
+                rep = fn(store, size_bytes=size)
                 break
             except Exception as exc:
                 if too_few is None or not isinstance(exc, too_few) or size <= DICTIONARY_TRY_BYTES_MIN:
                     raise
                 size //= 2
-        return store.current_dictionary()
+        return store.current_dictionary(), str(getattr(rep, "reason", ""))
 
     return train
 

@@ -1,9 +1,12 @@
 """`journal dictionary train|list STORE`: the zstd dictionary of a session store (docs/CLI.md).
 
 ``train`` samples the store's records (read-only, bounded memory), trains a dictionary and stores
-it as the store's current one only if it saves at least the named share of a held-out sample's
-compressed bytes; it prints the figures either way (exit 0), and exits 1 with how much more is
-needed when the store has too few records. Sessions opened for writing afterwards compress their
+it as the store's current one only if it pays: measured on held-out frames as the store wrote
+them (blocks of records written together, records framed alone), it saves more than its own
+file's bytes on the store's records and at least the named share of those frames' stored bytes;
+where the size asked for does not pay, smaller ones are tried. It prints the figures and the
+reason either way (exit 0: a declined dictionary is an answer, not an error), and exits 1 with
+how much more is needed when the store has too few records. Sessions opened for writing afterwards compress their
 new frames with it (journal/session/dictionaries.py). ``list`` shows each dictionary file: id,
 bytes, digest, how many journal directories link it, the ratio its training measured.
 """
@@ -23,13 +26,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     configure_common(parser, json_flag=False)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    train = sub.add_parser("train", help="train the store's dictionary from its records and keep it if it pays")
+    train = sub.add_parser(
+        "train",
+        help="train the store's dictionary from its records and keep it only if it saves more than its own bytes",
+    )
     train.add_argument("store", help="the session store's root directory")
     train.add_argument(
         "--size-bytes",
         type=int_at_least(256),
         default=DICTIONARY_SIZE_BYTES_DEFAULT,
-        help=f"the dictionary's size (default {DICTIONARY_SIZE_BYTES_DEFAULT})",
+        help=(
+            f"the dictionary's size (default {DICTIONARY_SIZE_BYTES_DEFAULT}); smaller ones are tried where it "
+            "does not pay"
+        ),
     )
     train.add_argument(
         "--sample-bytes-max",

@@ -34,11 +34,24 @@ Training samples records read-only, in bounded memory: at most ``sample_bytes_ma
 at most SAMPLE_RECORDS_PER_SESSION_MAX records of a session, each cut to SAMPLE_RECORD_BYTES_MAX,
 the byte budget shared evenly over the sessions (what one leaves unused goes to the next), and
 the records of a session taken spread over it. One session in HELD_OUT_EVERY is held out whole
-(one record in HELD_OUT_EVERY when there are fewer sessions than that): the held-out records are
-compressed one by one with and without the new dictionary, and it is kept only when it saves at
-least DICTIONARY_SAVINGS_MIN of their compressed bytes. The figure is an upper bound of what the
-engine gets: it compresses small records written together as one block, which finds some of
-what a dictionary holds in the block itself.
+(one frame in HELD_OUT_EVERY when there are fewer sessions than that).
+
+**A dictionary is kept only where it pays for its own bytes, the way the store writes.** The
+held-out part is measured as the store wrote it: whole frames (``_session_frames``: records that
+share a block frame were written together and are compressed together, at the engine's block
+level; a record framed alone is compressed alone, at its level), read in runs spread over the
+session, at most ``sample_bytes_max // HELD_OUT_EVERY`` bytes. A block already finds in itself
+much of what a dictionary holds, so records written in blocks gain far less from one than
+records compressed one by one (on real session files, 3-5% against 20-40%). Each frame is
+compressed without and with the new dictionary, and the bytes it saves a record are scaled to
+the records the store holds (``store_records``: the sampled sessions' records, times the
+sessions listed over those read): the dictionary is kept only when that saving is more than the
+dictionary file's own bytes (paid once per store: every journal holds it by hard link) and at
+least DICTIONARY_SAVINGS_MIN of the held-out frames' stored bytes. The store's records so far
+stand for what it will write; a store that grows trains again (``should_retrain``). Where the
+size asked for does not pay, smaller ones (halves, down to DICTIONARY_BYTES_MIN, at most
+SIZE_TRIES_MAX sizes in all) are trained and measured the same way, and the first that pays is
+kept; when none does, nothing is stored and ``TrainReport.reason`` says why.
 
 Drift: ``should_retrain`` samples the newest records (the last DRIFT_RECORDS_PER_SESSION of each
 of the DRIFT_SESSIONS_MAX newest sessions), trains a
@@ -54,7 +67,7 @@ import errno
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -66,6 +79,7 @@ from journal import (
     DICTIONARY_BYTES_MIN,
     DICTIONARY_ID_MAX,
     Dictionary,
+    api,
     dictionary_file_name,
     encode_dictionary_file,
     parse_dictionary_file_name,
@@ -101,11 +115,24 @@ TRAIN_SAMPLE_BYTES_MIN = 64 * 1024
 TRAIN_SAMPLE_TO_DICTIONARY_MIN = 8  # the training sample is at least this many times the dictionary
 TRAIN_SESSIONS_MIN = 2
 TRAIN_RECORDS_MIN = 64
-DICTIONARY_SAVINGS_MIN = 0.05  # stored only when it saves 5% of the held-out records' compressed bytes
+DICTIONARY_SAVINGS_MIN = 0.05  # stored only when it saves 5% of the held-out frames' stored bytes
 DRIFT_SAVINGS_MIN = 0.05  # retrain when a fresh dictionary saves 5% over the current one on new records
 DRIFT_RECORDS_PER_SESSION = 200  # the newest records of each session that stand for "recent"
 DRIFT_SESSIONS_MAX = 64  # ... of the newest sessions (by id: by creation)
-MEASURE_ZSTD_LEVEL = 1  # the engine's level (journal/engine/encoding.py ZSTD_LEVEL)
+# How the engine stores a frame's records (journal/engine/encoding.py), repeated here because the
+# session layer imports nothing of the engine; tests/test_dictionary_pays.py holds them equal.
+MEASURE_ZSTD_LEVEL = 1  # a record framed alone (ZSTD_LEVEL)
+MEASURE_BLOCK_ZSTD_LEVEL = 3  # the records of a block frame, compressed as one (BLOCK_ZSTD_LEVEL)
+MEASURE_COMPRESS_MIN_BYTES = 256  # shorter is stored raw without a dictionary (COMPRESS_MIN_BYTES)
+MEASURE_DICT_COMPRESS_MIN_BYTES = 64  # ... and with one (DICT_COMPRESS_MIN_BYTES)
+# A frame measured whole is at most this many bytes of records (the engine's BLOCK_BYTES_LIMIT:
+# no block holds more); a record framed alone that is longer is measured by its head.
+MEASURE_FRAME_BYTES_MAX = 1024 * 1024
+MEASURE_BLOCK_RECORDS_MAX = 4096  # the most records a block frame holds (BLOCK_RECORDS_MAX)
+MEASURE_RUNS_PER_SESSION = 4  # a measured session is read in this many runs of whole frames, spread
+# Sizes a training tries: the one asked for, then halves while the one before does not pay (each
+# try is one zstd training on the sample: seconds for megabytes).
+SIZE_TRIES_MAX = 4
 STATS_BYTES_MAX = 64 * 1024  # a stats file is a few hundred bytes; a longer one is not read
 _STATS_MAGIC = b"journal-store-dictionary-stats 1\n"
 
@@ -114,6 +141,7 @@ Progress = Callable[[int, int], None]
 __all__ = [
     "DICTIONARIES_DIR",
     "DICTIONARY_SAVINGS_MIN",
+    "SIZE_TRIES_MAX",
     "DriftReport",
     "NotEnoughRecordsError",
     "StoreDictionaryDamagedError",
@@ -362,27 +390,53 @@ class _Sample:
     sessions: int  # sessions that gave at least one record
     skipped: int  # sessions whose journal could not be read (damaged, a link): left out
     total_sessions: int
+    frames: list[tuple[str, int]] = field(default_factory=list)  # per record, where its frame is
+    sids: list[str] = field(default_factory=list)  # per rank, the session's id
+    sessions_read: int = 0  # sessions opened (the byte budget may stop before the last)
+    records_read: int = 0  # ... and the records they hold
+    sessions_listed: int = 0  # sessions of the store, before SESSIONS_SAMPLED_MAX thins them
 
     @property
     def bytes(self) -> int:
         return sum(len(r) for r in self.records)
 
+    @property
+    def store_records(self) -> int:
+        """The records the store holds: those of the sessions read, scaled to every session listed."""
+        if self.sessions_read == 0:
+            return 0
+        return (self.records_read * max(self.sessions_listed, self.sessions_read)) // self.sessions_read
+
+
+def _frame_of(rec: journal.Record, sid: str) -> tuple[str, int]:
+    """Where the frame holding ``rec`` of the session ``sid`` is (session and segment, offset):
+    the records of one block frame share it. ``Record.corrupt`` is the record's public word on
+    where its frame is; a segment's name is the same in every journal, hence the session's id."""
+    where = rec.corrupt("")
+    return f"{sid}/{where.segment}", where.offset
+
 
 def _session_ids(store: SessionStore) -> list[str]:
-    """The ids of the sessions a sample reads, by name alone. The store's own listing stats each
-    entry (to leave out a link), which with 10^6 sessions took ~25 s before the first progress
-    call, to sample 4,096 of them; a link among those sampled is refused when it is opened
-    (``journal_path``), and the session skipped."""
+    """The ids of the sessions a sample reads, by name alone (``_listed_session_ids``)."""
+    return _listed_session_ids(store)[0]
+
+
+def _listed_session_ids(store: SessionStore) -> tuple[list[str], int]:
+    """(the ids of the sessions a sample reads, how many the store lists), by name alone. The
+    store's own listing stats each entry (to leave out a link), which with 10^6 sessions took
+    ~25 s before the first progress call, to sample 4,096 of them; a link among those sampled is
+    refused when it is opened (``journal_path``), and the session skipped."""
     from journal.session.store import ARCHIVE_DIR, SESSION_ID_RE, SESSIONS_DIR
 
     names: set[str] = set()
     for where in (SESSIONS_DIR, ARCHIVE_DIR):
         names.update(n for n in store.fs.listdir(os.path.join(store.root, where)) if SESSION_ID_RE.fullmatch(n))
     ids = sorted(n for n in names if ".." not in n)
+    listed = len(ids)
     if len(ids) > SESSIONS_SAMPLED_MAX:
         step = len(ids) / SESSIONS_SAMPLED_MAX
         ids = [ids[int(i * step)] for i in range(SESSIONS_SAMPLED_MAX)]
-    return ids
+    return ids, listed
 
 
 def _sample(
@@ -390,10 +444,10 @@ def _sample(
 ) -> _Sample:
     """Records of the store's sessions, read-only: see the module doc. ``recent``: the newest
     sessions first and the last ``per_session`` records of each, instead of a spread."""
-    ids = _session_ids(store)
+    ids, listed = _listed_session_ids(store)
     if recent:
         ids = ids[::-1][:DRIFT_SESSIONS_MAX]
-    out = _Sample([], [], 0, 0, len(ids))
+    out = _Sample([], [], 0, 0, len(ids), sessions_listed=listed)
     left = sample_bytes_max
     for n, sid in enumerate(ids):
         if progress is not None:
@@ -402,28 +456,35 @@ def _sample(
             break
         budget = left // (len(ids) - n)  # what earlier sessions left unused goes to the later ones
         try:
-            got = _session_records(store, sid, budget, per_session, recent)
+            got, held = _session_records(store, sid, budget, per_session, recent)
         except JournalError:
             out.skipped += 1  # a damaged or refused session says nothing about the others
             continue
+        out.sessions_read += 1
+        out.records_read += held
         if got:
-            out.records.extend(got)
+            out.records.extend(r for r, _ in got)
+            out.frames.extend(f for _, f in got)
             out.owners.extend([out.sessions] * len(got))
+            out.sids.append(sid)
             out.sessions += 1
-            left -= sum(len(r) for r in got)
+            left -= sum(len(r) for r, _ in got)
     if progress is not None:
         progress(len(ids), len(ids))
     return out
 
 
-def _session_records(store: SessionStore, sid: str, budget: int, per_session: int, recent: bool) -> list[bytes]:
-    got: list[bytes] = []
+def _session_records(
+    store: SessionStore, sid: str, budget: int, per_session: int, recent: bool
+) -> tuple[list[tuple[bytes, tuple[str, int]]], int]:
+    """(records of the session, each with where its frame is; the records the session holds)."""
+    got: list[tuple[bytes, tuple[str, int]]] = []
     used = 0
     with journal.open(store.journal_path(sid), readonly=True, fs=store.fs) as j:
         last = j.last_seq
         k = min(per_session, last)
         if k == 0:
-            return got
+            return got, last
         if recent:
             seqs = list(range(last, last - k, -1))
         else:
@@ -434,11 +495,115 @@ def _session_records(store: SessionStore, sid: str, budget: int, per_session: in
                 continue  # dropped with a prefix
             payload = rec.payload[: min(SAMPLE_RECORD_BYTES_MAX, budget - used)]
             if payload:
-                got.append(bytes(payload))
+                got.append((bytes(payload), _frame_of(rec, sid)))
                 used += len(payload)
             if used >= budget:
                 break
-    return got
+    return got, last
+
+
+def _session_frames(
+    store: SessionStore, sid: str, share_bytes: int, room_bytes: int, pick: Callable[[int], bool]
+) -> tuple[list[list[bytes]], set[tuple[str, int]]]:
+    """Whole frames of the session ``sid`` as the store wrote them, each the payloads of its
+    records in order, read in MEASURE_RUNS_PER_SESSION runs spread over the session, each from
+    the first record of the frame it starts in: (the frames kept, where each is).
+
+    A frame is kept when ``pick(its bytes)`` takes it, the run's kept bytes stay within its part
+    of ``share_bytes`` (a run's first kept frame may go over it: a block is measured whole or not
+    at all) and the bytes kept in all within ``room_bytes``, which nothing goes over (a record
+    framed alone is cut to MEASURE_FRAME_BYTES_MAX). A run reads at most HELD_OUT_EVERY times its
+    part, kept or not, so a session is never read whole to hold out one frame in HELD_OUT_EVERY."""
+    kept: list[list[bytes]] = []
+    where: set[tuple[str, int]] = set()
+    seen: set[tuple[str, int]] = set()
+    room = room_bytes
+    with journal.open(store.journal_path(sid), readonly=True, fs=store.fs) as j:
+        last = j.last_seq
+        runs = max(1, min(MEASURE_RUNS_PER_SESSION, last))
+        share = max(1, share_bytes // runs)
+        for r in range(runs):
+            if room <= 0:
+                break
+            start, end = (r * last) // runs, ((r + 1) * last) // runs
+            head = j.get(start + 1)
+            if head is not None:
+                if _frame_of(head, sid) in seen:
+                    continue  # the run before read on into this one
+                start = _frame_start(j, sid, head.seq, _frame_of(head, sid)) - 1
+            frame: list[bytes] = []
+            key: tuple[str, int] | None = None
+            used = read = 0
+            for rec in j.read(start):
+                at = _frame_of(rec, sid)
+                if at != key:
+                    if frame and key is not None:
+                        took = _take_frame(frame, key, kept, where, seen, used, share, room, pick)
+                        used, room = used + took, room - took
+                    frame, key = [], at
+                    if rec.seq > end or used >= share or room <= 0 or read >= share * HELD_OUT_EVERY or at in seen:
+                        break
+                frame.append(bytes(rec.payload))
+                read += len(rec.payload)
+            else:
+                if frame and key is not None:
+                    room -= _take_frame(frame, key, kept, where, seen, used, share, room, pick)
+    return kept, where
+
+
+def _frame_start(j: api.Journal, sid: str, seq: int, at: tuple[str, int]) -> int:
+    """The first seq of the frame ``at`` that holds ``seq``. A frame's records are consecutive
+    and at most MEASURE_BLOCK_RECORDS_MAX: a binary search over the seqs before it."""
+    lo, hi = max(1, seq - MEASURE_BLOCK_RECORDS_MAX + 1), seq
+    while lo < hi:
+        mid = (lo + hi) // 2
+        rec = j.get(mid)
+        if rec is not None and _frame_of(rec, sid) == at:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _take_frame(
+    frame: list[bytes],
+    key: tuple[str, int],
+    kept: list[list[bytes]],
+    where: set[tuple[str, int]],
+    seen: set[tuple[str, int]],
+    used: int,
+    share: int,
+    room: int,
+    pick: Callable[[int], bool],
+) -> int:
+    """One whole frame met by ``_session_frames``: kept if it fits the run's share (or is the
+    run's first) and the room left, and ``pick`` takes it. The bytes kept (0 when left out)."""
+    seen.add(key)
+    size = sum(len(p) for p in frame)
+    if len(frame) == 1:  # a record framed alone is measured by its head where it is longer
+        size = min(size, MEASURE_FRAME_BYTES_MAX, room)
+    if size <= 0 or size > room or (used > 0 and used + size > share) or not pick(size):
+        return 0
+    kept.append([frame[0][:size]] if len(frame) == 1 else frame)
+    where.add(key)
+    return size
+
+
+class _HoldOutByBytes:
+    """Frames met in order, one byte in HELD_OUT_EVERY held out: a frame is held out when the
+    bytes held out so far are under 1/HELD_OUT_EVERY of those met before it (so that a store of
+    a few large blocks still holds out one, and not only a short record between them)."""
+
+    def __init__(self) -> None:
+        self.met = 0
+        self.held = 0
+
+    def __call__(self, size: int) -> bool:
+        hold = self.held * HELD_OUT_EVERY < self.met
+        self.met += size
+        if hold:
+            self.held += size
+        return hold
 
 
 # --- measuring and training ---------------------------------------------------------------------
@@ -461,17 +626,33 @@ def _split(sample: _Sample, by_session: bool = True) -> tuple[list[bytes], list[
 def _stored_bytes(records: list[bytes], data: bytes | None) -> int:
     """What ``records`` take compressed one by one (raw where zstd does not pay, as the engine
     stores them), with the dictionary ``data`` or without one."""
-    if data is None:
-        c = zstandard.ZstdCompressor(level=MEASURE_ZSTD_LEVEL, write_content_size=False, write_checksum=False)
-    else:
-        c = zstandard.ZstdCompressor(
-            level=MEASURE_ZSTD_LEVEL,
-            dict_data=zstandard.ZstdCompressionDict(data),
-            write_content_size=False,
-            write_checksum=False,
-            write_dict_id=False,
-        )
-    return sum(min(len(r), len(c.compress(r))) for r in records)
+    return _frames_stored_bytes([[r] for r in records], data)
+
+
+def _frames_stored_bytes(frames: list[list[bytes]], data: bytes | None) -> int:
+    """What ``frames`` take as the engine stores them, with the dictionary ``data`` or without
+    one: a frame of one record compressed alone at MEASURE_ZSTD_LEVEL, a block frame's records
+    compressed as one at MEASURE_BLOCK_ZSTD_LEVEL; raw where zstd does not make them smaller or
+    they are shorter than the engine compresses. Frame headers and a block's table of lengths
+    are the same either way and are left out."""
+    dict_data = zstandard.ZstdCompressionDict(data) if data is not None else None
+    at_least = MEASURE_COMPRESS_MIN_BYTES if data is None else MEASURE_DICT_COMPRESS_MIN_BYTES
+    by_level: dict[int, zstandard.ZstdCompressor] = {}
+    total = 0
+    for frame in frames:
+        raw = frame[0] if len(frame) == 1 else b"".join(frame)
+        level = MEASURE_ZSTD_LEVEL if len(frame) == 1 else MEASURE_BLOCK_ZSTD_LEVEL
+        c = by_level.get(level)
+        if c is None:
+            c = by_level[level] = zstandard.ZstdCompressor(
+                level=level,
+                dict_data=dict_data,
+                write_content_size=False,
+                write_checksum=False,
+                write_dict_id=False,
+            )
+        total += min(len(raw), len(c.compress(raw))) if len(raw) >= at_least else len(raw)
+    return total
 
 
 def _train(samples: list[bytes], size_bytes: int) -> bytes | None:
@@ -486,49 +667,67 @@ def _train(samples: list[bytes], size_bytes: int) -> bytes | None:
 
 @dataclass(frozen=True)
 class TrainReport:
-    """What a training measured, and whether it stored a dictionary."""
+    """What a training measured, and whether it stored a dictionary (``reason`` says why)."""
 
     stored: bool
     dictionary_id: int | None  # the new current dictionary's id when stored
-    size_bytes: int  # the trained dictionary's bytes (0 when zstd could not train one)
+    size_bytes: int  # the last trained dictionary's bytes (0 when zstd could not train one)
     sessions_sampled: int
     sessions_skipped: int  # sessions whose journal could not be read
     records_sampled: int
     sample_bytes: int
     held_out_records: int
-    held_out_bytes: int  # the held-out records' bytes, uncompressed
-    held_out_plain_bytes: int  # ... compressed one by one without a dictionary
+    held_out_bytes: int  # the held-out frames' records' bytes, uncompressed
+    held_out_plain_bytes: int  # ... stored as the store wrote them, without a dictionary
     held_out_dictionary_bytes: int  # ... and with the trained one
-    savings: float  # 1 - dictionary / plain: the share of compressed bytes the dictionary saves
+    savings: float  # 1 - dictionary / plain: the share of stored bytes the dictionary saves
     savings_min: float
+    held_out_frames: int = 0  # whole frames measured
+    held_out_block_frames: int = 0  # ... of them block frames (records written together)
+    store_records: int = 0  # the records the store holds (scaled from the sessions read)
+    saved_bytes: int = 0  # what the dictionary would save on that many records, as the store writes
+    dictionary_file_bytes: int = 0  # the dictionary file's own bytes, paid once per store
+    sizes_tried: tuple[int, ...] = ()  # the sizes trained, in order
+    reason: str = ""  # why it was stored, or not
 
     @property
     def ratio(self) -> float:
-        """Uncompressed over compressed bytes of the held-out records with the dictionary."""
+        """Uncompressed over stored bytes of the held-out frames with the dictionary."""
         return self.held_out_bytes / self.held_out_dictionary_bytes if self.held_out_dictionary_bytes else 0.0
+
+    @property
+    def net_bytes(self) -> int:
+        """What the dictionary saves on the store's records less its own file: > 0 where it pays."""
+        return self.saved_bytes - self.dictionary_file_bytes
 
     def to_json(self) -> dict[str, Any]:
         out = {
             "".join(w if k == 0 else w.capitalize() for k, w in enumerate(name.split("_"))): value
             for name, value in asdict(self).items()
         }
+        out["sizesTried"] = list(self.sizes_tried)
         out["ratio"] = self.ratio
         out["plainRatio"] = self.held_out_bytes / self.held_out_plain_bytes if self.held_out_plain_bytes else 0.0
+        out["netBytes"] = self.net_bytes
         return out
 
     def summary(self) -> str:
         head = (
-            f"dictionary {self.dictionary_id} stored"
+            f"dictionary {self.dictionary_id} stored ({self.size_bytes} bytes): {self.reason}"
             if self.stored
-            else f"no dictionary stored: it saves {self.savings:.1%}, less than {self.savings_min:.0%}"
+            else f"no dictionary stored: {self.reason}"
         )
         return (
             f"{head}\n"
             f"sample: {self.records_sampled} records, {self.sample_bytes} bytes from {self.sessions_sampled} "
             f"session(s) ({self.sessions_skipped} unreadable, left out)\n"
-            f"held out: {self.held_out_records} records, {self.held_out_bytes} bytes -> "
-            f"{self.held_out_plain_bytes} compressed without a dictionary, {self.held_out_dictionary_bytes} "
-            f"with it ({self.size_bytes}-byte dictionary): saves {self.savings:.1%}, ratio {self.ratio:.2f}"
+            f"held out: {self.held_out_records} records in {self.held_out_frames} frames "
+            f"({self.held_out_block_frames} of them blocks), {self.held_out_bytes} bytes -> "
+            f"{self.held_out_plain_bytes} stored without a dictionary, {self.held_out_dictionary_bytes} "
+            f"with it ({self.size_bytes}-byte dictionary): saves {self.savings:.1%}, ratio {self.ratio:.2f}\n"
+            f"the store's {self.store_records} records: saves about {self.saved_bytes} bytes, against the "
+            f"dictionary file's {self.dictionary_file_bytes} (sizes tried: "
+            f"{', '.join(str(n) for n in self.sizes_tried) or 'none'})"
         )
 
 
@@ -545,6 +744,56 @@ def _check_size(size_bytes: int) -> None:
         raise ValueError(f"a dictionary is {DICTIONARY_BYTES_MIN} to {DICTIONARY_BYTES_MAX} bytes, not {size_bytes!r}")
 
 
+def _held_out(store: SessionStore, sample: _Sample, budget: int) -> tuple[list[bytes], list[list[bytes]]]:
+    """(the records to train on, the held-out frames to measure on), as the module doc says:
+    with at least HELD_OUT_EVERY sessions, the held-out sessions' whole frames; with fewer, one
+    frame in HELD_OUT_EVERY of every session, its records left out of the training. Where no
+    whole frame could be read, the held-out records of ``_split`` each stand for a frame."""
+    frames: list[list[bytes]] = []
+    if sample.sessions >= HELD_OUT_EVERY:
+        train, _ = _split(sample)
+        held = [sid for rank, sid in enumerate(sample.sids) if rank % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+        for n, sid in enumerate(held):
+            left = budget - _size(frames)
+            if left <= 0:
+                break
+            try:
+                got, _ = _session_frames(store, sid, left // (len(held) - n), left, lambda _: True)
+            except JournalError:
+                continue  # unreadable since it was sampled: the others still measure
+            frames.extend(got)
+    else:
+        where: set[tuple[str, int]] = set()
+        pick = _HoldOutByBytes()  # across sessions, so that a session of few frames still gives some
+        for n, sid in enumerate(sample.sids):
+            left = budget - _size(frames)
+            if left <= 0:
+                break
+            try:
+                got, at = _session_frames(store, sid, left // (len(sample.sids) - n), left, pick)
+            except JournalError:
+                continue
+            frames.extend(got)
+            where |= at
+        train = [r for r, at in zip(sample.records, sample.frames, strict=True) if at not in where]
+    if not frames or not train:
+        train, held_records = _split(sample)
+        frames = [[r] for r in held_records]
+    return train, frames
+
+
+def _size(frames: list[list[bytes]]) -> int:
+    return sum(len(p) for f in frames for p in f)
+
+
+def _sizes(size_bytes: int) -> list[int]:
+    """The sizes a training tries: ``size_bytes``, then halves down to DICTIONARY_BYTES_MIN."""
+    out = [size_bytes]
+    while len(out) < SIZE_TRIES_MAX and out[-1] // 2 >= DICTIONARY_BYTES_MIN:
+        out.append(out[-1] // 2)
+    return out
+
+
 def train_store_dictionary(
     store: SessionStore,
     size_bytes: int = DICTIONARY_SIZE_BYTES_DEFAULT,
@@ -555,41 +804,96 @@ def train_store_dictionary(
     sample_bytes_min: int = TRAIN_SAMPLE_BYTES_MIN,
 ) -> TrainReport:
     """Train a dictionary of at most ``size_bytes`` from the store's records and store it as the
-    current one if it saves at least ``savings_min`` of the held-out records' compressed bytes
-    (see the module doc). NotEnoughRecordsError, saying how much more is needed, below the
-    minimum; ``progress(done, total)`` is called per session sampled."""
+    current one if it pays (see the module doc): it saves more than its own file's bytes on the
+    store's records, measured on held-out frames as the store wrote them, and at least
+    ``savings_min`` of their stored bytes; else smaller sizes are tried, and when none pays
+    nothing is stored (``TrainReport.reason``). NotEnoughRecordsError, saying how much more is
+    needed, below the minimum; ``progress(done, total)`` is called per session sampled."""
     _check_size(size_bytes)
     dictionaries_dir(store)  # a link there is refused before any sampling, not after it
     if sample_bytes_max < 1:
         raise ValueError(f"sample_bytes_max is at least 1, not {sample_bytes_max}")
     sample = _sample(store, sample_bytes_max, SAMPLE_RECORDS_PER_SESSION_MAX, False, progress)
     _enough(sample, size_bytes, sessions_min, sample_bytes_min)
-    train, held = _split(sample)
-    data = _train(train, size_bytes)
-    plain = _stored_bytes(held, None)
-    with_dict = _stored_bytes(held, data) if data is not None and len(data) >= DICTIONARY_BYTES_MIN else plain
-    savings = 1 - with_dict / plain if plain else 0.0
-    stored = data is not None and len(data) >= DICTIONARY_BYTES_MIN and savings >= savings_min
-    report = TrainReport(
+    train, frames = _held_out(store, sample, max(1, sample_bytes_max // HELD_OUT_EVERY))
+    held_records = sum(len(f) for f in frames)
+    plain = _frames_stored_bytes(frames, None)
+    base = TrainReport(
         False,
         None,
-        len(data or b""),
+        0,
         sample.sessions,
         sample.skipped,
         len(sample.records),
         sample.bytes,
-        len(held),
-        sum(len(r) for r in held),
+        held_records,
+        _size(frames),
         plain,
-        with_dict,
-        savings,
+        plain,
+        0.0,
         savings_min,
+        held_out_frames=len(frames),
+        held_out_block_frames=sum(1 for f in frames if len(f) > 1),
+        store_records=sample.store_records,
     )
-    if not stored or data is None:
-        return report
+    first: TrainReport | None = None
+    report, data = base, None
+    tried: list[int] = []
+    for size in _sizes(size_bytes):
+        tried.append(size)
+        report, data = _try(base, train, frames, size, tuple(tried))
+        if report.stored:
+            break
+        first = first or report
+    if not report.stored or data is None:
+        # The size asked for tells what declined it; the smaller ones are named.
+        said = first or report
+        if len(tried) > 1:
+            smaller = ", ".join(str(n) for n in tried[1:])
+            said = replace(said, reason=f"{said.reason}; smaller sizes ({smaller} bytes) did not pay either")
+        return replace(said, sizes_tried=tuple(tried))
     got = _publish(store, data, report)
     store.dictionary_problem = None
-    return replace(report, stored=True, dictionary_id=got.id)
+    return replace(report, dictionary_id=got.id)
+
+
+def _try(
+    base: TrainReport, train: list[bytes], frames: list[list[bytes]], size: int, tried: tuple[int, ...]
+) -> tuple[TrainReport, bytes | None]:
+    """One size's dictionary trained on ``train`` and measured on ``frames``: the report, with
+    ``stored`` saying whether it pays, and its bytes (None when zstd could not train one)."""
+    data = _train(train, size)
+    if data is None or len(data) < DICTIONARY_BYTES_MIN:
+        why = f"zstd could not train a dictionary of {DICTIONARY_BYTES_MIN} to {size} bytes from the sample"
+        return replace(base, size_bytes=len(data or b""), sizes_tried=tried, reason=why), None
+    plain = base.held_out_plain_bytes
+    with_dict = _frames_stored_bytes(frames, data)
+    savings = 1 - with_dict / plain if plain else 0.0
+    per_record = (plain - with_dict) / base.held_out_records if base.held_out_records else 0.0
+    saved = int(per_record * base.store_records)
+    file_bytes = len(encode_dictionary_file(Dictionary(1, data)))
+    written = f"{base.held_out_block_frames} of {base.held_out_frames} held-out frames are blocks"
+    share_ok, bytes_ok = savings >= base.savings_min, saved > file_bytes
+    figures = (
+        f"a {len(data)}-byte dictionary saves {savings:.1%} of the held-out frames' stored bytes "
+        f"({'at least' if share_ok else 'less than'} {base.savings_min:.0%}), about {saved} bytes on the "
+        f"store's {base.store_records} records ({'more' if bytes_ok else 'not more'} than its own file's "
+        f"{file_bytes}; {written})"
+    )
+    why = figures if share_ok and bytes_ok else f"it does not pay: {figures}"
+    stored = share_ok and bytes_ok
+    report = replace(
+        base,
+        stored=stored,
+        size_bytes=len(data),
+        held_out_dictionary_bytes=with_dict,
+        savings=savings,
+        saved_bytes=saved,
+        dictionary_file_bytes=file_bytes,
+        sizes_tried=tried,
+        reason=why,
+    )
+    return report, data
 
 
 @dataclass(frozen=True)
@@ -647,7 +951,9 @@ def should_retrain(
     train, held = _split(sample, by_session=False)  # the newest records all stand for what comes next
     held_bytes = sum(len(r) for r in held)
     if current is None:
-        why = problem or "the store has no dictionary and has enough records for one"
+        why = problem or (
+            "the store has no dictionary and has enough records to train one (a training keeps it only where it pays)"
+        )
         return DriftReport(True, why, None, len(sample.records), held_bytes, 0, 0, 0.0)
     fresh = _train(train, size)
     cur = _stored_bytes(held, current.data)
