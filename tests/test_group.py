@@ -177,8 +177,10 @@ def dead_group(
     return inst
 
 
-def entry(number: int, jid: bytes, path: str, data: bytes, base_seq: int = 1, salt: int = 7) -> bytes:
-    return glog.encode_entry(number, jid, base_seq, fmt.SEGMENT_HEADER_SIZE_BYTES, path, data, salt)
+def entry(
+    number: int, jid: bytes, path: str, data: bytes, base_seq: int = 1, salt: int = 7, after_sync: bool = False
+) -> bytes:
+    return glog.encode_entry(number, jid, base_seq, fmt.SEGMENT_HEADER_SIZE_BYTES, path, data, salt, after_sync)
 
 
 def lose_frames(jdir: pathlib.Path) -> None:
@@ -274,8 +276,8 @@ def test_a_corrupt_log_is_refused_and_nothing_changes(root: pathlib.Path) -> Non
     jid = journal_id(segment(root / "j"))
     lose_frames(root / "j")
     e1 = bytearray(entry(1, jid, "j", frames))
-    e1[30] ^= 1  # damage to entry 1, which entry 2 after it proves was synced
-    inst = dead_group(root, [bytes(e1), entry(2, jid, "j", frames)])
+    e1[40] ^= 1  # damage to entry 1, which entry 2 after it (written after a sync) proves was synced
+    inst = dead_group(root, [bytes(e1), entry(2, jid, "j", frames, after_sync=True)])
     before, log = tree(root / "j"), (inst / glog.log_name(1)).read_bytes()
     with pytest.raises(journal.GroupLogCorruptionError):
         journal.open(root / "j", readonly=True)
@@ -580,18 +582,9 @@ def test_eight_journals_four_threads_each_through_one_group(
         assert sorted(got, key=lambda e: (e["slot"], e["r"])) == want  # type: ignore[index]
 
 
-# --- defects found (xfail, strict: each passes once its defect is fixed) --------------------------
+# --- defects a review found, each fixed (the tests failed before) ---------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="group.py CommitGroup._write -> group_log.entry_pieces raises ValueError for an entry "
-    "body over ENTRY_BODY_BYTES_MAX (16 MiB), but one record alone is its own batch and may be "
-    "up to record_size_bytes_max (16 MiB by default, 256 MiB at most) plus its frame header: the "
-    "append raises instead of an outcome, the journal and the group fail-stop, and _lead leaves "
-    "_leading set and its followers' wake locks held (a follower waiting then waits forever)",
-)
 def test_a_record_at_the_default_size_limit_commits_through_a_group(root: pathlib.Path) -> None:
     big = os.urandom(fmt.RECORD_SIZE_BYTES_MAX_DEFAULT)  # incompressible: stored as it is
     with journal.open(root / "alone", create=True) as j:
@@ -624,13 +617,6 @@ with journal.open(sys.argv[1], readonly=True) as j:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="group.py _recover_instance/_apply keep every segment a dead group's logs name open "
-    "until all entries are applied (the 'opened' dict): a group that touched more sessions than "
-    "the recovering process may open files (1024 by default) makes every open of every journal "
-    "of the store fail with EMFILE (JournalIOError 'Too many open files')",
-)
 def test_recovery_of_a_group_that_touched_many_sessions_needs_few_open_files(root: pathlib.Path) -> None:
     sessions = 150
     names = [f"s{n}" for n in range(sessions)]
@@ -647,15 +633,6 @@ def test_recovery_of_a_group_that_touched_many_sessions_needs_few_open_files(roo
     assert events(root / names[-1]) == [{"j": sessions - 1, "i": 0}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=journal.GroupLogCorruptionError,
-    reason="group_log.scan takes a verified later entry as proof that the entries before it were "
-    "synced, but flush-level entries (and the pages of one batch) are written without an "
-    "fdatasync between them: a power loss that keeps entry 3's page and drops entry 2's makes "
-    "every open of every journal of the store fail with GroupLogCorruptionError. Entries carry "
-    "no mark of a durable point (as the segments' FLAG_AFTER_SYNC and commit marker do)",
-)
 def test_a_power_loss_that_keeps_a_later_unsynced_entry_does_not_block_the_store(root: pathlib.Path) -> None:
     make_journal(root / "j", records=3)
     seg = segment(root / "j")
@@ -692,14 +669,6 @@ class _PausingFs(OsFileSystem):
             assert self.go.wait(120), "the test never let the close go on"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="group.py CommitGroup.close -> _remove_instance removes the group's directory without "
-    "RECOVER.lock, its LOCK first: a reader's open at that moment (recover_for_journal -> "
-    "_recover_dead) takes the freed name with try_lock (O_CREAT), takes the directory for a dead "
-    "group's and removes it, and the close then raises JournalIOError (ENOENT) after a clean "
-    "retirement, saying 'Nothing was changed'",
-)
 def test_a_reader_opening_while_the_group_closes_does_not_fail_the_close(root: pathlib.Path) -> None:
     fs = _PausingFs()
     g = journal.open_group(root, fs=fs)
@@ -724,15 +693,6 @@ def test_a_reader_opening_while_the_group_closes_does_not_fail_the_close(root: p
     assert raised == [] and group_dirs(root) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=journal.JournalError,
-    reason="group.py _open_live_segment skips an entry whose directory path holds a link, but a "
-    "segment name that is a link, a FIFO or a directory raises out of the recovery "
-    "(UnexpectedLinkError, UnexpectedFileError, JournalIOError EISDIR naming the journal being "
-    "opened): one damaged journal's directory stops every journal of the store from opening, "
-    "read-only included",
-)
 @pytest.mark.parametrize("kind", ["link", "fifo", "directory"])
 def test_a_segment_that_is_not_a_file_in_one_journal_does_not_block_the_others(root: pathlib.Path, kind: str) -> None:
     frames = make_journal(root / "src", up=None)

@@ -47,6 +47,7 @@ import os
 import re
 import secrets
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -63,6 +64,7 @@ from journal.errors import (
     InvariantError,
     JournalError,
     JournalIOError,
+    UnexpectedFileError,
     present,
 )
 from journal.fs import (
@@ -74,6 +76,7 @@ from journal.fs import (
     SyncError,
     ensure_dir,
     pread_upto,
+    read_file,
     take_lock,
     write_all,
     write_all_synced,
@@ -95,6 +98,7 @@ MARKER_LEVELS_MAX = 64  # a journal this many directories below its root at most
 RECOVER_LOCK_TIMEOUT_S = 60.0  # a recovery writes back at most a few logs: minutes would be damage
 COMMIT_BYTES_MAX = 8 * 1024 * 1024  # one log write carries at most this much (one entry may be larger)
 COMMIT_ENTRIES_MAX = 1024  # and at most this many entries
+RECOVERY_OPEN_FILES_MAX = 16  # segments a recovery holds open at once
 _MARKER = re.compile(rb"journal-group 1 up=([0-9]{1,2})\n")
 
 # (status, reason, errno), as writer.Results: "ok", "rolled_back" (nothing of it is in the log:
@@ -172,6 +176,9 @@ class CommitGroup:
         self._log: File | None = None
         self._salt = 0
         self._end = 0  # where the next entry goes in the current log
+        # Where the log's last returned fdatasync left it (nothing written since if it equals
+        # _end): the next write's first entry is then marked ENTRY_AFTER_SYNC.
+        self._synced_end = 0
         self._number = 0  # the last entry's number in the current log
         self._touched: set[tuple[str, int]] = set()  # (journal dir, segment base seq) the current log wrote to
 
@@ -246,6 +253,9 @@ class CommitGroup:
                 try:
                     self._retire(self._generation, self._log, self._touched)
                     self._log = None
+                    # Its logs are gone: a reader's open that finds the LOCK free from here on
+                    # finds nothing to recover, and may remove the directory first (both sides
+                    # take a name already removed as removed).
                     _remove_instance(self._fs, self._dir)
                 except OSError as exc:
                     self._fail(f"retiring the group's last log at close failed: {exc}")
@@ -326,8 +336,10 @@ class CommitGroup:
                 self._leading = True
                 wake = None
         if wake is None:
-            self._write([w])
+            raised = self._write_safely([w])
             self._end_lead()
+            if raised is not None and not isinstance(raised, Exception):
+                raise raised
             return w.result
         wake.acquire()  # released by a leader: with the result, or to lead
         if not w.lead:
@@ -351,6 +363,7 @@ class CommitGroup:
 
     def _lead(self, me: _Waiter) -> Results:
         """Write batches from the queue until one holds ``me``, then hand the lead on."""
+        interrupt: BaseException | None = None
         while True:
             with self._mu:
                 pending = self._pending
@@ -362,7 +375,9 @@ class CommitGroup:
                         w = pending.pop(0)
                         batch.append(w)
                         nbytes += len(w.data)
-            self._write(batch)
+            raised = self._write_safely(batch)
+            if raised is not None and not isinstance(raised, Exception):
+                interrupt = raised  # raised once this leader's own record is answered
             mine = False
             for w in batch:
                 if w is me:
@@ -371,7 +386,23 @@ class CommitGroup:
                     present(w.wake, "a waiter holds its lock").release()
             if mine:
                 self._end_lead()
+                if interrupt is not None:
+                    raise interrupt  # an interrupt of the leader: its followers were answered first
                 return me.result
+
+    def _write_safely(self, batch: list[_Waiter]) -> BaseException | None:
+        """_write, and if it raises (a bug, memory, an interrupt), every waiter of the batch is
+        answered "failed" (what reached the files is unknown) and the group fail-stops: no
+        follower is left waiting on a leader that is gone. What it raised, or None."""
+        try:
+            self._write(batch)
+        except BaseException as exc:
+            reason = f"the commit group's write failed: {exc!r}"
+            self._fail(reason)
+            for w in batch:
+                w.result = ("failed", reason, None)
+            return exc
+        return None
 
     def _write(self, batch: list[_Waiter]) -> None:
         """The batch's frames into their segments and its entries into the log, and an fdatasync
@@ -395,12 +426,7 @@ class CommitGroup:
             if w.data:
                 writes.append(w)
         if not writes:
-            result = OK
-            if sync:
-                try:
-                    log.fdatasync()
-                except OSError as exc:
-                    result = self._sync_failed(exc)
+            result = self._sync_only(log) if sync else OK
             for w in batch:
                 w.result = result
             return
@@ -429,12 +455,7 @@ class CommitGroup:
             writes = [w for w in writes if id(w) not in failed]
             data = self._entries(writes)
             if not data:
-                result = OK
-                if sync:
-                    try:
-                        log.fdatasync()
-                    except OSError as exc:
-                        result = self._sync_failed(exc)
+                result = self._sync_only(log) if sync else OK
                 for w in batch:
                     if id(w) not in failed:
                         w.result = result
@@ -444,23 +465,28 @@ class CommitGroup:
                 last = None
             except OSError as exc:
                 last = exc
-        result = self._logged(writes, data, start, last)
+        result = self._logged(writes, data, start, last, sync)
         for w in batch:
             if id(w) not in failed:
                 w.result = result
 
     def _entries(self, writes: list[_Waiter]) -> bytes:
-        """The log entries of ``writes``, numbered on from the log's last."""
+        """The log entries of ``writes``, numbered on from the log's last; the first marked
+        ENTRY_AFTER_SYNC if every byte of the log before it is synced."""
         pieces: list[bytes | memoryview] = []
         number, salt = self._number, self._salt
+        after_sync = self._synced_end == self._end
         for w in writes:
             number += 1
             pieces.extend(
-                glog.entry_pieces(number, w.journal_id, w.base_seq, w.offset, w.member.path_raw, w.data, salt)
+                glog.entry_pieces(
+                    number, w.journal_id, w.base_seq, w.offset, w.member.path_raw, w.data, salt, after_sync
+                )
             )
+            after_sync = False
         return b"".join(pieces)
 
-    def _logged(self, writes: list[_Waiter], data: bytes, start: int, exc: OSError | None) -> Results:
+    def _logged(self, writes: list[_Waiter], data: bytes, start: int, exc: OSError | None, sync: bool) -> Results:
         """Account for the log write of ``writes``'s entries at ``start`` whose answer was ``exc``."""
         log = present(self._log, "a group writing has a log")
         if isinstance(exc, SyncError):
@@ -473,12 +499,24 @@ class CommitGroup:
             except OSError as cut:
                 self._fail(f"a log write failed ({exc}) and cutting it back failed too: {cut}")
                 return ("failed", f"the commit group's log write failed and could not be cut back: {cut}", cut.errno)
+            self._synced_end = start  # the cut's fdatasync returned
             return ("rolled_back", f"writing the commit group's log failed: {exc}", exc.errno)
         self._end = start + len(data)
+        if sync:
+            self._synced_end = self._end
         self._number += len(writes)
         touched = self._touched  # a segment counted and then not written costs one extra fdatasync
         for w in writes:
             touched.add((w.member.journal_dir, w.base_seq))
+        return OK
+
+    def _sync_only(self, log: File) -> Results:
+        """An fdatasync of the log with nothing new to write (a sync() after flush appends)."""
+        try:
+            log.fdatasync()
+        except OSError as exc:
+            return self._sync_failed(exc)
+        self._synced_end = self._end
         return OK
 
     def _sync_failed(self, exc: OSError) -> Results:
@@ -502,6 +540,7 @@ class CommitGroup:
         f = self._fs.open_write(path, create=False)
         self._log, self._generation, self._salt = f, generation, salt
         self._end, self._number, self._touched = glog.LOG_HEADER_SIZE_BYTES, 0, set()
+        self._synced_end = self._end  # write_atomic synced the header
 
     def _rotate(self) -> None:
         """The next log file, then the old one retired. A failure to make the new file keeps the
@@ -630,7 +669,10 @@ def _recover_dead(fs: FileSystem, root: str) -> RecoveryNote:
         inst = os.path.join(gdir, name)
         if not name.startswith(INSTANCE_PREFIX) or not fs.is_dir(inst) or fs.is_link(inst):
             continue
-        lock = fs.try_lock(os.path.join(inst, INSTANCE_LOCK))
+        try:
+            lock = fs.try_lock(os.path.join(inst, INSTANCE_LOCK))
+        except FileNotFoundError:
+            continue  # removed meanwhile by its own clean close
         if lock is None:
             continue  # a live group
         try:
@@ -643,7 +685,11 @@ def _recover_dead(fs: FileSystem, root: str) -> RecoveryNote:
 
 
 def _recover_instance(fs: FileSystem, root: str, inst: str, note: RecoveryNote) -> None:
-    logs = sorted((g, n) for n in fs.listdir(inst) if (g := glog.parse_log_name(n)) is not None)
+    try:
+        names = fs.listdir(inst)
+    except FileNotFoundError:
+        return  # removed meanwhile by its own clean close: nothing was left to recover
+    logs = sorted((g, n) for n in names if (g := glog.parse_log_name(n)) is not None)
     scans: list[tuple[str, glog.Scan]] = []
     for generation, name in logs:
         path = os.path.join(inst, name)
@@ -668,68 +714,122 @@ def _recover_instance(fs: FileSystem, root: str, inst: str, note: RecoveryNote) 
             note.quarantined.append(kept)
             note.actions.append(f"kept aside the torn tail of {name} ({len(data) - got.end} bytes) as {kept}")
         scans.append((name, got))
-    opened: dict[str, File | None] = {}
-    written: set[str] = set()
+    segments = _Segments(fs, root)
     try:
         for _name, got in scans:
             for entry in got.entries:
-                if _apply(fs, root, entry, opened, written):
+                if segments.apply(entry):
                     note.entries_applied += 1
                 else:
                     note.entries_skipped += 1
-        for seg in sorted(written):
-            dirty = opened[seg]
-            if dirty is not None:
-                dirty.fdatasync()
+        segments.sync_all()
     finally:
-        for each in opened.values():
-            if each is not None:
-                each.close()
-    note.segments_written += len(written)
+        segments.close()
+    note.segments_written += segments.written
     for _g, name in logs:
-        fs.unlink(os.path.join(inst, name))
+        path = os.path.join(inst, name)
+        if segments.odd:
+            # An entry's segment was no regular file (a directory, a link, a FIFO where a segment
+            # was): its records were not written back, so the log is kept aside before it goes.
+            kept = quarantine(fs, os.path.dirname(inst), f"{os.path.basename(inst)}-{name}", 0, read_file(fs, path))
+            note.quarantined.append(kept)
+            note.actions.append(f"kept {name} aside as {kept}: {'; '.join(sorted(segments.odd))}")
+        fs.unlink(path)
     fs.fsync_dir(inst)
 
 
-def _apply(fs: FileSystem, root: str, entry: glog.Entry, opened: dict[str, File | None], written: set[str]) -> bool:
-    """Write ``entry`` back into its segment where the bytes there differ; False if it is skipped
-    (the segment is gone, sealed, or another journal's)."""
-    jdir = os.path.join(root, *entry.path.split("/"))
-    seg = os.path.join(jdir, fmt.segment_name(entry.base_seq))
-    if seg not in opened:
-        opened[seg] = _open_live_segment(fs, root, entry, seg)
-    f = opened[seg]
-    if f is None:
-        return False
-    if pread_upto(f, len(entry.data), entry.offset) != entry.data:
-        write_all(f, entry.data, entry.offset)
-        written.add(seg)
-    return True
+class _Segments:
+    """The segments a recovery writes entries back into: at most RECOVERY_OPEN_FILES_MAX open at
+    once (a group may have touched more sessions than a process may open files; one evicted is
+    fdatasync'd first), and what was decided for each (skipped, and why)."""
 
+    def __init__(self, fs: FileSystem, root: str) -> None:
+        self.fs = fs
+        self.root = root
+        self.open: OrderedDict[str, tuple[File, bool]] = OrderedDict()  # segment -> (file, written to)
+        self.skipped: set[str] = set()
+        self.odd: set[str] = set()  # why segments were skipped for not being regular files
+        self.written = 0
 
-def _open_live_segment(fs: FileSystem, root: str, entry: glog.Entry, seg: str) -> File | None:
-    try:
-        _check_no_links(fs, root, entry.path)
-    except JournalError:
-        return None
-    if not fs.exists(seg):
-        return None
-    f = fs.open_write(seg, create=False)
-    try:
-        header = read_header(f, os.path.basename(seg))
-        if header.journal_id != entry.journal_id or header.base_seq != entry.base_seq:
+    def apply(self, entry: glog.Entry) -> bool:
+        """Write ``entry`` back where the bytes there differ; False if it is skipped (the segment is
+        gone, sealed, another journal's, or no regular file)."""
+        jdir = os.path.join(self.root, *entry.path.split("/"))
+        seg = os.path.join(jdir, fmt.segment_name(entry.base_seq))
+        if seg in self.skipped:
+            return False
+        got = self.open.get(seg)
+        try:
+            if got is None:
+                f = self._open(entry, seg)
+                if f is None:
+                    self.skipped.add(seg)
+                    return False
+                got = (f, False)
+                self._make_room()
+            else:
+                self.open.move_to_end(seg)
+            f, dirty = got
+            if pread_upto(f, len(entry.data), entry.offset) != entry.data:
+                write_all(f, entry.data, entry.offset)
+                if not dirty:
+                    self.written += 1
+                dirty = True
+            self.open[seg] = (f, dirty)
+        except OSError as exc:
+            if isinstance(exc, JournalError):
+                raise
+            raise JournalIOError(jdir, exc, doing="writing a dead commit group's records back into") from exc
+        return True
+
+    def _make_room(self) -> None:
+        while len(self.open) >= RECOVERY_OPEN_FILES_MAX:
+            _seg, (f, dirty) = self.open.popitem(last=False)
+            try:
+                if dirty:
+                    f.fdatasync()
+            finally:
+                f.close()
+
+    def _open(self, entry: glog.Entry, seg: str) -> File | None:
+        fs = self.fs
+        try:
+            _check_no_links(fs, self.root, entry.path)
+        except JournalError:
+            return None  # never written through a link out of the root
+        if not fs.exists(seg):
+            return None
+        try:
+            f = fs.open_write(seg, create=False)
+        except (UnexpectedFileError, IsADirectoryError) as exc:
+            self.odd.add(f"{seg}: {exc}")
+            return None
+        try:
+            header = read_header(f, os.path.basename(seg))
+            if header.journal_id != entry.journal_id or header.base_seq != entry.base_seq:
+                f.close()
+                return None
+            if read_seal(f, header, os.path.basename(seg), f.size()) is not None:
+                f.close()  # sealed: synced when it was sealed
+                return None
+        except CorruptionError:
+            f.close()  # the journal's own open reports a damaged header
+            return None
+        except BaseException:
             f.close()
-            return None
-        if read_seal(f, header, os.path.basename(seg), f.size()) is not None:
-            f.close()  # sealed: synced when it was sealed
-            return None
-    except CorruptionError:
-        f.close()  # the journal's own open reports a damaged header
-        return None
-    except BaseException:
-        f.close()
-        raise
-    return f
+            raise
+        return f
+
+    def sync_all(self) -> None:
+        for seg, (f, dirty) in self.open.items():
+            if dirty:
+                f.fdatasync()
+                self.open[seg] = (f, False)
+
+    def close(self) -> None:
+        for f, _dirty in self.open.values():
+            f.close()
+        self.open.clear()
 
 
 def _check_no_links(fs: FileSystem, root: str, rel: str) -> None:
@@ -745,11 +845,24 @@ def _check_no_links(fs: FileSystem, root: str, rel: str) -> None:
 
 
 def _remove_instance(fs: FileSystem, inst: str) -> None:
-    for name in fs.listdir(inst):
-        fs.unlink(os.path.join(inst, name))
+    """Remove a group's directory, its logs already retired or written back. Its closing process
+    and a recovering one may both be at it (a reader's open right after the close freed the
+    LOCK): a name the other removed first counts as removed."""
+    try:
+        names = fs.listdir(inst)
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        try:
+            fs.unlink(os.path.join(inst, name))
+        except FileNotFoundError:
+            pass
     remove = getattr(fs, "rmdir", None)
     if remove is not None:
-        remove(inst)
+        try:
+            remove(inst)
+        except FileNotFoundError:
+            pass
     fs.fsync_dir(os.path.dirname(inst))
 
 

@@ -21,8 +21,12 @@ A log file, ``log-<generation, 20 digits>.jgl``, little-endian:
         0   magic        u32      ENTRY_MAGIC
         4   body_bytes   u32      the body's length (at most ENTRY_BODY_BYTES_MAX)
         8   number       u64      1, 2, 3, ... in the file: contiguous
-        16  checksum     u64      xxh64 of bytes 0..16 and of the body, seeded with the salt
-        24  body:
+        16  flags        u32      ENTRY_AFTER_SYNC: every byte of the file before this entry had
+                                  been fdatasync'd when it was written (the first entry of a
+                                  write that followed a returned fdatasync)
+        20  head_check   u32      the low 32 bits of xxh64 of bytes 0..20, seeded with the salt
+        24  checksum     u64      xxh64 of bytes 0..24 and of the body, seeded with the salt
+        32  body:
             journal_id   16 bytes the segment header's journal id
             base_seq     u64      the segment's (its file name)
             offset       u64      where ``data`` goes in that segment
@@ -31,10 +35,15 @@ A log file, ``log-<generation, 20 digits>.jgl``, little-endian:
             data         the rest: the bytes written to the segment at ``offset``
         zeros up to the next multiple of 8
 
-The checksum is verified before the length is trusted. A scan stops at the first entry that does
-not verify: what follows is a torn tail (never acknowledged: a group commit acknowledges only
-after its fdatasync, and every entry after a synced one was written after it), unless a valid
-entry with a later number follows, which only damage to synced bytes can leave: corruption.
+The checksums are verified before the length is trusted. A scan stops at the first entry that
+does not verify: what follows is a torn tail (a write the crash cut short, never acknowledged, or
+entries written at flush level whose pages a power loss dropped out of order), unless a verified
+entry marked ENTRY_AFTER_SYNC follows: every byte before it had been synced, so the entry that
+does not verify was damaged after its fdatasync: corruption. The segments' frames use the same
+rule (FLAG_AFTER_SYNC). Looking for such an entry in a torn tail checks each 8-byte position's
+head_check (20 bytes hashed) before it hashes any body: a tail that record payloads fill with
+headers (they are copied into the log) cannot make the scan quadratic, as the salt they would
+need to forge a head_check is the file's own, random.
 """
 
 from __future__ import annotations
@@ -53,16 +62,22 @@ LOG_SUFFIX = ".jgl"
 _LOG_HEADER_BODY = struct.Struct("<8sIIQQ")
 LOG_HEADER_SIZE_BYTES = _LOG_HEADER_BODY.size + 8
 ENTRY_MAGIC = 0x4A475245  # "ERGJ" on disk
-_ENTRY_HEADER = struct.Struct("<IIQQ")
+_ENTRY_HEADER = struct.Struct("<IIQIIQ")  # magic, body_bytes, number, flags, head_check, checksum
 ENTRY_HEADER_SIZE_BYTES = _ENTRY_HEADER.size
+ENTRY_AFTER_SYNC = 1
+_HEAD_CHECKED_BYTES = 20  # the header's bytes head_check covers
+_CHECKED_BYTES = 24  # the header's bytes the checksum covers, with the body
 _ENTRY_FIXED = struct.Struct("<16sQQH")
-_ENTRY_HEAD = struct.Struct("<IIQ")
+_ENTRY_HEAD = struct.Struct("<IIQI")  # the fields head_check covers
+_U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _ZEROS = bytes(8)
 ENTRY_ALIGN_BYTES = 8
 PATH_BYTES_MAX = 4096  # a journal's directory relative to the group root
-# One entry carries one group-commit write of one journal: at most a batch (writer.BATCH_BYTES_MAX,
-# 4 MiB) of frames, with their headers and a padding frame; 16 MiB leaves room and bounds a read.
+# One entry carries one write of one journal's frames: a journal writes more than this at once
+# (a record larger than a batch) into its segment and syncs it there, without the group
+# (writer._write_frames), so an entry's body stays under ENTRY_BODY_BYTES_MAX.
+GROUP_WRITE_BYTES_MAX = 8 * 1024 * 1024
 ENTRY_BODY_BYTES_MAX = 16 * 1024 * 1024
 # A log file is retired (its journals' segments synced, the file removed) once it holds this much.
 LOG_ROTATE_BYTES = 64 * 1024 * 1024
@@ -153,7 +168,8 @@ def check_path(path: str) -> str:
 
 
 def entry_pieces(
-    number: int, journal_id: bytes, base_seq: int, offset: int, path_raw: bytes, data: bytes | memoryview, salt: int
+    number: int, journal_id: bytes, base_seq: int, offset: int, path_raw: bytes, data: bytes | memoryview, salt: int,
+    after_sync: bool = False,
 ) -> tuple[bytes, bytes | memoryview, bytes]:
     """An entry as the pieces a write joins (its header and fixed fields, ``data``, its padding):
     on the durable append's path, so ``path_raw`` comes checked (check_path) and encoded."""
@@ -161,7 +177,8 @@ def entry_pieces(
     body_bytes = len(fixed) + len(data)
     if body_bytes > ENTRY_BODY_BYTES_MAX:
         raise ValueError(f"a log entry of {body_bytes} bytes is over {ENTRY_BODY_BYTES_MAX}")
-    head = _ENTRY_HEAD.pack(ENTRY_MAGIC, body_bytes, number)
+    head = _ENTRY_HEAD.pack(ENTRY_MAGIC, body_bytes, number, ENTRY_AFTER_SYNC if after_sync else 0)
+    head += _U32.pack(xxhash.xxh64_intdigest(head, salt) & 0xFFFFFFFF)
     digest = xxhash.xxh64(head, seed=salt)
     digest.update(fixed)
     digest.update(data)
@@ -170,26 +187,39 @@ def entry_pieces(
 
 
 def encode_entry(
-    number: int, journal_id: bytes, base_seq: int, offset: int, path: str, data: bytes, salt: int
+    number: int, journal_id: bytes, base_seq: int, offset: int, path: str, data: bytes, salt: int,
+    after_sync: bool = False,
 ) -> bytes:
     if len(journal_id) != fmt.SEGMENT_JOURNAL_ID_SIZE_BYTES:
         raise ValueError("a journal id is 16 bytes")
     raw_path = check_path(path).encode("utf-8", "surrogateescape")
-    return b"".join(entry_pieces(number, journal_id, base_seq, offset, raw_path, data, salt))
+    return b"".join(entry_pieces(number, journal_id, base_seq, offset, raw_path, data, salt, after_sync))
 
 
-def _entry_at(data: bytes, at: int, salt: int) -> tuple[Entry, int] | None:
-    """The entry at ``at`` and where the next one starts, or None if none verifies there."""
+def _head_at(data: bytes, at: int, salt: int) -> tuple[int, int, int, int] | None:
+    """(body_bytes, number, flags, checksum) of the header at ``at`` if its magic and head_check
+    hold and its body fits the bytes there are; None otherwise. Hashes 20 bytes, never a body."""
     if at + ENTRY_HEADER_SIZE_BYTES > len(data):
         return None
-    magic, body_bytes, number, checksum = _ENTRY_HEADER.unpack_from(data, at)
+    magic, body_bytes, number, flags, head_check, checksum = _ENTRY_HEADER.unpack_from(data, at)
     if magic != ENTRY_MAGIC or body_bytes < _ENTRY_FIXED.size or body_bytes > ENTRY_BODY_BYTES_MAX:
         return None
-    start = at + ENTRY_HEADER_SIZE_BYTES
-    if start + body_bytes > len(data):  # the length is checked against the bytes there are
+    if at + ENTRY_HEADER_SIZE_BYTES + body_bytes > len(data):  # the length against the bytes there are
         return None
+    if xxhash.xxh64_intdigest(memoryview(data)[at : at + _HEAD_CHECKED_BYTES], salt) & 0xFFFFFFFF != head_check:
+        return None
+    return body_bytes, number, flags, checksum
+
+
+def _entry_at(data: bytes, at: int, salt: int) -> tuple[Entry, int, int] | None:
+    """The entry at ``at``, where the next one starts, and its flags; None if none verifies."""
+    head = _head_at(data, at, salt)
+    if head is None:
+        return None
+    body_bytes, number, flags, checksum = head
+    start = at + ENTRY_HEADER_SIZE_BYTES
     body = memoryview(data)[start : start + body_bytes]
-    digest = xxhash.xxh64(memoryview(data)[at : at + 16], seed=salt)
+    digest = xxhash.xxh64(memoryview(data)[at : at + _CHECKED_BYTES], seed=salt)
     digest.update(body)
     if digest.intdigest() != checksum:
         return None
@@ -206,12 +236,13 @@ def _entry_at(data: bytes, at: int, salt: int) -> tuple[Entry, int] | None:
         raise LogError(at, f"entry {number}: offset {offset} is outside a segment's frames")
     end = start + body_bytes
     end += -end % ENTRY_ALIGN_BYTES
-    return Entry(number, journal_id, base_seq, offset, path, bytes(body[path_end:]), at), end
+    return Entry(number, journal_id, base_seq, offset, path, bytes(body[path_end:]), at), end, flags
 
 
 def scan(data: bytes) -> Scan:
     """Every entry of a log file's bytes, in order; LogError where they cannot be trusted: a bad
-    header, an entry whose number breaks the count, a verified entry after an unverified one."""
+    header, an entry whose number breaks the count, a verified ENTRY_AFTER_SYNC entry after one
+    that does not verify."""
     if len(data) > LOG_FILE_BYTES_MAX:
         raise LogError(0, f"{len(data)} bytes, more than a log file ever holds ({LOG_FILE_BYTES_MAX})")
     header = decode_header(data)
@@ -221,27 +252,34 @@ def scan(data: bytes) -> Scan:
         got = _entry_at(data, at, header.salt)
         if got is None:
             break
-        entry, nxt = got
+        entry, nxt, _flags = got
         if entry.number != len(entries) + 1:
             raise LogError(at, f"entry number {entry.number} where {len(entries) + 1} was due")
         entries.append(entry)
         at = nxt
     rest = memoryview(data)[at:]
-    torn = any(rest.tobytes().strip(b"\x00")) if len(rest) else False
+    torn = len(rest) > 0 and any(rest.tobytes().strip(b"\x00"))
     if torn:
-        # Bytes that are not an entry: a write the crash cut short, unless a verified entry with a
-        # later number follows (an fdatasync returned after it, so everything before it was
-        # synced): then synced bytes were damaged, and nothing here is guessed.
-        for probe in range(at + ENTRY_ALIGN_BYTES, len(data) - ENTRY_HEADER_SIZE_BYTES + 1, ENTRY_ALIGN_BYTES):
-            if struct.unpack_from("<I", data, probe)[0] != ENTRY_MAGIC:
-                continue
-            try:
-                later = _entry_at(data, probe, header.salt)
-            except LogError:
-                later = None
-            if later is not None and later[0].number > len(entries):
-                raise LogError(at, f"entry {len(entries) + 1} does not verify, and entry {later[0].number} at "
-                               f"offset {probe} after it does: synced bytes of the log are damaged")
+        # Bytes that are not an entry: a write the crash cut short, or unsynced entries a power
+        # loss kept out of order; unless a verified entry marked ENTRY_AFTER_SYNC follows (every
+        # byte before it had been synced): then synced bytes were damaged, and nothing is guessed.
+        magic = _U32.pack(ENTRY_MAGIC)
+        probe = data.find(magic, at + ENTRY_ALIGN_BYTES)
+        while probe != -1:
+            if probe % ENTRY_ALIGN_BYTES == 0:
+                head = _head_at(data, probe, header.salt)
+                if head is not None and head[2] & ENTRY_AFTER_SYNC and head[1] > len(entries):
+                    try:
+                        later = _entry_at(data, probe, header.salt)
+                    except LogError:
+                        later = None
+                    if later is not None:
+                        raise LogError(
+                            at, f"entry {len(entries) + 1} does not verify, and entry {later[0].number} at offset "
+                            f"{probe}, written after the bytes before it were synced, does: synced bytes of the "
+                            "log are damaged",
+                        )
+            probe = data.find(magic, probe + 1)
     return Scan(header, entries, at, torn)
 
 

@@ -17,6 +17,7 @@ from journal.engine import format as fmt
 from journal.engine import shared
 from journal.engine.encoding import Encoded, alone_spec, frame_specs
 from journal.engine.group import CommitGroup, Member
+from journal.engine.group_log import GROUP_WRITE_BYTES_MAX
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
@@ -811,7 +812,11 @@ class Writer:
             self._reserve(start + len(data))
         first_last = fmt.FRAME_HEADER_SIZE_BYTES if header_last else 0
         if self._group is not None:
-            return self._write_grouped(self._group, active, data, start, sync, first_last)
+            if len(data) <= GROUP_WRITE_BYTES_MAX:
+                return self._write_grouped(self._group, active, data, start, sync, first_last)
+            # Too big for an entry of the group's log (a record larger than a batch): written into
+            # the segment and synced there, whatever level was asked, since no log entry holds it.
+            sync = True
         if sync and data:
             # A durable write: its calls at once (one release of the GIL on a plain file;
             # fs.write_all_synced), with the same outcomes as the calls one by one below.
