@@ -71,8 +71,9 @@ MODULES = (
 
 
 # Modules of workloads over optional frameworks: each has NAME (or NAMES) and register().
-# ``group`` (commit-group) is one of them until its recovery stops refusing images a power loss
-# leaves (tests/test_group_crash.py holds that as a strict xfail): then it joins ENGINE.
+# ``group`` (commit-group) is one of them while a group loses acknowledged records under the
+# npsow model (no sector padding of its log or segments; tests/test_group_crash.py holds it as a
+# strict xfail): the default campaign asserts no violation under both models. Then it joins ENGINE.
 ON_DEMAND = ("guard_frameworks", "guard_strands", "guard_agent_framework", "claude_sdk", "group")
 
 
