@@ -106,9 +106,12 @@ def test_recovery_that_removes_logs_before_syncing_is_caught(
 
 
 def test_saved_failure_replays(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A failure of the workload is saved with its image and checks again from the file."""
+    """A failure of the workload is saved with its image and checks again from the file. (One
+    the harness's own checker found in /j: the workload's check of the other journals gets the
+    ledger of a new run, whose thread interleaving may differ.)"""
     monkeypatch.setattr(core, "recover_for_journal", lambda fs, path: None)
-    (tally,) = campaign.run_campaign([wgroup.NAME], ["psow"], 300, SEED, save_dir=str(tmp_path), stop_on_failure=True)
-    assert tally.failures and tally.failures[0].saved_to
-    _failure, again = campaign.replay_failure(tally.failures[0].saved_to)
-    assert again
+    (tally,) = campaign.run_campaign([wgroup.NAME], ["psow"], 300, SEED, save_dir=str(tmp_path))
+    own = [f for f in tally.failures if any(not v.startswith("workload check") for v in f.violations)]
+    assert own and own[0].saved_to, _report(tally)
+    _failure, again = campaign.replay_failure(own[0].saved_to)
+    assert any("acknowledged Committed(sync)" in v for v in again), again
