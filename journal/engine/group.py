@@ -611,9 +611,10 @@ def _read_marker(fs: FileSystem, journal_dir: str) -> int | None:
     return int(m.group(1))
 
 
-def recover_for_journal(fs: FileSystem, journal_dir: str) -> RecoveryNote | None:
-    """Before a journal is opened: if it joined a commit group, recover that root's dead groups,
-    so that every record the journal acknowledged through a group is in its segments."""
+def _groups_of(fs: FileSystem, journal_dir: str) -> tuple[str, str] | None:
+    """(root, its .journal-group directory) of the group the journal in ``journal_dir`` joined,
+    from its GROUP file; None if it joined none, or no group ever ran at that root (the journal
+    was moved or copied out of its store)."""
     levels = _read_marker(fs, journal_dir)
     if levels is None:
         return None
@@ -622,7 +623,17 @@ def recover_for_journal(fs: FileSystem, journal_dir: str) -> RecoveryNote | None
         root = os.path.dirname(root)
     gdir = os.path.join(root, GROUP_DIR)
     if not fs.is_dir(gdir) or fs.is_link(gdir):
-        return None  # no group ever ran there (the journal was moved or copied out of its store)
+        return None
+    return root, gdir
+
+
+def recover_for_journal(fs: FileSystem, journal_dir: str) -> RecoveryNote | None:
+    """Before a journal is opened: if it joined a commit group, recover that root's dead groups,
+    so that every record the journal acknowledged through a group is in its segments."""
+    found = _groups_of(fs, journal_dir)
+    if found is None:
+        return None
+    root, gdir = found
     if not any(n.startswith(INSTANCE_PREFIX) for n in fs.listdir(gdir)):
         return None
     lock = _take_recover_lock(fs, gdir)
@@ -636,15 +647,10 @@ def pending_recovery(fs: FileSystem, journal_dir: str) -> str | None:
     """The first dead group under the root of the journal in ``journal_dir`` whose logs are not
     yet written back (a tool that must not change the journal reports it rather than read
     segments that may lack what the log holds), or None. Changes no byte of any journal."""
-    levels = _read_marker(fs, journal_dir)
-    if levels is None:
+    found = _groups_of(fs, journal_dir)
+    if found is None:
         return None
-    root = os.path.abspath(journal_dir)
-    for _ in range(levels):
-        root = os.path.dirname(root)
-    gdir = os.path.join(root, GROUP_DIR)
-    if not fs.is_dir(gdir) or fs.is_link(gdir):
-        return None
+    _root, gdir = found
     for name in fs.listdir(gdir):
         inst = os.path.join(gdir, name)
         if not name.startswith(INSTANCE_PREFIX) or not fs.is_dir(inst) or fs.is_link(inst):
