@@ -1,20 +1,18 @@
-"""Many sessions in one process: journal (in one commit group; alone, with and without
-compression) against a JSONL file per session, per round, with CPU per event, and the floor of
-the journal's file layout.
+"""Many sessions in one process: journal (with and without compression) against a JSONL file
+per session, per round, with CPU per event, and the floor of the journal's file layout.
 
     .venv/bin/python bench/bench_sessions_cpu.py                  # 64 sessions, 6,400 events, 3 rounds
     .venv/bin/python bench/bench_sessions_cpu.py --sessions 1000 --events 4000 --rounds 4
     .venv/bin/python bench/bench_sessions_cpu.py --dir /dev/shm   # syncs free: CPU alone
     .venv/bin/python bench/bench_sessions_cpu.py --callgrind --events 2000   # Ir per event, each side
 
-Each round runs the six sides of ``journal.benchmark.sessions.run_side`` (the workload of
+Each round runs the five sides of ``journal.benchmark.sessions.run_side`` (the workload of
 ``journal bench``: ``min(N, 64)`` threads, each appending to its share of the sessions in turn,
 every append durable before the next) in an order that rotates, and prints each side's events/s,
 its CPU per event (user + system of the process over the events, and each of the two), the bytes
 its files hold per event at the end, and journal's ratio to JSONL in that round. With many
 threads on two cores the run is bound by the GIL and the kernel's fdatasync, so the ratio follows
-the CPU per event; the commit group (journal.open_group: one fdatasync of its log for every
-journal whose append met in a group commit) what the engine does for it; ``compress=False`` shows what compression costs on top (bench/README.md,
+the CPU per event; ``compress=False`` shows what compression costs on top (bench/README.md,
 "Compression with the GIL held"), a trained dictionary (DICT_BYTES, one for every session,
 trained on other events of the mix) what it saves of that and of the bytes, and the reserved
 file per session (``pwrite`` into space set aside ahead, then ``fdatasync``, nothing else) what
@@ -152,16 +150,12 @@ def main(argv: list[str]) -> int:
     if args.callgrind:
         return ir_report(args.sessions, args.events, args.dir)
     events = make_events(20000)
-    ratios: dict[str, list[float]] = {
-        sess.GROUPED: [], sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.RESERVED: []
-    }
-    stored: dict[str, list[float]] = {
-        sess.GROUPED: [], sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.JSONL: []
-    }
+    ratios: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.RESERVED: []}
+    stored: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.JSONL: []}
     base = tempfile.mkdtemp(prefix="sessions-cpu-", dir=args.dir)
     try:
         dictionary = trained_dictionary(base)
-        sides = [sess.GROUPED, sess.JOURNAL, UNCOMPRESSED, DICTIONARY, sess.RESERVED, sess.JSONL]
+        sides = [sess.JOURNAL, UNCOMPRESSED, DICTIONARY, sess.RESERVED, sess.JSONL]
         for r in range(args.rounds):
             got: dict[str, sess.Side] = {}
             for side in sides[r % len(sides) :] + sides[: r % len(sides)]:

@@ -24,8 +24,6 @@ journal/benchmark/events.py ``make_events``, seed 7; random seqs from seed 11):
 - ``append-sync`` [500]: N ``append(event, durability="sync")`` from one writer, on a journal
   that has had its first appends (files created) in the set-up.
 - ``append-sync-nocompress`` [500]: the same with ``compress=False``.
-- ``append-sync-group`` [500]: the same, the journal in a commit group (journal.open_group) of its
-  own: each append a group commit of one (a checkout without commit groups: skipped).
 - ``bulk`` [5000]: ``append_many`` of N events at "buffered", then one ``sync``.
 - ``decode-scan`` [5000]: ``for r in j.read(): r.event`` over a journal of N events written by
   ``append_many``, after one warm scan.
@@ -70,7 +68,6 @@ TOGGLE_FUNCTION = "_PyEval_CallTracing"
 DEFAULT_COUNTS = {
     "append-sync": 500,
     "append-sync-nocompress": 500,
-    "append-sync-group": 500,
     "bulk": 5000,
     "decode-scan": 5000,
     "point-read-blocks": 2000,
@@ -172,31 +169,15 @@ def append_messages(journal: Any, path: str, session_id: str, n: int, tag: str) 
         return int(j.last_seq)
 
 
-class _Closing:
-    """Closes a journal, then its commit group."""
-
-    def __init__(self, *handles: Any) -> None:
-        self.handles = handles
-
-    def close(self) -> None:
-        for h in self.handles:
-            h.close()
-
-
 def child_work(workload: str, count: int, data: str, variant: str, scratch: str) -> tuple[Callable[[], None], Any]:
     """The set-up of ``workload`` (not counted) and its work: a callable, and what to close after."""
     import journal
     from journal.benchmark.events import make_events
 
     path = os.path.join(data, "j")
-    if workload in ("append-sync", "append-sync-nocompress", "append-sync-group", "bulk"):
+    if workload in ("append-sync", "append-sync-nocompress", "bulk"):
         events = make_events(count + WARM_APPENDS, EVENTS_SEED)
-        grouped: dict[str, Any] = {}
-        if workload == "append-sync-group":
-            grouped["group"] = journal.open_group(scratch)
-        j = journal.open(
-            os.path.join(scratch, "j"), create=True, compress=workload != "append-sync-nocompress", **grouped
-        )
+        j = journal.open(os.path.join(scratch, "j"), create=True, compress=workload != "append-sync-nocompress")
         for e in events[:WARM_APPENDS]:
             j.append(e, durability="sync")
         todo = events[WARM_APPENDS:]
@@ -212,8 +193,6 @@ def child_work(workload: str, count: int, data: str, variant: str, scratch: str)
                 for e in todo:
                     j.append(e, durability="sync")
 
-        if grouped:
-            return work, _Closing(j, grouped["group"])
         return work, j
     if workload == "decode-scan":
         j = journal.open(path, readonly=True)
@@ -405,9 +384,7 @@ def main(argv: list[str]) -> int:
             labels = rows_for(w, count)
             for side, checkout in zip(sides, checkouts, strict=True):
                 data = os.path.join(base, side, data_key(w))
-                if (side, data_key(w)) not in prepared and w not in (
-                    "append-sync", "append-sync-nocompress", "append-sync-group", "bulk"
-                ):
+                if (side, data_key(w)) not in prepared and w not in ("append-sync", "append-sync-nocompress", "bulk"):
                     os.makedirs(data)
                     prepare(checkout, w, count, data)
                     prepared.add((side, data_key(w)))

@@ -222,39 +222,6 @@ class JournalFailStoppedError(JournalError):
         self.cause = cause
 
 
-class GroupError(JournalError):
-    """A commit group (journal.open_group) cannot do what was asked; the message says what to do."""
-
-
-class GroupRecoveryPendingError(GroupError):
-    """A tool that changes nothing met a journal whose commit group died with its log unrecovered."""
-
-    def __init__(self, path: str, group: str) -> None:
-        super().__init__(
-            f"journal {path!r} joined a commit group whose process stopped ({group}); its log may hold "
-            "records the segments lack. Open the journal once (journal.open, or `journal cat`), which "
-            "writes them back, then run this again"
-        )
-        self.path = path
-        self.group = group
-
-
-class GroupLogCorruptionError(CorruptionError):
-    """Synced bytes of a commit group's log failed verification: recovery stops, nothing is changed."""
-
-    def __init__(self, log: str, offset: int, reason: str) -> None:
-        JournalError.__init__(
-            self,
-            f"corruption in commit group log {log!r} at offset {offset}: {reason}. Nothing was changed; "
-            "the journals of the group may miss records this log holds: restore the log file from a "
-            "backup, or move it aside to open the journals as their segments are",
-        )
-        self.segment = log
-        self.offset = offset
-        self.seq = None
-        self.reason = reason
-
-
 class JournalClosedError(JournalError):
     def __init__(self) -> None:
         super().__init__("journal is closed; open it again with journal.open(path)")

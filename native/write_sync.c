@@ -106,112 +106,10 @@ static PyObject *write_all_sync(PyObject *self, PyObject *args) {
     return PyLong_FromLong(rc);
 }
 
-/* The answer write_batch gives the last item when an earlier one failed: it was not written. */
-#define NOT_TRIED 0x20000
-/* write_batch takes at most this many items: a commit group's batch is bounded far below it. */
-#define BATCH_ITEMS_MAX 65536
-
-/* The first first_last bytes after the rest, as write_then_sync, without the fdatasync. */
-static int write_ordered(int fd, const char *buf, size_t size, long long offset, size_t first_last) {
-    if (offset > 0 && (long long)size > LLONG_MAX - offset) {
-        return EFBIG;
-    }
-    size_t head = first_last < size ? first_last : size;
-    int rc = write_all(fd, buf + head, size - head, offset + (long long)head);
-    return rc != 0 ? rc : write_all(fd, buf, head, offset);
-}
-
-/* write_batch(items, sync_last) -> list of ints, for a commit group's leader (journal/fs.py's
- * write_batch): items is a list of (fd, data, offset, first_last) tuples. Every item but the
- * last is written as write_then_sync writes (without its fdatasync); the last is written only
- * if all of them were, then fdatasync'd if sync_last. One answer per item: 0, a write's errno or
- * NO_PROGRESS; for the last, minus a failed fdatasync's errno, or NOT_TRIED. One release of the
- * GIL for all of it: the frames of every journal in a group commit, then the group's log. */
-static PyObject *write_batch(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *items;
-    int sync_last;
-    if (!PyArg_ParseTuple(args, "O!p:write_batch", &PyList_Type, &items, &sync_last)) {
-        return NULL;
-    }
-    Py_ssize_t n = PyList_Size(items);
-    if (n < 1 || n > BATCH_ITEMS_MAX) {
-        PyErr_SetString(PyExc_ValueError, "write_batch: 1 to 65536 items");
-        return NULL;
-    }
-    Py_buffer *bufs = PyMem_Calloc((size_t)n, sizeof(Py_buffer));
-    int *fds = PyMem_Calloc((size_t)n, sizeof(int));
-    long long *offsets = PyMem_Calloc((size_t)n, sizeof(long long));
-    Py_ssize_t *firsts = PyMem_Calloc((size_t)n, sizeof(Py_ssize_t));
-    int *rcs = PyMem_Calloc((size_t)n, sizeof(int));
-    PyObject *out = NULL;
-    Py_ssize_t held = 0;
-    if (bufs == NULL || fds == NULL || offsets == NULL || firsts == NULL || rcs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; held < n; held++) {
-        PyObject *item = PyList_GetItem(items, held); /* borrowed */
-        if (item == NULL || !PyTuple_Check(item) ||
-            !PyArg_ParseTuple(item, "iy*Ln:write_batch item", &fds[held], &bufs[held], &offsets[held], &firsts[held])) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "write_batch: each item is (fd, data, offset, first_last)");
-            }
-            goto done;
-        }
-        if (firsts[held] < 0) {
-            PyBuffer_Release(&bufs[held]);
-            PyErr_SetString(PyExc_ValueError, "write_batch: first_last is a count of bytes, 0 or more");
-            goto done;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS
-    int failed = 0;
-    for (Py_ssize_t i = 0; i + 1 < n; i++) {
-        rcs[i] = write_ordered(fds[i], (const char *)bufs[i].buf, (size_t)bufs[i].len, offsets[i], (size_t)firsts[i]);
-        failed = failed || rcs[i] != 0;
-    }
-    Py_ssize_t last = n - 1;
-    if (failed) {
-        rcs[last] = NOT_TRIED;
-    } else if (sync_last) {
-        rcs[last] = write_then_sync(fds[last], (const char *)bufs[last].buf, (size_t)bufs[last].len, offsets[last],
-                                    (size_t)firsts[last]);
-    } else {
-        rcs[last] = write_ordered(fds[last], (const char *)bufs[last].buf, (size_t)bufs[last].len, offsets[last],
-                                  (size_t)firsts[last]);
-    }
-    Py_END_ALLOW_THREADS
-    out = PyList_New(n);
-    if (out == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *rc = PyLong_FromLong(rcs[i]);
-        if (rc == NULL || PyList_SetItem(out, i, rc) != 0) { /* SetItem steals rc */
-            Py_CLEAR(out);
-            goto done;
-        }
-    }
-done:
-    for (Py_ssize_t i = 0; i < held; i++) {
-        PyBuffer_Release(&bufs[i]);
-    }
-    PyMem_Free(bufs);
-    PyMem_Free(fds);
-    PyMem_Free(offsets);
-    PyMem_Free(firsts);
-    PyMem_Free(rcs);
-    return out;
-}
-
 static PyMethodDef methods[] = {
     {"write_all_sync", write_all_sync, METH_VARARGS,
      "write_all_sync(fd, data, offset, first_last) -> 0, a failed write's errno or NO_PROGRESS, or minus a failed "
      "fdatasync's errno"},
-    {"write_batch", write_batch, METH_VARARGS,
-     "write_batch(items, sync_last) -> one answer per (fd, data, offset, first_last) item: every item but the last "
-     "written, then the last (NOT_TRIED if one failed) and, if sync_last, its fdatasync"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -222,8 +120,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__write_sync(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddIntConstant(m, "NO_PROGRESS", NO_PROGRESS) != 0 ||
-                      PyModule_AddIntConstant(m, "NOT_TRIED", NOT_TRIED) != 0)) {
+    if (m != NULL && PyModule_AddIntConstant(m, "NO_PROGRESS", NO_PROGRESS) != 0) {
         Py_DECREF(m);
         return NULL;
     }

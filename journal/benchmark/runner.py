@@ -302,17 +302,15 @@ class Bench:
     # --- write workloads ----------------------------------------------------------------------
 
     def sessions(self) -> None:
-        """N sessions in one process, each durable per event: a journal each, alone and in one
-        commit group, against a JSONL file each (journal/benchmark/sessions.py), the order of
-        the sides rotating round by round, with CPU per event."""
-        sides = (sess.JOURNAL, sess.GROUPED, sess.JSONL)
+        """N sessions in one process, each durable per event: a journal each against a JSONL
+        file each (journal/benchmark/sessions.py), sides alternating, with CPU per event."""
         for n in self.plan.session_counts:
             workload = self.w(f"{n} sessions in one process, durable per event")
-            rate = {name: Row(workload, name, "events/s", durable=True) for name in sides}
-            cpu = {name: cpu_row(workload, name) for name in sides}
+            rate = {name: Row(workload, name, "events/s", durable=True) for name in (sess.JOURNAL, sess.JSONL)}
+            cpu = {name: cpu_row(workload, name) for name in (sess.JOURNAL, sess.JSONL)}
             self.report.rows.extend([*rate.values(), *cpu.values()])
             for rep in range(self.plan.repeats):
-                order = sides[rep % 3 :] + sides[: rep % 3]
+                order = [sess.JOURNAL, sess.JSONL] if rep % 2 == 0 else [sess.JSONL, sess.JOURNAL]
                 for name in order:
                     got = sess.run_side(name, self.base, n, self.plan.session_events, self.events)
                     rate[name].values.append(got.events_per_s)
@@ -1005,9 +1003,6 @@ def evaluate(r: Report) -> None:
         add(f"speed: decode scan vs JSONL read + json.loads{on}", r.ratios(wdm, "journal sync", "JSONL buffered"), 1.2)
         for n in r.plan.session_counts:
             wn = workload_name(f"{n} sessions in one process, durable per event", mix)
-            # The journals as a store opens them by default. The same sessions in one commit group
-            # (SessionStore(root, commit_group=True)) are a row of their own, no target: on the
-            # machine measured they run no faster (bench/README.md, "Commit groups").
             add(
                 f"speed: {n:,} sessions durable per event vs a JSONL file each{on}",
                 r.ratios(wn, sess.JOURNAL, sess.JSONL),
@@ -1144,8 +1139,9 @@ def cpu_table(r: Report) -> list[str]:
     for mix in r.plan.mixes:
         pairs += [(workload_name(w, mix), _PEERS_OF[w], peer) for w, peer in _JSONL_PEER_OF.items()]
         for n in r.plan.session_counts:
-            for side in (sess.JOURNAL, sess.GROUPED):
-                pairs.append((workload_name(f"{n} sessions in one process, durable per event", mix), side, sess.JSONL))
+            pairs.append(
+                (workload_name(f"{n} sessions in one process, durable per event", mix), sess.JOURNAL, sess.JSONL)
+            )
     lines = [
         "",
         "CPU per event, ms (user + system time of the process over the events; lower is better):",

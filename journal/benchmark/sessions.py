@@ -31,7 +31,6 @@ from journal.engine.dictionary import Dictionary
 
 SESSION_THREADS_MAX = 64
 JOURNAL = "journal, a journal per session"
-GROUPED = "journal, a journal per session, one commit group"
 JSONL = "JSONL, a file per session (write+fdatasync)"
 RESERVED = "a reserved file per session (pwrite+fdatasync)"
 
@@ -48,16 +47,9 @@ class Side:
 
 
 class _Journals:
-    def __init__(
-        self, root: str, n: int, compress: bool, dictionary: Dictionary | None = None, grouped: bool = False
-    ) -> None:
-        # Grouped: the sessions' durable appends share the fdatasync of one commit group's log
-        # (journal.open_group), as a session store's sessions do.
-        self.group = journal.open_group(root) if grouped else None
+    def __init__(self, root: str, n: int, compress: bool, dictionary: Dictionary | None = None) -> None:
         self.handles = [
-            journal.open(
-                os.path.join(root, f"s{i}"), create=True, compress=compress, dictionary=dictionary, group=self.group
-            )
+            journal.open(os.path.join(root, f"s{i}"), create=True, compress=compress, dictionary=dictionary)
             for i in range(n)
         ]
 
@@ -69,8 +61,6 @@ class _Journals:
     def close(self) -> None:
         for j in self.handles:
             j.close()
-        if self.group is not None:
-            self.group.close()
 
 
 class _JsonlFiles:
@@ -124,14 +114,14 @@ def run_side(
     root = tempfile.mkdtemp(prefix="sessions-", dir=base)
     try:
         store: _Journals | _JsonlFiles | _ReservedFiles
-        if kind in (JOURNAL, GROUPED):
-            store = _Journals(root, sessions, compress, dictionary, grouped=kind == GROUPED)
+        if kind == JOURNAL:
+            store = _Journals(root, sessions, compress, dictionary)
         elif kind == JSONL:
             store = _JsonlFiles(root, sessions)
         elif kind == RESERVED:
             store = _ReservedFiles(root, sessions)
         else:
-            raise ValueError(f"no side {kind!r}: {JOURNAL!r}, {GROUPED!r}, {JSONL!r} or {RESERVED!r}")
+            raise ValueError(f"no side {kind!r}: {JOURNAL!r}, {JSONL!r} or {RESERVED!r}")
         threads = min(sessions, SESSION_THREADS_MAX)
         per_session = max(1, events_total // sessions)
         share = [list(range(t, sessions, threads)) for t in range(threads)]
@@ -182,4 +172,4 @@ def _stored_bytes(root: str) -> int:
     return total
 
 
-__all__ = ["GROUPED", "JOURNAL", "JSONL", "RESERVED", "SESSION_THREADS_MAX", "Side", "run_side"]
+__all__ = ["JOURNAL", "JSONL", "RESERVED", "SESSION_THREADS_MAX", "Side", "run_side"]

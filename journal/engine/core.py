@@ -59,7 +59,6 @@ from journal.engine.encoding import (
     same_event,
     with_repeats,
 )
-from journal.engine.group import CommitGroup, recover_for_journal
 from journal.engine.options import Options
 from journal.engine.reader import (
     DROPPED,
@@ -221,16 +220,8 @@ class Journal(Writer):
         shared_lock_timeout_s: float = shared.SHARED_LOCK_TIMEOUT_S_DEFAULT,
         first_seq: int = 1,
         dictionary: Dictionary | None = None,
-        group: CommitGroup | None = None,
     ) -> Journal:
         """Open (and, for writing, lock and recover) the journal in directory ``path``.
-
-        ``group``: a commit group (journal.open_group(root), ``path`` under ``root``) that this
-        handle's durable appends are synced through: one fdatasync of the group's log for every
-        journal whose append meets in a group commit (journal/engine/group.py). Not with
-        ``readonly``, ``writer="shared"`` or ``sector_bytes``. Any open of a journal that joined a
-        group first recovers the group's logs that a dead process left, so it holds every record
-        it acknowledged.
 
         ``first_seq``: the seq of the first record of a journal this call creates (salvage of a
         journal whose prefix was dropped keeps its seqs); ignored when the journal exists.
@@ -262,14 +253,6 @@ class Journal(Writer):
             raise InvalidArgumentError("a dictionary is not supported with writer='shared'; open without one")
         if dictionary is not None and not readonly:
             checked_tables(dictionary)  # one zstd cannot load is refused before anything is written
-        if group is not None:
-            if not isinstance(group, CommitGroup):
-                raise InvalidArgumentError(f"group must be a CommitGroup or None, not {type(group).__name__}")
-            if readonly or writer == "shared" or sector_bytes:
-                raise InvalidArgumentError(
-                    "a commit group takes a writable exclusive journal without sector_bytes; "
-                    "open it without group= (or without readonly, writer='shared', sector_bytes)"
-                )
         if not 0 <= shared_lock_timeout_s <= shared.SHARED_LOCK_TIMEOUT_S_MAX:
             raise ValueError(f"shared_lock_timeout_s must be between 0 and {shared.SHARED_LOCK_TIMEOUT_S_MAX}")
         options = Options(
@@ -282,9 +265,6 @@ class Journal(Writer):
         j.shared_lock_timeout_s = shared_lock_timeout_s
         j._first_seq = first_seq  # until open finds the journal's own
         try:
-            # Records acknowledged through a commit group whose process died may be only in its
-            # log: written back into the segments before anything reads them.
-            recover_for_journal(j._fs, j.path)
             if readonly:
                 j._open_readonly()
             else:
@@ -293,9 +273,6 @@ class Journal(Writer):
                     # Durable (directory fsync'd) before any frame naming its id is written.
                     dict_id = install_dictionary(j._fs, j.path, dictionary)
                     j.options = dataclasses.replace(j.options, dictionary=DictionaryUse(dict_id, dictionary))
-                if group is not None:
-                    j._group_member = group.join(j)
-                    j._group = group
                 if j.shared:
                     # Recovered and synced with the lock held; from now on it is taken per batch.
                     lock = present(j._lock, "a writer's open holds the lock")
@@ -1191,16 +1168,6 @@ class Journal(Writer):
                     self._close_cut()
                 except (OSError, JournalError):
                     pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
-                if self._group is not None and self._group_dirty:
-                    # The segment holds bytes only the group's log made durable: synced here, so
-                    # a closed journal's directory holds all it acknowledged, group or not.
-                    try:
-                        self._active.fdatasync()
-                        self._group_dirty = False
-                        self._synced_at = (self._active, self._active_size)
-                    except OSError as exc:
-                        self._failed = f"fdatasync of the live segment at close failed: {exc}"
-                        self._group.segment_failed(f"journal {self.path}: {self._failed}")
                 try:
                     self._write_live_hint()
                 except (OSError, JournalError, live_hint.HintError):
@@ -1281,8 +1248,6 @@ class Journal(Writer):
             lock.release()
 
     def _release(self) -> None:
-        if self._group is not None:
-            self._group.leave(self)
         with self._get_mu:
             self._segments.close()
         if self._active is not None:

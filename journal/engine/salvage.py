@@ -31,14 +31,12 @@ from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import tail
 from journal.engine.dictionary import DictionaryCache, for_segment
-from journal.engine.group import pending_recovery
 from journal.engine.options import RECORD_SIZE_BYTES_MAX_LIMIT
 from journal.engine.reader import DROPPED, THERE, Record, decode_block, decode_payload, why_missing
 from journal.engine.recovery import QUARANTINE_DIR
 from journal.engine.segment import TMP_SUFFIX, read_start
 from journal.errors import (
     CorruptionError,
-    GroupRecoveryPendingError,
     JournalError,
     JournalIOError,
     JournalNotFoundError,
@@ -440,11 +438,6 @@ def walk_journal(path: str, progress: Progress | None = None,
             raise JournalNotFoundError(path)
         if not fs.is_dir(path):
             raise NotAJournalError(path, "it is a file, not a directory")
-        dead = pending_recovery(fs, path)
-        if dead is not None:
-            # Its segments may lack records only the group's log holds: a verdict on them would
-            # call acknowledged records lost (or synced bytes damaged).
-            raise GroupRecoveryPendingError(path, dead)
         names = fs.listdir(path)
         segs = sorted(
             (n for n in names if fmt.parse_segment_name(n) is not None), key=lambda n: fmt.parse_segment_name(n) or 0

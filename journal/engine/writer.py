@@ -16,8 +16,6 @@ from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import shared
 from journal.engine.encoding import Encoded, alone_spec, frame_specs
-from journal.engine.group import CommitGroup, Member
-from journal.engine.group_log import GROUP_WRITE_BYTES_MAX
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
@@ -148,12 +146,6 @@ class Writer:
     _pending_keys: dict[str, tuple[Request, int]]
     _key_digests: dict[str, tuple[int, int]]  # key -> (seq, payload digest) where known here
     _request_bytes_max: int  # what one request carries at most: a batch, and no more than a new segment holds
-    # The commit group this journal's durable appends are synced through (journal/engine/group.py),
-    # its directory relative to the group's root, and whether its live segment holds bytes that only
-    # the group's log has made durable (the segment itself is fdatasync'd at seal and close).
-    _group: CommitGroup | None = None
-    _group_member: Member | None = None
-    _group_dirty: bool = False
 
     def _check_open(self) -> None:
         if self._closed:
@@ -637,11 +629,6 @@ class Writer:
             if status == "rolled_back":
                 reason = f"a write failed after buffered records were acknowledged ({reason}); they are lost"
             self._failed = reason
-            if self._group is not None and status == "failed":
-                # What this journal's segment holds of the group's log is unknown now: the group
-                # must not retire a log on the word of a later fdatasync (the kernel may have
-                # dropped the pages and reported it once): it fail-stops and keeps its logs.
-                self._group.segment_failed(f"journal {self.path}: {reason}")
 
     def _write_batch(self, batch: list[Request]) -> Results:
         """The leader's I/O for a batch, outside the mutex. Returns (status, reason, errno)."""
@@ -811,12 +798,6 @@ class Writer:
         if start + len(data) > self._reserved_end:
             self._reserve(start + len(data))
         first_last = fmt.FRAME_HEADER_SIZE_BYTES if header_last else 0
-        if self._group is not None:
-            if len(data) <= GROUP_WRITE_BYTES_MAX:
-                return self._write_grouped(self._group, active, data, start, sync, first_last)
-            # Too big for an entry of the group's log (a record larger than a batch): written into
-            # the segment and synced there, whatever level was asked, since no log entry holds it.
-            sync = True
         if sync and data:
             # A durable write: its calls at once (one release of the GIL on a plain file;
             # fs.write_all_synced), with the same outcomes as the calls one by one below.
@@ -849,34 +830,6 @@ class Writer:
             self._unsynced = False
             self._synced_at = (active, start + len(data))
         return WRITTEN
-
-    def _write_grouped(
-        self, group: CommitGroup, active: File, data: bytes, start: int, sync: bool, first_last: int
-    ) -> Results:
-        """_write_frames in a commit group: the group commit's leader writes the frames into the
-        live segment (with the other journals' in one call) and a copy into the group's log, which
-        is fdatasync'd for every journal whose append met in that group commit. A failed write,
-        of the frames or of the log, cuts the frames back out of the segment: NotCommitted. A
-        failed fdatasync of the log is fail-stop, as one of the segment would be. Once the log's
-        fdatasync returned the frames are durable: a recovery writes them back into the segment if
-        a power loss dropped them (journal/engine/group.py)."""
-        if data:
-            self._synced_at = None  # written and not yet durable: the next frame claims nothing
-            self._unsynced = True
-            self._group_dirty = True
-        header = present(self._active_header, "a live segment has a header")
-        member = present(self._group_member, "a journal in a group is its member")
-        status, reason, errno_ = group.commit(
-            member, active, header.journal_id, header.base_seq, start, data, first_last, sync
-        )
-        if status == "ok":
-            if sync:
-                self._unsynced = False
-                self._synced_at = (active, start + len(data))
-            return WRITTEN
-        if status in ("failed", "not_written") or not data:
-            return (status if status in ("failed", "not_written") else "rolled_back", reason, errno_)
-        return self._roll_back(start, reason, errno_)
 
     def _advance(self, first_seq: int, specs: Sequence[fmt.FrameSpec], records: int, start: int, end: int) -> None:
         """Account for ``records`` records in frames written at [start, end): index points (a
@@ -952,7 +905,6 @@ class Writer:
         write_all(self._active, frame, self._active_size)
         self._active.fdatasync()
         self._unsynced = False
-        self._group_dirty = False  # every byte of the segment is synced now, the log's included
         self._active.close()
         self._active = None
         self._active_header = None

@@ -48,7 +48,6 @@ import dataclasses
 import errno
 import json
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -169,22 +168,10 @@ class StoreSession(Session):
 class SessionStore:
     """Sessions under ``root``: create, open, fork, list, latest, archive. See the module doc."""
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        fs: FileSystem | None = None,
-        registry: Registry | None = None,
-        commit_group: bool = False,
-    ):
+    def __init__(self, root: str | os.PathLike[str], fs: FileSystem | None = None, registry: Registry | None = None):
         self.root = os.path.abspath(os.fspath(root))
         self.fs = fs or OsFileSystem()
         self.registry = registry or Registry()
-        # commit_group: the sessions this store opens for writing share one commit group
-        # (journal.open_group at the root, made at the first such open): one fdatasync per group
-        # commit for all of them, not one per session. close() the store after its sessions.
-        self._group_wanted = commit_group
-        self._group: journal.CommitGroup | None = None
-        self._group_mu = threading.Lock()
         # Processes may make one new store at once: make_dirs takes a directory another one made
         # meanwhile, and syncs its entry either way.
         for d in (self.root, self._dir(SESSIONS_DIR), self._dir(ARCHIVE_DIR)):
@@ -245,7 +232,7 @@ class SessionStore:
                 os.path.join(tmp, JOURNAL_DIR), create=True, session_id=sid, workspace=workspace, fs=self.fs, **options
             ).close()
             self._publish(tmp, sid)
-        opened = StoreSession.open(os.path.join(d, JOURNAL_DIR), fs=self.fs, **self._grouped(options))
+        opened = StoreSession.open(os.path.join(d, JOURNAL_DIR), fs=self.fs, **options)
         s = self._attach(cast(StoreSession, opened), sid)
         now = utc_now()
         with self._closed_on_error(s):
@@ -262,8 +249,6 @@ class SessionStore:
         options.setdefault("registry", self.registry)
         if not readonly:  # a reader needs none: the journal directory holds what its frames name
             self._with_dictionary(options)
-        if not readonly:
-            options = self._grouped(options)
         s = cast(
             StoreSession, StoreSession.open(os.path.join(d, JOURNAL_DIR), readonly=readonly, fs=self.fs, **options)
         )
@@ -273,34 +258,6 @@ class SessionStore:
                 # An entry the index lacks is read from the directories by the next listing.
                 self._update([_set(session_id, open=True, last_seq=s.journal.last_seq)])
         return s
-
-    def _grouped(self, options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` with the store's commit group, when it keeps one (made here the first time)."""
-        if not self._group_wanted or "group" in options:
-            return options
-        with self._group_mu:
-            if self._group is None:
-                self._group = journal.open_group(self.root, fs=self.fs)
-            return {**options, "group": self._group}
-
-    def close(self) -> None:
-        """Close the store's commit group, if it keeps one (its sessions closed first: GroupError
-        otherwise). Without one there is nothing to close. Idempotent."""
-        with self._group_mu:
-            group, self._group = self._group, None
-        if group is not None:
-            try:
-                group.close()
-            except JournalError:
-                with self._group_mu:
-                    self._group = group  # still the store's: close its sessions and call again
-                raise
-
-    def __enter__(self) -> SessionStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _with_dictionary(self, options: dict[str, Any]) -> None:
         """Give a session opened for writing the store's current dictionary (unless the caller

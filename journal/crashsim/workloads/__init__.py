@@ -71,10 +71,7 @@ MODULES = (
 
 
 # Modules of workloads over optional frameworks: each has NAME (or NAMES) and register().
-# ``group`` (commit-group) is one of them while a group loses acknowledged records under the
-# npsow model (no sector padding of its log or segments; tests/test_group_crash.py holds it as a
-# strict xfail): the default campaign asserts no violation under both models. Then it joins ENGINE.
-ON_DEMAND = ("guard_frameworks", "guard_strands", "guard_agent_framework", "claude_sdk", "group")
+ON_DEMAND = ("guard_frameworks", "guard_strands", "guard_agent_framework", "claude_sdk")
 
 
 def _on_demand_modules() -> list[Any]:
