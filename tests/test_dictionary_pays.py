@@ -138,7 +138,10 @@ def test_a_smaller_size_is_kept_where_the_one_asked_for_does_not_pay(tmp_path: P
             s.append("tool.result", {"tool": "shell", "status": "ok", "output": rng.randbytes(2000).hex()})
         s.close()
     rep = D.train_store_dictionary(st, size_bytes=16384)
-    assert rep.stored and rep.sizes_tried == (16384, 8192) and rep.size_bytes <= 8192
+    # The size asked for does not pay; a smaller one does (which one can move with the order the
+    # sessions' ids give them, two made in one millisecond sorting by their random part).
+    assert rep.stored and rep.sizes_tried[0] == 16384 and len(rep.sizes_tried) >= 2
+    assert rep.size_bytes <= rep.sizes_tried[-1] < 16384
     assert rep.saved_bytes > rep.dictionary_file_bytes
     got = st.current_dictionary()
     assert got is not None and len(got.data) == rep.size_bytes
