@@ -70,7 +70,8 @@ BUFFER_MACROS = [] if BUFFER_LIMITED_API else [("JOURNAL_FULL_API", "1")]
 # helper: without it, the zstandard package compresses every payload.
 ZSTD_HELD = Extension(
     HELD_NAME,
-    sources=["native/zstd_held.c"],
+    # journal_native.c for its XXH64: frame_write_sync checksums the frame it makes.
+    sources=["native/zstd_held.c", "native/journal_native.c"],
     py_limited_api=BUFFER_LIMITED_API,
     define_macros=BUFFER_MACROS,
     # -Werror is for tests/test_native_sanitize.py, which compiles the file alone: here a new

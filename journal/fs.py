@@ -464,6 +464,28 @@ _NO_PROGRESS = 0x10000  # its answer for a pwrite that wrote nothing (NO_PROGRES
 _STANDS_FOR = frozenset(("pwrite", "fdatasync"))
 
 
+def plain_os_file(f: File) -> TypeGuard[OsFile]:
+    """Whether ``f`` is an OsFile whose pwrite and fdatasync are its own: the files a C call may
+    write and sync itself (write_all_synced; the writer's lone frame, native/zstd_held.c). Any
+    other file (the crash simulator's, a fault injector's, one a test wrapped) is written through
+    its own methods, so whatever wraps them sees every call."""
+    return type(f) is OsFile and _STANDS_FOR.isdisjoint(f.__dict__)
+
+
+def raise_for_write_sync(rc: int, f: File) -> None:
+    """Raise what write_all then fdatasync would have raised for a C write-and-sync call's
+    answer ``rc`` (native/write_all.h: 0, a write's errno or NO_PROGRESS, minus an fdatasync's
+    errno): OSError for a failed write, SyncError for a failed fdatasync. Raised as os.pwrite
+    and os.fdatasync raise them (no file name), so an outcome's reason reads the same on every
+    path."""
+    if rc == _NO_PROGRESS:
+        raise OSError(errno.ENOSPC, "short write made no progress", f.path)  # as write_all
+    if rc > 0:
+        raise OSError(rc, os.strerror(rc))
+    if rc < 0:
+        raise SyncError(-rc, os.strerror(-rc))
+
+
 def write_all_synced(f: File, data: bytes | memoryview, offset: int, first_last: int = 0) -> None:
     """write_all (``first_last`` as there), then fdatasync: every durable write of the writer.
 
@@ -474,16 +496,8 @@ def write_all_synced(f: File, data: bytes | memoryview, offset: int, first_last:
     fault injector's, one whose pwrite or fdatasync is wrapped) the calls run one by one through
     its own methods, so whatever wraps them sees every call."""
     c_call = _WRITE_ALL_SYNC
-    if c_call is not None and type(f) is OsFile and _STANDS_FOR.isdisjoint(f.__dict__):
-        rc = c_call(f.fileno(), data, offset, first_last)
-        # Raised as os.pwrite and os.fdatasync raise them (no file name), so an outcome's
-        # reason reads the same on both paths.
-        if rc == _NO_PROGRESS:
-            raise OSError(errno.ENOSPC, "short write made no progress", f.path)  # as write_all
-        if rc > 0:
-            raise OSError(rc, os.strerror(rc))
-        if rc < 0:
-            raise SyncError(-rc, os.strerror(-rc))
+    if c_call is not None and plain_os_file(f):
+        raise_for_write_sync(c_call(f.fileno(), data, offset, first_last), f)
         return
     write_all(f, data, offset, first_last)
     try:

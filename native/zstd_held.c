@@ -1,4 +1,6 @@
-/* zstd compression of one small payload with the GIL held: journal.engine._zstd_held.
+/* zstd compression of one small payload with the GIL held: journal.engine._zstd_held; and
+ * frame_write_sync, the one call here that releases it (a lone durable record's compression,
+ * frame, write and fdatasync in the release its I/O makes anyway; see that function).
  *
  * Why: the zstandard package releases the GIL around every compress call. For a payload of a
  * few hundred bytes the work takes a few microseconds, but giving the GIL up and taking it back
@@ -43,9 +45,14 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "journal_native.h"
+#include "write_all.h"
 
 #ifdef Py_GIL_DISABLED
 #error "zstd_held keeps one context per process and relies on the GIL to serialize its calls"
@@ -98,6 +105,25 @@ static const zstd_cdict *dict_cctx_ref; /* the CDict dict_cctx refers to now (NU
 static char *scratch;      /* the compressed bytes, copied out into a new bytes object */
 static size_t scratch_cap; /* ZSTD_compressBound(HELD_INPUT_BYTES_MAX) */
 static unsigned library_version;
+static create_fn zstd_create;
+static free_fn zstd_free;
+static bound_fn zstd_bound;
+static int plain_level; /* the level of a lone frame: open_library's (HELD_LEVEL) */
+
+/* frame_write_sync's contexts: one is taken for a compression and given back before the write,
+ * so a pool holds about as many as compressions run at once (the CPU cores), whatever the
+ * number of threads appending. More than POOL_CONTEXTS_MAX given back are freed. Guarded by
+ * pool_mu, not the GIL: they are taken and given back with the GIL released. A plain context
+ * (no dictionary) and a dictionary one differ in their checksum flag, hence two pools. */
+#define POOL_CONTEXTS_MAX 8
+typedef struct {
+    zstd_cctx *free[POOL_CONTEXTS_MAX];
+    int count;
+    int checksum; /* ZSTD_C_CHECKSUM_FLAG of its contexts */
+} context_pool;
+static context_pool plain_pool = {{NULL}, 0, 0};
+static context_pool dict_pool = {{NULL}, 0, 1};
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Look ``name`` up in ``lib`` and store it in the function pointer at ``out`` (of ``size``
  * bytes). The address is copied, not cast: ISO C has no conversion from void * to a function
@@ -198,6 +224,10 @@ static int open_library(int level) {
     }
     cctx = made;
     cctx_level = level;
+    plain_level = level;
+    zstd_create = create;
+    zstd_free = release;
+    zstd_bound = bound;
     dict_cctx = made_dict;
     zstd_set_parameter = set;
     return 0;
@@ -368,6 +398,166 @@ static PyObject *held_compress_with(PyObject *self, PyObject *const *args, Py_ss
     return out;
 }
 
+/* A context of ``pool``, or a new one set as the pool's are; NULL if none can be made (the record
+ * is then stored raw). Runs without the GIL. */
+static zstd_cctx *pool_take(context_pool *pool) {
+    zstd_cctx *c = NULL;
+    pthread_mutex_lock(&pool_mu);
+    if (pool->count > 0) {
+        c = pool->free[--pool->count];
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (c != NULL) {
+        return c;
+    }
+    c = zstd_create();
+    if (c == NULL) {
+        return NULL;
+    }
+    if (zstd_is_error(zstd_set_parameter(c, ZSTD_C_COMPRESSION_LEVEL, plain_level)) ||
+        zstd_is_error(zstd_set_parameter(c, ZSTD_C_CONTENT_SIZE_FLAG, 0)) ||
+        zstd_is_error(zstd_set_parameter(c, ZSTD_C_CHECKSUM_FLAG, pool->checksum)) ||
+        zstd_is_error(zstd_set_parameter(c, ZSTD_C_DICT_ID_FLAG, 0))) {
+        zstd_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Give ``c`` back to ``pool`` (or free it if the pool is full). Runs without the GIL. */
+static void pool_give(context_pool *pool, zstd_cctx *c) {
+    pthread_mutex_lock(&pool_mu);
+    if (pool->count < POOL_CONTEXTS_MAX) {
+        pool->free[pool->count++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (c != NULL) {
+        zstd_free(c);
+    }
+}
+
+static void put16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+/* frame_write_sync(fd, raw, offset, seq, flags, salt, compress_min, cdict, dict_id) ->
+ * (answer, frame bytes): a lone record's durable append in one release of the GIL.
+ *
+ * Why: with many threads appending (many sessions in one process), what bounds is the work each
+ * event does while it holds the GIL, and a record's zstd call was most of it (47,000 of 109,000
+ * instructions an event, bench/callgrind.py append-sync). Releasing the GIL for the zstd call
+ * alone costs a wait to take it back behind every other appending thread (this module's first
+ * comment). A durable append releases it anyway for its pwrite and fdatasync: here the
+ * compression, the frame's header and checksum are made under that same release, so another
+ * thread's Python runs meanwhile, and no hand-back is added.
+ *
+ * It does what journal/engine/writer.py's twin does with the GIL held (encoding.alone_spec,
+ * format.encode_frame, fs.write_all_synced; tests/test_frame_write_sync.py holds the bytes
+ * equal): ``raw`` (at most HELD_INPUT_BYTES_MAX bytes) compressed at HELD_LEVEL, against the
+ * ``cdict`` of make_cdict if one is given (then dict_id goes in the header), where it is at
+ * least ``compress_min`` bytes and the result is smaller, else stored as it is (so the frame
+ * is at most 32 + len(raw) bytes, which the writer reserves ahead); the header with seq,
+ * ``flags`` (no codec bits: the codec is set here) and the checksum seeded with ``salt``; then
+ * write_then_sync at ``offset``. The answer is write_then_sync's: 0, a failed write's errno or
+ * NO_PROGRESS (> 0; nothing synced, the caller rolls back), or minus a failed fdatasync's
+ * errno. A zstd failure (only libzstd running out of memory can make one) stores the record
+ * raw, which any reader takes. Arguments are checked, and the buffer allocated, before anything
+ * is written: an exception means nothing was. */
+static PyObject *held_frame_write_sync(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd;
+    Py_buffer raw;
+    long long offset;
+    unsigned long long seq, salt;
+    unsigned int flags, dict_id;
+    Py_ssize_t compress_min;
+    PyObject *cdict_arg;
+    if (!PyArg_ParseTuple(args, "iy*LKIKnOI:frame_write_sync", &fd, &raw, &offset, &seq, &flags, &salt,
+                          &compress_min, &cdict_arg, &dict_id)) {
+        return NULL;
+    }
+    const char *refused = NULL;
+    const zstd_cdict *cd = NULL;
+    if (raw.len > HELD_INPUT_BYTES_MAX) {
+        refused = "frame_write_sync: the record is longer than INPUT_BYTES_MAX";
+    } else if ((flags & ~JN_FLAGS_KNOWN) != 0 || (flags & JN_FLAG_CODEC_MASK) != 0 || flags > 0xFFFFu) {
+        refused = "frame_write_sync: flags must be known frame flags without a codec (the codec is set here)";
+    } else if (compress_min < 0 || dict_id > 0xFFFFu || seq > (unsigned long long)INT64_MAX) {
+        refused = "frame_write_sync: compress_min, dict_id or seq out of range";
+    } else if (cdict_arg != Py_None) {
+        if (!PyCapsule_IsValid(cdict_arg, CDICT_CAPSULE) || dict_id == 0) {
+            refused = "frame_write_sync: cdict is None or a make_cdict capsule, with its dict_id (1 or more)";
+        } else {
+            cd = PyCapsule_GetPointer(cdict_arg, CDICT_CAPSULE);
+        }
+    }
+    if (refused != NULL) {
+        PyBuffer_Release(&raw);
+        PyErr_SetString(PyExc_ValueError, refused);
+        return NULL;
+    }
+    size_t n = (size_t)raw.len;
+    size_t bound = zstd_bound(n);
+    size_t cap = JN_FRAME_HEADER_BYTES + (bound > n ? bound : n);
+    uint8_t *frame = malloc(cap);
+    if (frame == NULL) {
+        PyBuffer_Release(&raw);
+        return PyErr_NoMemory();
+    }
+    int rc;
+    size_t stored = n;
+    uint32_t codec = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if ((Py_ssize_t)n >= compress_min) {
+        context_pool *pool = cd != NULL ? &dict_pool : &plain_pool;
+        zstd_cctx *c = pool_take(pool);
+        if (c != NULL) {
+            size_t k = cd != NULL ? zstd_ref_cdict(c, cd) : 0;
+            if (!zstd_is_error(k)) {
+                k = zstd_compress2(c, frame + JN_FRAME_HEADER_BYTES, cap - JN_FRAME_HEADER_BYTES, raw.buf, n);
+            }
+            if (!zstd_is_error(k) && k < n) {
+                stored = k;
+                codec = 1; /* format.CODEC_ZSTD */
+            }
+            if (cd != NULL) {
+                zstd_ref_cdict(c, NULL); /* a pooled context never points at tables freed later */
+            }
+            pool_give(pool, c);
+        }
+    }
+    if (codec == 0 && n > 0) {
+        memcpy(frame + JN_FRAME_HEADER_BYTES, raw.buf, n);
+    }
+    put32(frame + 8, (uint32_t)stored);
+    put32(frame + 12, (uint32_t)n);
+    put64(frame + 16, (uint64_t)seq);
+    put16(frame + 24, flags | codec);
+    put16(frame + 26, codec != 0 && cd != NULL ? dict_id : 0u);
+    put32(frame + 28, JN_FRAME_MARKER);
+    put64(frame, jn_xxh64(frame + JN_FRAME_CHECKSUMMED_FROM,
+                          JN_FRAME_HEADER_BYTES - JN_FRAME_CHECKSUMMED_FROM + stored, (uint64_t)salt));
+    rc = write_then_sync(fd, (const char *)frame, JN_FRAME_HEADER_BYTES + stored, offset, 0);
+    free(frame);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&raw);
+    return Py_BuildValue("(in)", rc, (Py_ssize_t)(JN_FRAME_HEADER_BYTES + stored));
+}
+
 static PyMethodDef methods[] = {
     {"compress", (PyCFunction)(void (*)(void))held_compress, METH_FASTCALL,
      "compress(data[, level]) -> one zstd frame at level (LEVEL if not given), the GIL held throughout"},
@@ -375,6 +565,10 @@ static PyMethodDef methods[] = {
      "make_cdict(dictionary[, level]) -> the dictionary's tables at level (LEVEL if not given), for compress_with"},
     {"compress_with", (PyCFunction)(void (*)(void))held_compress_with, METH_FASTCALL,
      "compress_with(cdict, data) -> one zstd frame against the dictionary, the GIL held throughout"},
+    {"frame_write_sync", held_frame_write_sync, METH_VARARGS,
+     "frame_write_sync(fd, raw, offset, seq, flags, salt, compress_min, cdict, dict_id) -> (0, a failed write's "
+     "errno or NO_PROGRESS, or minus a failed fdatasync's errno; the frame's bytes): a lone record compressed, "
+     "framed, written and synced under one release of the GIL"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -396,7 +590,8 @@ PyMODINIT_FUNC PyInit__zstd_held(void) {
         PyModule_AddIntConstant(m, "LEVEL_MIN", level_min) != 0 ||
         PyModule_AddIntConstant(m, "LEVEL_MAX", level_max) != 0 ||
         PyModule_AddIntConstant(m, "DICT_BYTES_MAX", DICT_BYTES_MAX) != 0 ||
-        PyModule_AddIntConstant(m, "LIBRARY_VERSION", (long)library_version) != 0) {
+        PyModule_AddIntConstant(m, "LIBRARY_VERSION", (long)library_version) != 0 ||
+        PyModule_AddIntConstant(m, "NO_PROGRESS", NO_PROGRESS) != 0) {
         Py_DECREF(m);
         return NULL;
     }

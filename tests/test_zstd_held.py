@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import journal
-from journal.engine import encoding, native
+from journal.engine import encoding, native, writer
 from journal.engine.options import Options
 from tests.native_modules import compiled
 
@@ -288,8 +288,24 @@ def test_the_encoder_sends_small_payloads_to_it_with_the_dictionary(
             assert enc.spec.dict_id == 1
             assert decompress.decompress(enc.spec.stored, max_output_size=raw_len) == enc.raw
     seen.clear()
+    # A lone durable append is compressed by the C call that also frames, writes and syncs it
+    # (frame_write_sync), with the dictionary's same handle: counted as well.
+    lone = writer.FRAME_WRITE_SYNC
+    assert lone is not None
+
+    def lone_recording(*args: Any) -> tuple[int, int]:
+        raw, cdict = args[1], args[7]
+        if cdict is not None and len(raw) >= encoding.DICT_COMPRESS_MIN_BYTES:
+            assert cdict is use_held[0]
+            seen.append(len(raw))
+        result: tuple[int, int] = lone(*args)
+        return result
+
+    monkeypatch.setattr(writer, "FRAME_WRITE_SYNC", lone_recording)
     events = [{"i": i, "text": f"tool output line {i} " * (i % 40 + 1)} for i in range(200)]
-    with journal.open(tmp_path / "j", create=True, dictionary=Dictionary(1, trained)) as j:
+    dictionary = Dictionary(1, trained)
+    with journal.open(tmp_path / "j", create=True, dictionary=dictionary) as j:
+        use_held = [j.options.dictionary.held]  # type: ignore[attr-defined]
         for e in events:
             assert isinstance(j.append(e, durability="sync"), journal.Committed)
     assert len(seen) >= 150  # the durable appends went through it

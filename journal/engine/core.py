@@ -815,11 +815,12 @@ class Journal(Writer):
         # Records written together may share a block, so their compression waits for the
         # batch: a buffered record is written with the ones appended after it, and a sync or
         # flush one that arrives while a group commit is under way is written in the next batch
-        # with the others that queue meanwhile. (Read without the mutex, a hint: a record
-        # deferred and then written alone is compressed alone by _append_alone, and one
-        # compressed at once that meets others keeps a frame of its own. An uncontended append
-        # thus compresses at once, as cheaply as before.)
-        together = level == "buffered" or self._leader or bool(self._queue)
+        # with the others that queue meanwhile. A sync record's compression waits too: written
+        # alone, the C call that writes and syncs it compresses it with the GIL released
+        # (writer._append_alone). (Read without the mutex, a hint: a record deferred and then
+        # written alone is compressed alone by _append_alone, and a flush one compressed at
+        # once that meets others keeps a frame of its own.)
+        together = level != "flush" or self._leader or bool(self._queue)
         if self.options.dictionary is not None:
             self._dictionary_ready()
         enc = encode_event(event, idempotency_key, synthetic, self.options, together)

@@ -262,6 +262,31 @@ def _compressed(raw: bytes, options: Options, block: bool = False) -> tuple[byte
     return raw, fmt.CODEC_RAW, 0
 
 
+# A lone durable record compressed, framed, written and synced in one C call, under the
+# release of the GIL its write makes anyway (native/zstd_held.c, frame_write_sync; the writer's
+# _append_alone). None where the module is missing or predates it.
+FRAME_WRITE_SYNC = native.held_frame_write_sync
+_NEVER = 1 << 62  # a compress_min no record reaches: the record is stored as it is
+LoneCompression = tuple[int, object | None, int]  # (compress_min, held CDict or None, dict_id)
+
+
+def lone_compression(raw_len: int, options: Options) -> LoneCompression | None:
+    """What the C call is told to do with a lone record of ``raw_len`` bytes, the same decision
+    as _compressed's (whose bytes it makes, tests/test_frame_write_sync.py): (the least length
+    compressed, the dictionary's held CDict or None, its id). None where _compressed must do it
+    (a record longer than the held compressor takes, or a dictionary without a held CDict)."""
+    if raw_len > HELD_COMPRESS_BYTES_MAX:
+        return None
+    if not options.compress:
+        return _NEVER, None, 0
+    use = options.dictionary
+    if use is not None and use.active:
+        if use.held is None:
+            return None
+        return DICT_COMPRESS_MIN_BYTES, use.held, use.dict_id
+    return COMPRESS_MIN_BYTES, None, 0
+
+
 def pack(items: list[Encoded], options: Options, blocks: bool) -> None:
     """Frame records appended together now, in the caller's thread: runs of records that waited
     for it (``deferred``) become block frames (``blocks``: the journal's live segment takes them)

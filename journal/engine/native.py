@@ -12,7 +12,8 @@ The C functions release the GIL while they run (cffi's API mode does that for ev
 a scan or an encode on one thread does not stall the others. The one exception is the second,
 optional module loaded here, ``_zstd_held`` (native/zstd_held.c): it compresses a small payload
 with the system's libzstd and keeps the GIL, because for a call of a few microseconds giving it
-up costs more than it frees.
+up costs more than it frees; but its frame_write_sync, a lone durable record's append, makes the
+record's compression and frame in the release of the GIL its write and fdatasync make anyway.
 """
 
 from __future__ import annotations
@@ -117,6 +118,11 @@ held_compress_at: Callable[[bytes, int], bytes] | None = _held.compress if hasat
 held_make_cdict: Callable[[bytes], object] | None = getattr(_held, "make_cdict", None)
 held_make_cdict_at: Callable[[bytes, int], object] | None = None if held_compress_at is None else _held.make_cdict
 held_compress_with: Callable[[object, bytes], bytes] | None = getattr(_held, "compress_with", None)
+# A lone record's durable append in one release of the GIL, its compression and framing in the
+# release its pwrite and fdatasync make anyway: held_frame_write_sync(fd, raw, offset, seq, flags,
+# salt, compress_min, cdict, dict_id) -> (answer, frame bytes), the answer as
+# journal._write_sync's. None where the module is missing or was built before it had it.
+held_frame_write_sync: Callable[..., tuple[int, int]] | None = getattr(_held, "frame_write_sync", None)
 
 
 if not _selected and not forced_pure():

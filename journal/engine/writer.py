@@ -15,7 +15,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import shared
-from journal.engine.encoding import Encoded, alone_spec, frame_specs
+from journal.engine.encoding import (
+    FRAME_WRITE_SYNC,
+    Encoded,
+    LoneCompression,
+    alone_spec,
+    frame_specs,
+    lone_compression,
+)
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
@@ -27,7 +34,16 @@ from journal.errors import (
     ReadOnlyError,
     present,
 )
-from journal.fs import File, FileSystem, SyncError, write_all, write_all_synced
+from journal.fs import (
+    File,
+    FileSystem,
+    OsFile,
+    SyncError,
+    plain_os_file,
+    raise_for_write_sync,
+    write_all,
+    write_all_synced,
+)
 from journal.outcomes import AckLost, Committed, Durability, NotCommitted, Outcome
 
 BATCH_BYTES_MAX = 4 * 1024 * 1024  # one group-commit write never carries more than this
@@ -294,19 +310,30 @@ class Writer:
         results: Results = ("rolled_back", "compressing or framing the record failed before its write", None)
         outcome: Outcome | None = None
         try:
-            if enc.deferred:
-                # Alone after all: compressed now, as the leader. Callers that come meanwhile
-                # queue, and the next batch compresses their records together.
-                spec = enc.spec = alone_spec(enc, self.options)
-                enc.deferred = False
-            flags = spec.flags | self._after_sync_flag(active, start)
-            data = fmt.encode_frame(
-                seq, flags | fmt.FLAG_COMMIT if sync else flags, spec.raw_len, spec.stored, header.salt, spec.dict_id
-            )
-            results = ("failed", "interrupted before the write finished", None)
-            results = self._write_frames(active, data, start, sync, header_last=False)
+            lone = None
+            if enc.deferred and sync and FRAME_WRITE_SYNC is not None and plain_os_file(active):
+                lone = lone_compression(len(enc.raw), self.options)
+                if lone is not None:
+                    # Compressed and framed by the C call, in the release of the GIL its write
+                    # and fdatasync make anyway (native/zstd_held.c, frame_write_sync): the
+                    # frame below, made while other threads run Python.
+                    flags = spec.flags | self._after_sync_flag(active, start) | fmt.FLAG_COMMIT
+                    results = ("failed", "interrupted before the write finished", None)
+                    results, end = self._write_lone_synced(active, enc.raw, seq, flags, header.salt, start, lone)
+            if lone is None:
+                if enc.deferred:
+                    # Alone after all: compressed now, as the leader. Callers that come meanwhile
+                    # queue, and the next batch compresses their records together.
+                    spec = enc.spec = alone_spec(enc, self.options)
+                    enc.deferred = False
+                flags = spec.flags | self._after_sync_flag(active, start)
+                flags = flags | fmt.FLAG_COMMIT if sync else flags
+                data = fmt.encode_frame(seq, flags, spec.raw_len, spec.stored, header.salt, spec.dict_id)
+                results = ("failed", "interrupted before the write finished", None)
+                results = self._write_frames(active, data, start, sync, header_last=False)
+                end = start + len(data)
             if results is WRITTEN:
-                self._advance(seq, (spec,), 1, start, start + len(data))
+                self._advance(seq, (spec,), 1, start, end)
                 outcome = Committed(seq, level)
         finally:
             with self._mu:
@@ -789,6 +816,51 @@ class Writer:
     def _lock_owner(self) -> int | None:
         return self._fs.read_lock_owner(os.path.join(self.path, LOCK_FILE))
 
+    def _write_lone_synced(
+        self, active: OsFile, raw: bytes, seq: int, flags: int, salt: int, start: int, lone: LoneCompression
+    ) -> tuple[Results, int]:
+        """A lone record's durable write through the C call that compresses and frames it
+        (encoding.lone_compression's ``lone``: what to compress with) with the GIL released:
+        _write_frames' durable write for a frame made there, with the same outcomes. Space is
+        reserved for the frame at its largest (the record stored raw). The results, and where
+        the frame ends (``start`` if it was not written)."""
+        largest = start + fmt.FRAME_HEADER_SIZE_BYTES + len(raw)
+        if largest > self._reserved_end:
+            self._reserve(largest)
+        compress_min, cdict, dict_id = lone
+        was_unsynced = self._begin_synced_write()
+        try:
+            rc, size = present(FRAME_WRITE_SYNC, "taken where it was built")(
+                active.fileno(), raw, start, seq, flags, salt, compress_min, cdict, dict_id
+            )
+            raise_for_write_sync(rc, active)
+        except OSError as exc:
+            return self._failed_synced_write(start, was_unsynced, exc), start
+        return self._end_synced_write(active, start + size), start + size
+
+    def _begin_synced_write(self) -> bool:
+        """Before a durable write: its bytes' sync is unknown until the fdatasync returns,
+        whatever stops the call. Whether bytes were unsynced before it."""
+        was_unsynced = self._unsynced
+        self._unsynced = True
+        self._synced_at = None
+        return was_unsynced
+
+    def _failed_synced_write(self, start: int, was_unsynced: bool, exc: OSError) -> Results:
+        """A durable write's failure: a failed fdatasync is fail-stop (the kernel may have
+        dropped the pages, and retrying could report success for data never on disk); a failed
+        write left nothing to sync and is rolled back to ``start``."""
+        if isinstance(exc, SyncError):
+            return ("failed", f"fdatasync failed: {exc}", exc.errno)
+        self._unsynced = was_unsynced
+        return self._roll_back(start, f"write failed: {exc}", exc.errno)
+
+    def _end_synced_write(self, active: File, end: int) -> Results:
+        """A durable write that went through: every byte of ``active`` before ``end`` is synced."""
+        self._unsynced = False
+        self._synced_at = (active, end)
+        return WRITTEN
+
     def _write_frames(self, active: File, data: bytes, start: int, sync: bool, header_last: bool) -> Results:
         """The one write path, for one record and for a batch: reserve space, write the frames
         (the first header last if asked), fdatasync if asked. A failed write is truncated back
@@ -801,19 +873,12 @@ class Writer:
         if sync and data:
             # A durable write: its calls at once (one release of the GIL on a plain file;
             # fs.write_all_synced), with the same outcomes as the calls one by one below.
-            was_unsynced = self._unsynced
-            self._unsynced = True  # until the fdatasync returns, whatever stops this call
-            self._synced_at = None  # likewise: bytes are being written, their sync unknown
+            was_unsynced = self._begin_synced_write()
             try:
                 write_all_synced(active, data, start, first_last)
-            except SyncError as exc:
-                return ("failed", f"fdatasync failed: {exc}", exc.errno)
             except OSError as exc:
-                self._unsynced = was_unsynced  # the write failed: nothing of it is left to sync
-                return self._roll_back(start, f"write failed: {exc}", exc.errno)
-            self._unsynced = False
-            self._synced_at = (active, start + len(data))
-            return WRITTEN
+                return self._failed_synced_write(start, was_unsynced, exc)
+            return self._end_synced_write(active, start + len(data))
         if data:
             self._synced_at = None  # bytes written and not synced: the next frame claims nothing
         try:
