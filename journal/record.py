@@ -260,3 +260,16 @@ def _why(exc: BaseException) -> str:
 
 # The walk decode_json uses: in C where it was built (a tenth of a decode scan in Python).
 _NO_BIG_FLOAT: Callable[[Any], bool] = _walk_in_c() or _no_big_float
+
+
+def _json_like_in_c() -> Callable[[Any], bool] | None:
+    """native/json_floats.c's json_like, the twin of journal/engine/encoding.py's _json_like,
+    where it was built (and JOURNAL_PURE is not set), found as _walk_in_c finds its module: the
+    encoder takes it from here, the one place that loads the compiled leaf."""
+    if _NO_BIG_FLOAT is _no_big_float:
+        return None
+    like: Callable[[Any], bool] | None = getattr(importlib.import_module("journal._json_floats"), "json_like", None)
+    return like
+
+
+JSON_LIKE_IN_C = _json_like_in_c()

@@ -1,4 +1,5 @@
-/* The big-float walk of a decoded record, in C: journal._json_floats.
+/* The big-float walk of a decoded record, in C: journal._json_floats; and json_like, the walk
+ * of an event about to be written (below).
  *
  * Why: journal/record.py reads a dict event's payload with orjson, which reads an integer
  * beyond 64 bits as the nearest float where json reads the int. So before orjson's value is
@@ -72,6 +73,75 @@ static int walk(PyObject *container) {
     return ok;
 }
 
+/* --- json_like: whether orjson writes an event as json does --------------------------------
+ *
+ * journal/engine/encoding.py writes an event with orjson and keeps its bytes only where json
+ * would have written the same ones: every value in the event, at any depth, a str, int, bool or
+ * None, a finite float, or an exact dict, list or tuple (NaN and the infinities orjson writes as
+ * null; a subclass, a UUID, a datetime it writes otherwise or refuses). Every durable append
+ * walks its event so, holding the GIL; in Python the walk was about a tenth of that append's
+ * Python. json_like(value) answers exactly what encoding._json_like does, which stays as its
+ * twin (JOURNAL_PURE=1, or no compiler) and which tests/test_json_floats.py holds it equal to
+ * (hypothesis). Dict keys are not looked at (orjson refused any key but a str before). A nesting
+ * too deep raises RecursionError, as the twin does, and the caller has json decide. */
+
+static int like_walk(PyObject *container);
+
+/* 1 if json writes ``x`` as orjson does, 0 if not, -1 with an exception set. */
+static int like_value(PyObject *x) {
+    if (PyUnicode_CheckExact(x) || PyLong_CheckExact(x) || PyBool_Check(x) || x == Py_None) {
+        return 1;
+    }
+    if (PyFloat_CheckExact(x)) {
+        double d = PyFloat_AsDouble(x); /* an exact float: cannot fail */
+        return d - d == 0.0;            /* NaN for NaN and the infinities, as in the twin */
+    }
+    if (PyDict_CheckExact(x) || PyList_CheckExact(x) || PyTuple_CheckExact(x)) {
+        return like_walk(x);
+    }
+    return 0;
+}
+
+/* ``container`` is an exact dict, list or tuple. */
+static int like_walk(PyObject *container) {
+    if (Py_EnterRecursiveCall(" while checking an event's values")) {
+        return -1;
+    }
+    int ok = 1;
+    if (PyDict_CheckExact(container)) {
+        Py_ssize_t pos = 0;
+        PyObject *key;
+        PyObject *value;
+        while (ok == 1 && PyDict_Next(container, &pos, &key, &value)) {
+            ok = like_value(value);
+        }
+    } else {
+        /* Neither is changed while this runs (nothing here calls back into Python). */
+        int list = PyList_CheckExact(container);
+        Py_ssize_t n = list ? PyList_Size(container) : PyTuple_Size(container);
+        for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
+            PyObject *item = list ? PyList_GetItem(container, i) : PyTuple_GetItem(container, i); /* borrowed */
+            ok = item == NULL ? -1 : like_value(item);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return ok;
+}
+
+/* json_like(value) -> bool, ``value`` an exact dict, list or tuple. */
+static PyObject *json_like(PyObject *self, PyObject *value) {
+    (void)self;
+    if (!PyDict_CheckExact(value) && !PyList_CheckExact(value) && !PyTuple_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "json_like takes a dict, a list or a tuple (of exact type)");
+        return NULL;
+    }
+    int ok = like_walk(value);
+    if (ok < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(ok);
+}
+
 /* no_big_float(value) -> bool, ``value`` an exact dict or list. */
 static PyObject *no_big_float(PyObject *self, PyObject *value) {
     (void)self;
@@ -89,6 +159,8 @@ static PyObject *no_big_float(PyObject *self, PyObject *value) {
 static PyMethodDef methods[] = {
     {"no_big_float", no_big_float, METH_O,
      "no_big_float(value) -> whether no float in value, at any depth, is at least 2**63 in magnitude"},
+    {"json_like", json_like, METH_O,
+     "json_like(value) -> whether every value in value, at any depth, is one json writes as orjson does"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from journal import record
-from journal.engine import native
+from journal.engine import encoding, native
 from tests.native_modules import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,3 +140,70 @@ def test_it_takes_a_dict_or_a_list_only() -> None:
         with pytest.raises(TypeError, match="a dict or a list"):
             mod.no_big_float(bad)
     assert mod.no_big_float({}) is True and mod.no_big_float([]) is True
+
+
+# --- json_like: the encoder's walk of an event (encoding._json_like's twin) --------------------
+
+
+class Tuple(tuple):  # type: ignore[type-arg]
+    pass
+
+
+_LIKE_SCALARS = hs.one_of(
+    _SCALARS, hs.uuids(), hs.datetimes(), hs.sampled_from([True, False, None, Tuple((1,)), object()])
+)
+
+
+def _like_containers(children: Any) -> Any:
+    return hs.one_of(_containers(children), hs.lists(children, max_size=4).map(Tuple))
+
+
+_LIKE_VALUES = hs.recursive(_LIKE_SCALARS, _like_containers, max_leaves=40)
+_LIKE_TOP = hs.one_of(
+    hs.lists(_LIKE_VALUES, max_size=8),
+    hs.lists(_LIKE_VALUES, max_size=8).map(tuple),
+    hs.dictionaries(hs.text(max_size=6), _LIKE_VALUES, max_size=8),
+)
+
+
+def test_the_encoder_takes_the_event_walk_in_c_where_it_was_built() -> None:
+    mod = _module()
+    if native.forced_pure():
+        assert encoding._JSON_LIKE is encoding._json_like
+    else:
+        assert encoding._JSON_LIKE is mod.json_like is record.JSON_LIKE_IN_C
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_LIKE_TOP)
+def test_the_event_walk_in_c_answers_as_its_twin(value: Any) -> None:
+    mod = _module()
+    assert mod.json_like(value) is encoding._json_like(value)
+
+
+@pytest.mark.parametrize(
+    "bad", [math.nan, math.inf, -math.inf, Float(1.0), Str("s"), Int(1), Dict(), List(), Tuple(), b"x", object()]
+)
+def test_one_value_json_would_write_otherwise_anywhere_is_found(bad: Any) -> None:
+    mod = _module()
+    for value in ({"x": bad}, [[1, "a", ({"k": [bad]},)]], {"a": 1, "b": [2.5, None, True], "z": (bad,)}):
+        assert mod.json_like(value) is False and encoding._json_like(value) is False
+    ok: Any = {"s": "t", "n": -(2**70), "f": 1e308, "b": False, "none": None, "l": [1, (2.5, {"d": []})]}
+    assert mod.json_like(ok) is True and encoding._json_like(ok) is True
+
+
+def test_the_event_walk_raises_recursion_error_on_a_nesting_too_deep() -> None:
+    mod = _module()
+    depth = sys.getrecursionlimit() * 4 if sys.version_info < (3, 12) else 1_000_000
+    deep: Any = [1.0]
+    for _ in range(depth):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        mod.json_like(deep)
+    if sys.version_info < (3, 12):
+        with pytest.raises(RecursionError):
+            encoding._json_like(deep)
+    assert mod.json_like([[[[1.0]]]]) is True
+    for bad in (1.5, "x", Dict(), List(), Tuple(), None):
+        with pytest.raises(TypeError, match="a dict, a list or a tuple"):
+            mod.json_like(bad)

@@ -157,6 +157,7 @@ class Journal(Writer):
         self._fs = fs
         self._mu = threading.Lock()
         self._cv = threading.Condition(self._mu)
+        self._cv_waiting = 0
         self._queue: deque[Request] = deque()
         self._leader = False
         self._failed: str | None = None
@@ -1163,7 +1164,7 @@ class Journal(Writer):
             with self._mu:
                 self._closed = True
                 while self._leader:  # a batch in flight keeps its file open until it is done
-                    self._cv.wait()
+                    self._cv_wait()
             if self._active is not None and not self.readonly and self._failed is None:
                 try:
                     self._close_cut()

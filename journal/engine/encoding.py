@@ -27,7 +27,7 @@ import json
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import xxhash
@@ -51,7 +51,7 @@ from journal.errors import (
     RecordTooLargeError,
 )
 from journal.outcomes import DURABILITY_LEVELS, Committed, Durability, Outcome
-from journal.record import StoredPayload
+from journal.record import JSON_LIKE_IN_C, StoredPayload
 
 COMPRESS_MIN_BYTES = 256  # smaller events gain little (2% of bytes on real logs) and zstd costs ~10 µs each
 # With a trained dictionary even a short record shrinks (its keys and common values are in the
@@ -265,7 +265,8 @@ def _compressed(raw: bytes, options: Options, block: bool = False) -> tuple[byte
 # A lone durable record compressed, framed, written and synced in one C call, under the
 # release of the GIL its write makes anyway (native/zstd_held.c, frame_write_sync; the writer's
 # _append_alone). None where the module is missing or predates it.
-FRAME_WRITE_SYNC = native.held_frame_write_sync
+FrameWriteSync = Callable[[int, bytes, int, int, int, int, int, "object | None", int], tuple[int, int]]
+FRAME_WRITE_SYNC: FrameWriteSync | None = native.held_frame_write_sync
 _NEVER = 1 << 62  # a compress_min no record reaches: the record is stored as it is
 LoneCompression = tuple[int, object | None, int]  # (compress_min, held CDict or None, dict_id)
 
@@ -397,7 +398,7 @@ def _encode_json(event: dict[Any, Any], size_bytes_max: int) -> bytes:
             pass
         else:
             try:
-                if len(raw) * 6 <= size_bytes_max * 5 and _json_like(event):
+                if len(raw) * 6 <= size_bytes_max * 5 and _JSON_LIKE(event):
                     return raw
             except RecursionError:  # the caller's stack is deep already: json decides
                 pass
@@ -428,6 +429,11 @@ def _json_like(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
         else:
             return False
     return True
+
+
+# The walk _encode_json uses: in C where it was built (native/json_floats.c, json_like; about a
+# tenth of a lone durable append's Python otherwise), else _json_like, its twin.
+_JSON_LIKE = JSON_LIKE_IN_C or _json_like
 
 
 def _refuse_non_string_keys(event: dict[Any, Any]) -> None:

@@ -18,6 +18,7 @@ from journal.engine import shared
 from journal.engine.encoding import (
     FRAME_WRITE_SYNC,
     Encoded,
+    FrameWriteSync,
     LoneCompression,
     alone_spec,
     frame_specs,
@@ -133,6 +134,7 @@ class Writer:
     _fs: FileSystem
     _mu: threading.Lock
     _cv: threading.Condition
+    _cv_waiting: int  # callers in _cv_wait now (under the mutex)
     _queue: deque[Request]
     _leader: bool
     _failed: str | None
@@ -311,7 +313,8 @@ class Writer:
         outcome: Outcome | None = None
         try:
             lone = None
-            if enc.deferred and sync and FRAME_WRITE_SYNC is not None and plain_os_file(active):
+            call = FRAME_WRITE_SYNC
+            if enc.deferred and sync and call is not None and plain_os_file(active):
                 lone = lone_compression(len(enc.raw), self.options)
                 if lone is not None:
                     # Compressed and framed by the C call, in the release of the GIL its write
@@ -319,7 +322,7 @@ class Writer:
                     # frame below, made while other threads run Python.
                     flags = spec.flags | self._after_sync_flag(active, start) | fmt.FLAG_COMMIT
                     results = ("failed", "interrupted before the write finished", None)
-                    results, end = self._write_lone_synced(active, enc.raw, seq, flags, header.salt, start, lone)
+                    results, end = self._write_lone_synced(call, active, enc.raw, seq, flags, header.salt, start, lone)
             if lone is None:
                 if enc.deferred:
                     # Alone after all: compressed now, as the leader. Callers that come meanwhile
@@ -347,7 +350,8 @@ class Writer:
                     self._hand_off()
                 else:
                     self._leader = False
-                    self._cv.notify_all()
+                    if self._cv_waiting:  # close(), or a keyed retry: nobody else waits on _cv
+                        self._cv.notify_all()
         return outcome
 
     def _submit(
@@ -369,7 +373,7 @@ class Writer:
             # A retry of a record that is still on its way waits for its outcome: answering
             # "duplicate" now could acknowledge a record that is then rolled back.
             while keyed and any(it.key in self._pending_keys for it in items if it.key is not None):
-                self._cv.wait()
+                self._cv_wait()
             self._check_open()
             if self._failed is not None:
                 raise JournalFailStoppedError(self._failed)
@@ -529,6 +533,16 @@ class Writer:
                         self._hand_off()
             if done:
                 return
+
+    def _cv_wait(self) -> None:
+        """Wait on _cv (the mutex held), counted in _cv_waiting: a lone append that leaves the
+        writer idle notifies only when someone waits (Condition.notify_all costs a lone durable
+        append's Python more than anything else it does after its write)."""
+        self._cv_waiting += 1
+        try:
+            self._cv.wait()
+        finally:
+            self._cv_waiting -= 1
 
     def _hand_off(self) -> None:
         """Give up leadership: wake the first queued caller that waits, as the next leader."""
@@ -817,10 +831,18 @@ class Writer:
         return self._fs.read_lock_owner(os.path.join(self.path, LOCK_FILE))
 
     def _write_lone_synced(
-        self, active: OsFile, raw: bytes, seq: int, flags: int, salt: int, start: int, lone: LoneCompression
+        self,
+        call: FrameWriteSync,
+        active: OsFile,
+        raw: bytes,
+        seq: int,
+        flags: int,
+        salt: int,
+        start: int,
+        lone: LoneCompression,
     ) -> tuple[Results, int]:
-        """A lone record's durable write through the C call that compresses and frames it
-        (encoding.lone_compression's ``lone``: what to compress with) with the GIL released:
+        """A lone record's durable write through ``call``, the C call that compresses and frames
+        it (encoding.lone_compression's ``lone``: what to compress with) with the GIL released:
         _write_frames' durable write for a frame made there, with the same outcomes. Space is
         reserved for the frame at its largest (the record stored raw). The results, and where
         the frame ends (``start`` if it was not written)."""
@@ -830,10 +852,9 @@ class Writer:
         compress_min, cdict, dict_id = lone
         was_unsynced = self._begin_synced_write()
         try:
-            rc, size = present(FRAME_WRITE_SYNC, "taken where it was built")(
-                active.fileno(), raw, start, seq, flags, salt, compress_min, cdict, dict_id
-            )
-            raise_for_write_sync(rc, active)
+            rc, size = call(active.fileno(), raw, start, seq, flags, salt, compress_min, cdict, dict_id)
+            if rc:
+                raise_for_write_sync(rc, active)
         except OSError as exc:
             return self._failed_synced_write(start, was_unsynced, exc), start
         return self._end_synced_write(active, start + size), start + size
