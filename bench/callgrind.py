@@ -24,6 +24,10 @@ journal/benchmark/events.py ``make_events``, seed 7; random seqs from seed 11):
 - ``append-sync`` [500]: N ``append(event, durability="sync")`` from one writer, on a journal
   that has had its first appends (files created) in the set-up.
 - ``append-sync-nocompress`` [500]: the same with ``compress=False``.
+- ``jsonl-append-sync`` [500]: the peer of the two above, as journal bench's JSONL side writes
+  a durable event (journal/benchmark/stores.py ``dumps``, ``os.write`` of the line to a file
+  opened with O_APPEND, ``os.fdatasync``); the same events. Not the engine: the baseline its
+  durable append is read against.
 - ``bulk`` [5000]: ``append_many`` of N events at "buffered", then one ``sync``.
 - ``decode-scan`` [5000]: ``for r in j.read(): r.event`` over a journal of N events written by
   ``append_many``, after one warm scan.
@@ -68,6 +72,7 @@ TOGGLE_FUNCTION = "_PyEval_CallTracing"
 DEFAULT_COUNTS = {
     "append-sync": 500,
     "append-sync-nocompress": 500,
+    "jsonl-append-sync": 500,
     "bulk": 5000,
     "decode-scan": 5000,
     "point-read-blocks": 2000,
@@ -169,6 +174,16 @@ def append_messages(journal: Any, path: str, session_id: str, n: int, tag: str) 
         return int(j.last_seq)
 
 
+class _Closing:
+    """A peer's file descriptor, closed where a workload's journal is."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def child_work(workload: str, count: int, data: str, variant: str, scratch: str) -> tuple[Callable[[], None], Any]:
     """The set-up of ``workload`` (not counted) and its work: a callable, and what to close after."""
     import journal
@@ -194,6 +209,22 @@ def child_work(workload: str, count: int, data: str, variant: str, scratch: str)
                     j.append(e, durability="sync")
 
         return work, j
+    if workload == "jsonl-append-sync":
+        from journal.benchmark.stores import dumps
+
+        events = make_events(count + WARM_APPENDS, EVENTS_SEED)
+        fd = os.open(os.path.join(scratch, "j.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        for e in events[:WARM_APPENDS]:
+            os.write(fd, dumps(e) + b"\n")
+            os.fdatasync(fd)
+        todo = events[WARM_APPENDS:]
+
+        def work() -> None:
+            for e in todo:
+                os.write(fd, dumps(e) + b"\n")
+                os.fdatasync(fd)
+
+        return work, _Closing(fd)
     if workload == "decode-scan":
         j = journal.open(path, readonly=True)
 
