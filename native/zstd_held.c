@@ -124,6 +124,13 @@ typedef struct {
 static context_pool plain_pool = {{NULL}, 0, 0};
 static context_pool dict_pool = {{NULL}, 0, 1};
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static int pool_fork_handlers; /* pthread_atfork done (once per process) */
+
+/* A fork while another thread held pool_mu would leave it locked for ever in the child, whose
+ * next lone append would then hang: the forking thread takes it first (the holders never wait
+ * for anything while they hold it) and both sides let it go after. */
+static void pool_before_fork(void) { pthread_mutex_lock(&pool_mu); }
+static void pool_after_fork(void) { pthread_mutex_unlock(&pool_mu); }
 
 /* Look ``name`` up in ``lib`` and store it in the function pointer at ``out`` (of ``size``
  * bytes). The address is copied, not cast: ISO C has no conversion from void * to a function
@@ -580,6 +587,13 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__zstd_held(void) {
     if (open_library(HELD_LEVEL) != 0) {
         return NULL;
+    }
+    if (!pool_fork_handlers) {
+        if (pthread_atfork(pool_before_fork, pool_after_fork, pool_after_fork) != 0) {
+            PyErr_SetString(PyExc_ImportError, "pthread_atfork refused the zstd context pool's fork handlers");
+            return NULL;
+        }
+        pool_fork_handlers = 1;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {

@@ -222,3 +222,61 @@ def test_threads_appending_at_once_each_read_back(
         with journal.open(tmp_path / f"j{t}", readonly=True) as j:
             want = [{"t": t, "i": i, "text": f"line {i} of {t} " * (i % 25 + 1)} for i in range(per)]
             assert [r.event for r in j.read()] == want
+
+
+def test_a_child_forked_while_threads_append_appends_too(tmp_path: Path) -> None:
+    """The pool's mutex is taken around a fork (pthread_atfork) and let go on both sides: a child
+    forked while other threads are in the call finds it free and appends durably itself, every
+    time. (A fork that fell while another thread held the mutex would otherwise leave the child a
+    mutex locked for ever; the handlers make that window empty.)"""
+    _module()
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    stop = threading.Event()
+    started = threading.Barrier(5)
+    errors: list[BaseException] = []
+
+    def append_on(t: int) -> None:
+        try:
+            with journal.open(tmp_path / f"p{t}", create=True) as j:
+                started.wait()
+                i = 0
+                while not stop.is_set():
+                    out = j.append({"t": t, "i": i, "text": "durable line " * 30}, durability="sync")
+                    assert isinstance(out, journal.Committed)
+                    i += 1
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=append_on, args=(t,)) for t in range(4)]
+    for w in workers:
+        w.start()
+    started.wait()
+    try:
+        for k in range(20):
+            pid = os.fork()
+            if pid == 0:  # the child: one lone durable append through the call, then out
+                code = 1
+                try:
+                    with journal.open(tmp_path / f"c{k}", create=True) as j:
+                        out = j.append({"child": k, "text": "child line " * 30}, durability="sync")
+                        code = 0 if isinstance(out, journal.Committed) else 2
+                finally:
+                    os._exit(code)
+            waited: list[int] = []
+            reaper = threading.Thread(target=lambda p=pid, into=waited: into.append(os.waitpid(p, 0)[1]))
+            reaper.start()
+            reaper.join(timeout=60)
+            if reaper.is_alive():
+                os.kill(pid, 9)
+                reaper.join()
+                pytest.fail(f"child {k} hung in its append (the pool's mutex held across the fork?)")
+            assert waited == [0], (k, waited)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    assert not errors, errors
+    for k in range(20):
+        with journal.open(tmp_path / f"c{k}", readonly=True) as j:
+            assert [r.event["child"] for r in j.read()] == [k]
