@@ -228,6 +228,17 @@ class Record:
             self.event  # noqa: B018 - decoding it is the check
         return StoredPayload._of(self.payload, self.is_bytes)
 
+    @property
+    def segment(self) -> str:
+        """The name of the segment file that holds its frame (a server backend: the journal's
+        URL). Records of one block frame share it and ``offset``."""
+        return self._segment
+
+    @property
+    def offset(self) -> int:
+        """The byte offset of its frame in ``segment`` (a server backend: 0)."""
+        return self._offset
+
     def corrupt(self, reason: str) -> CorruptionError:
         """The CorruptionError for this record, naming where its frame is."""
         return CorruptionError(self._segment, self._offset, self.seq, reason)

@@ -410,10 +410,9 @@ class _Sample:
 
 def _frame_of(rec: journal.Record, sid: str) -> tuple[str, int]:
     """Where the frame holding ``rec`` of the session ``sid`` is (session and segment, offset):
-    the records of one block frame share it. ``Record.corrupt`` is the record's public word on
-    where its frame is; a segment's name is the same in every journal, hence the session's id."""
-    where = rec.corrupt("")
-    return f"{sid}/{where.segment}", where.offset
+    the records of one block frame share it. A segment's name is the same in every journal,
+    hence the session's id."""
+    return f"{sid}/{rec.segment}", rec.offset
 
 
 def _session_ids(store: SessionStore) -> list[str]:
