@@ -191,3 +191,21 @@ def test_held_out_frames_never_go_over_their_budget(tmp_path: Path, room: int) -
     train, frames = D._held_out(st, sample, 400_000)
     assert frames and D._size(frames) <= 400_000 and any(len(f) > 1 for f in frames)
     assert not {r for f in frames for r in f} & set(train)
+
+
+def test_a_store_whose_training_declined_is_not_advised_to_train_again(tmp_path: Path) -> None:
+    """should_retrain measures as the training does where the store has no dictionary: the store
+    above, whose training declines, is told a training would keep none (and why); a store whose
+    records make one pay is told to train, and its training then keeps one."""
+    st = _store_in_blocks(tmp_path / "declines", 3, 120)
+    assert not D.train_store_dictionary(st, size_bytes=SIZE).stored
+    advice = D.should_retrain(st, size_bytes=SIZE)
+    assert not advice.retrain and advice.current_id is None
+    assert "a training now would keep none" in advice.reason and "does not pay" in advice.reason
+    assert _dictionary_files(st) == []  # advising stores nothing
+    pays = SessionStore(tmp_path / "pays")
+    _write_alone(pays, 3, 120, random.Random(7))
+    advice = D.should_retrain(pays, size_bytes=SIZE)
+    assert advice.retrain and "would be kept" in advice.reason, advice
+    assert _dictionary_files(pays) == []
+    assert D.train_store_dictionary(pays, size_bytes=SIZE).stored

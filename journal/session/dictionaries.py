@@ -793,21 +793,19 @@ def _sizes(size_bytes: int) -> list[int]:
     return out
 
 
-def train_store_dictionary(
+def _decide(
     store: SessionStore,
-    size_bytes: int = DICTIONARY_SIZE_BYTES_DEFAULT,
-    sample_bytes_max: int = SAMPLE_BYTES_MAX_DEFAULT,
-    progress: Progress | None = None,
-    savings_min: float = DICTIONARY_SAVINGS_MIN,
-    sessions_min: int = TRAIN_SESSIONS_MIN,
-    sample_bytes_min: int = TRAIN_SAMPLE_BYTES_MIN,
-) -> TrainReport:
-    """Train a dictionary of at most ``size_bytes`` from the store's records and store it as the
-    current one if it pays (see the module doc): it saves more than its own file's bytes on the
-    store's records, measured on held-out frames as the store wrote them, and at least
-    ``savings_min`` of their stored bytes; else smaller sizes are tried, and when none pays
-    nothing is stored (``TrainReport.reason``). NotEnoughRecordsError, saying how much more is
-    needed, below the minimum; ``progress(done, total)`` is called per session sampled."""
+    size_bytes: int,
+    sample_bytes_max: int,
+    progress: Progress | None,
+    savings_min: float,
+    sessions_min: int,
+    sample_bytes_min: int,
+) -> tuple[TrainReport, bytes | None]:
+    """What a training would do now, storing nothing: its report (``stored``: a dictionary pays)
+    and the bytes of the one that pays, or None. train_store_dictionary stores those bytes;
+    should_retrain asks this where the store has no dictionary, so that a store whose training
+    declined is not told to train again until its records would make one pay."""
     _check_size(size_bytes)
     dictionaries_dir(store)  # a link there is refused before any sampling, not after it
     if sample_bytes_max < 1:
@@ -850,7 +848,28 @@ def train_store_dictionary(
         if len(tried) > 1:
             smaller = ", ".join(str(n) for n in tried[1:])
             said = replace(said, reason=f"{said.reason}; smaller sizes ({smaller} bytes) did not pay either")
-        return replace(said, sizes_tried=tuple(tried))
+        return replace(said, sizes_tried=tuple(tried)), None
+    return report, data
+
+
+def train_store_dictionary(
+    store: SessionStore,
+    size_bytes: int = DICTIONARY_SIZE_BYTES_DEFAULT,
+    sample_bytes_max: int = SAMPLE_BYTES_MAX_DEFAULT,
+    progress: Progress | None = None,
+    savings_min: float = DICTIONARY_SAVINGS_MIN,
+    sessions_min: int = TRAIN_SESSIONS_MIN,
+    sample_bytes_min: int = TRAIN_SAMPLE_BYTES_MIN,
+) -> TrainReport:
+    """Train a dictionary of at most ``size_bytes`` from the store's records and store it as the
+    current one if it pays (see the module doc): it saves more than its own file's bytes on the
+    store's records, measured on held-out frames as the store wrote them, and at least
+    ``savings_min`` of their stored bytes; else smaller sizes are tried, and when none pays
+    nothing is stored (``TrainReport.reason``). NotEnoughRecordsError, saying how much more is
+    needed, below the minimum; ``progress(done, total)`` is called per session sampled."""
+    report, data = _decide(store, size_bytes, sample_bytes_max, progress, savings_min, sessions_min, sample_bytes_min)
+    if data is None:
+        return report
     got = _publish(store, data, report)
     store.dictionary_problem = None
     return replace(report, dictionary_id=got.id)
@@ -933,8 +952,10 @@ def should_retrain(
     """Compare the current dictionary with a fresh one on the store's newest records (read-only;
     nothing is trained into the store). Advises a retrain when the fresh one, trained on part of
     the newest records, compresses the rest at least ``savings_min`` smaller than the current
-    one does, or when the store has no usable dictionary and enough records for one (of
-    ``size_bytes``; with a current one, a fresh one is of its size)."""
+    one does; when the store's dictionary is damaged; or when the store has none and a training
+    now would keep one of ``size_bytes`` or a smaller size (it measures as the training does, so
+    a store whose training declined is not advised to train again until its records would make
+    one pay). With a current one, a fresh one is of its size."""
     try:
         current = current_dictionary(store)
         problem = None
@@ -950,10 +971,22 @@ def should_retrain(
     train, held = _split(sample, by_session=False)  # the newest records all stand for what comes next
     held_bytes = sum(len(r) for r in held)
     if current is None:
-        why = problem or (
-            "the store has no dictionary and has enough records to train one (a training keeps it only where it pays)"
+        if problem is not None:  # damaged or a link: a training replaces it
+            return DriftReport(True, problem, None, len(sample.records), held_bytes, 0, 0, 0.0)
+        # Whether a training now would keep one (it keeps one only where it pays): a store whose
+        # training declined is not told to train again until its records would make one pay.
+        try:
+            trial, _ = _decide(
+                store, size_bytes, sample_bytes_max, None, DICTIONARY_SAVINGS_MIN, sessions_min, sample_bytes_min
+            )
+        except NotEnoughRecordsError as exc:
+            return DriftReport(False, str(exc), None, len(sample.records), held_bytes, 0, 0, 0.0)
+        why = (
+            f"the store has no dictionary, and one trained now would be kept: {trial.reason}"
+            if trial.stored
+            else f"the store has no dictionary, and a training now would keep none: {trial.reason}"
         )
-        return DriftReport(True, why, None, len(sample.records), held_bytes, 0, 0, 0.0)
+        return DriftReport(trial.stored, why, None, len(sample.records), held_bytes, 0, 0, 0.0)
     fresh = _train(train, size)
     cur = _stored_bytes(held, current.data)
     new = _stored_bytes(held, fresh) if fresh is not None and len(fresh) >= DICTIONARY_BYTES_MIN else cur
