@@ -489,22 +489,43 @@ static PyObject *held_frame_write_sync(PyObject *self, PyObject *args) {
     int fd;
     Py_buffer raw;
     long long offset;
-    unsigned long long seq, salt;
-    unsigned int flags, dict_id;
+    PyObject *seq_arg, *flags_arg, *salt_arg, *dict_id_arg;
     Py_ssize_t compress_min;
     PyObject *cdict_arg;
-    if (!PyArg_ParseTuple(args, "iy*LKIKnOI:frame_write_sync", &fd, &raw, &offset, &seq, &flags, &salt,
-                          &compress_min, &cdict_arg, &dict_id)) {
+    if (!PyArg_ParseTuple(args, "iy*LOOOnOO:frame_write_sync", &fd, &raw, &offset, &seq_arg, &flags_arg, &salt_arg,
+                          &compress_min, &cdict_arg, &dict_id_arg)) {
+        return NULL;
+    }
+    /* The frame's fields, each refused (OverflowError) outside what it holds: the parser's "K"
+     * and "I" would keep an int's low bits, and a frame a reader takes for another record. */
+    unsigned long long seq = 0, salt = 0, flags = 0, dict_id = 0;
+    if (!PyLong_Check(seq_arg) || !PyLong_Check(flags_arg) || !PyLong_Check(salt_arg) || !PyLong_Check(dict_id_arg)) {
+        PyBuffer_Release(&raw);
+        PyErr_SetString(PyExc_TypeError, "frame_write_sync: seq, flags, salt and dict_id are ints");
+        return NULL;
+    }
+    seq = PyLong_AsUnsignedLongLong(seq_arg);
+    if (!PyErr_Occurred()) {
+        salt = PyLong_AsUnsignedLongLong(salt_arg);
+    }
+    if (!PyErr_Occurred()) {
+        flags = PyLong_AsUnsignedLongLong(flags_arg);
+    }
+    if (!PyErr_Occurred()) {
+        dict_id = PyLong_AsUnsignedLongLong(dict_id_arg);
+    }
+    if (PyErr_Occurred()) { /* negative, or past 64 bits */
+        PyBuffer_Release(&raw);
         return NULL;
     }
     const char *refused = NULL;
     const zstd_cdict *cd = NULL;
     if (raw.len > HELD_INPUT_BYTES_MAX) {
         refused = "frame_write_sync: the record is longer than INPUT_BYTES_MAX";
-    } else if ((flags & ~JN_FLAGS_KNOWN) != 0 || (flags & JN_FLAG_CODEC_MASK) != 0 || flags > 0xFFFFu) {
+    } else if ((flags & ~(unsigned long long)JN_FLAGS_KNOWN) != 0 || (flags & JN_FLAG_CODEC_MASK) != 0) {
         refused = "frame_write_sync: flags must be known frame flags without a codec (the codec is set here)";
-    } else if (compress_min < 0 || dict_id > 0xFFFFu || seq > (unsigned long long)INT64_MAX) {
-        refused = "frame_write_sync: compress_min, dict_id or seq out of range";
+    } else if (compress_min < 0 || dict_id > 0xFFFFu) {
+        refused = "frame_write_sync: compress_min or dict_id out of range";
     } else if (cdict_arg != Py_None) {
         if (!PyCapsule_IsValid(cdict_arg, CDICT_CAPSULE) || dict_id == 0) {
             refused = "frame_write_sync: cdict is None or a make_cdict capsule, with its dict_id (1 or more)";
@@ -553,8 +574,8 @@ static PyObject *held_frame_write_sync(PyObject *self, PyObject *args) {
     put32(frame + 8, (uint32_t)stored);
     put32(frame + 12, (uint32_t)n);
     put64(frame + 16, (uint64_t)seq);
-    put16(frame + 24, flags | codec);
-    put16(frame + 26, codec != 0 && cd != NULL ? dict_id : 0u);
+    put16(frame + 24, (uint32_t)flags | codec);
+    put16(frame + 26, codec != 0 && cd != NULL ? (uint32_t)dict_id : 0u);
     put32(frame + 28, JN_FRAME_MARKER);
     put64(frame, jn_xxh64(frame + JN_FRAME_CHECKSUMMED_FROM,
                           JN_FRAME_HEADER_BYTES - JN_FRAME_CHECKSUMMED_FROM + stored, (uint64_t)salt));

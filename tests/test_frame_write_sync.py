@@ -69,7 +69,7 @@ frame_flags = hs.sets(hs.sampled_from([fmt.FLAG_BYTES, fmt.FLAG_SYNTHETIC, fmt.F
 @settings(max_examples=300, deadline=None)
 @given(
     raw=records,
-    seq=hs.integers(0, 2**63 - 1),
+    seq=hs.integers(0, 2**64 - 1),
     flags=frame_flags,
     salt=hs.integers(0, 2**64 - 1),
     kind=hs.sampled_from(["plain", "raw", "dictionary"]),
@@ -116,15 +116,19 @@ def test_refusals_write_nothing(tmp_path: Path, trained: bytes) -> None:
             ((fd, b"{}", 0, 1, fmt.CODEC_ZSTD, 5, 256, None, 0), "without a codec"),
             ((fd, b"{}", 0, 1, 0x8000, 5, 256, None, 0), "known frame flags"),
             ((fd, b"{}", 0, 1, 0, 5, -1, None, 0), "out of range"),
-            ((fd, b"{}", 0, 2**63, 0, 5, 256, None, 0), "out of range"),
             ((fd, b"{}", 0, 1, 0, 5, 256, "not a dictionary", 1), "make_cdict capsule"),
             ((fd, b"{}", 0, 1, 0, 5, 256, cdict, 0), "make_cdict capsule"),
             ((fd, b"{}", 0, 1, 0, 5, 256, None, 0x10000), "out of range"),
         ]:
             with pytest.raises(ValueError, match=match):
                 mod.frame_write_sync(*args)
+        for seq, salt in [(2**64, 5), (-1, 5), (1, 2**64), (1, -1)]:  # past what the u64 fields hold
+            with pytest.raises(OverflowError):
+                mod.frame_write_sync(fd, b"{}", 0, seq, 0, salt, 256, None, 0)
         with pytest.raises(TypeError):
             mod.frame_write_sync(fd, "text", 0, 1, 0, 5, 256, None, 0)
+        with pytest.raises(TypeError):
+            mod.frame_write_sync(fd, b"{}", 0, 1.0, 0, 5, 256, None, 0)
         assert os.fstat(fd).st_size == 0
     finally:
         os.close(fd)
@@ -280,3 +284,34 @@ def test_a_child_forked_while_threads_append_appends_too(tmp_path: Path) -> None
     for k in range(20):
         with journal.open(tmp_path / f"c{k}", readonly=True) as j:
             assert [r.event["child"] for r in j.read()] == [k]
+
+
+def test_a_refusal_by_the_call_rolls_the_append_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call checks its arguments before it writes anything: a refusal (ValueError and the
+    like) is NotCommitted, and the journal goes on; anything else it raises leaves the write's fate
+    unknown: it reaches the caller and the journal stops."""
+    _module()
+    real = writer.FRAME_WRITE_SYNC
+    assert real is not None
+    raising: list[BaseException] = []
+
+    def refusing(*args: Any) -> tuple[int, int]:
+        if raising:
+            raise raising.pop()
+        result: tuple[int, int] = real(*args)
+        return result
+
+    monkeypatch.setattr(writer, "FRAME_WRITE_SYNC", refusing)
+    with journal.open(tmp_path / "j", create=True) as j:
+        assert isinstance(j.append({"n": 1}, durability="sync"), journal.Committed)
+        raising.append(ValueError("refused"))
+        out = j.append({"n": 2}, durability="sync")
+        assert isinstance(out, journal.NotCommitted) and "refused before its write" in out.reason, out
+        assert isinstance(j.append({"n": 3}, durability="sync"), journal.Committed)
+        raising.append(MemoryError())
+        with pytest.raises(MemoryError):  # raised to the caller, the write's fate unknown: fail-stop
+            j.append({"n": 4}, durability="sync")
+        with pytest.raises(journal.JournalFailStoppedError):
+            j.append({"n": 5}, durability="sync")
+    with journal.open(tmp_path / "j", readonly=True) as j:
+        assert [r.event["n"] for r in j.read()] == [1, 3]

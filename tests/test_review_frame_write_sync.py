@@ -2,7 +2,8 @@
 (native/zstd_held.c's frame_write_sync, writer._append_alone / _write_lone_synced) and of the event
 walk in C (native/json_floats.c's json_like): each test pins one risky behaviour against its twin.
 
-Two defects are pinned by tests that fail on the code they were written against (see each):
+Two defects, since fixed, are pinned by tests that failed on the code they were written against
+(431afb7; see each):
 - a journal whose seqs pass 2**63 - 1 (journal.open(first_seq=...) takes up to 10**19 - 1, and
   the frame's seq is a u64) is fail-stopped by its first lone sync append: the C call refuses the
   seq with a ValueError, which the writer takes for a write interrupted part way;

@@ -857,6 +857,12 @@ class Writer:
                 raise_for_write_sync(rc, active)
         except OSError as exc:
             return self._failed_synced_write(start, was_unsynced, exc), start
+        except (ValueError, TypeError, OverflowError) as exc:
+            # Refused before anything was written (the call checks its arguments first): nothing
+            # to sync or roll back. Anything else raised (MemoryError, an interrupt once it
+            # returned) leaves the write's fate unknown, and the caller's results say "failed".
+            self._unsynced = was_unsynced
+            return ("rolled_back", f"the record was refused before its write: {exc}", None), start
         return self._end_synced_write(active, start + size), start + size
 
     def _begin_synced_write(self) -> bool:
