@@ -30,7 +30,38 @@
  * (journal/record.py's _BIG_FLOAT; tests compare them). */
 #define BIG_FLOAT 9223372036854775808.0
 
-static int walk(PyObject *container);
+/* A check of one value: 1 if it passes, 0 if not, -1 with an exception set. */
+typedef int (*value_check)(PyObject *x);
+
+/* Every value of ``container`` (an exact dict, list or tuple: a dict's values, not its keys)
+ * through ``check``, the nesting counted against Python's recursion limit (``where`` says what
+ * for): 1 if each passes, else the first 0 or -1. Neither walk calls back into Python, so the
+ * container is not changed while this runs and its length and items stay as read. */
+static int each_value(PyObject *container, value_check check, const char *where) {
+    if (Py_EnterRecursiveCall(where)) {
+        return -1;
+    }
+    int ok = 1;
+    if (PyDict_CheckExact(container)) {
+        Py_ssize_t pos = 0;
+        PyObject *key;
+        PyObject *value;
+        while (ok == 1 && PyDict_Next(container, &pos, &key, &value)) {
+            ok = check(value);
+        }
+    } else {
+        int list = PyList_CheckExact(container);
+        Py_ssize_t n = list ? PyList_Size(container) : PyTuple_Size(container);
+        for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
+            PyObject *item = list ? PyList_GetItem(container, i) : PyTuple_GetItem(container, i); /* borrowed */
+            ok = item == NULL ? -1 : check(item);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return ok;
+}
+
+#define FLOATS_WHERE " while looking for floats read from big integers"
 
 /* 1 if ``x`` holds no big float, 0 if it does, -1 with an exception set. */
 static int value_ok(PyObject *x) {
@@ -42,35 +73,9 @@ static int value_ok(PyObject *x) {
         return -BIG_FLOAT < d && d < BIG_FLOAT; /* NaN is outside, as in the twin */
     }
     if (PyDict_CheckExact(x) || PyList_CheckExact(x)) {
-        return walk(x);
+        return each_value(x, value_ok, FLOATS_WHERE);
     }
     return 1;
-}
-
-/* ``container`` is an exact dict or list. */
-static int walk(PyObject *container) {
-    if (Py_EnterRecursiveCall(" while looking for floats read from big integers")) {
-        return -1;
-    }
-    int ok = 1;
-    if (PyDict_CheckExact(container)) {
-        Py_ssize_t pos = 0;
-        PyObject *key;
-        PyObject *value;
-        while (ok == 1 && PyDict_Next(container, &pos, &key, &value)) {
-            ok = value_ok(value);
-        }
-    } else {
-        /* The list is not changed while this runs (the GIL is held and nothing here calls back
-         * into Python), so its length and items stay as read. */
-        Py_ssize_t n = PyList_Size(container);
-        for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
-            PyObject *item = PyList_GetItem(container, i); /* borrowed */
-            ok = item == NULL ? -1 : value_ok(item);
-        }
-    }
-    Py_LeaveRecursiveCall();
-    return ok;
 }
 
 /* --- json_like: whether orjson writes an event as json does --------------------------------
@@ -85,7 +90,7 @@ static int walk(PyObject *container) {
  * (hypothesis). Dict keys are not looked at (orjson refused any key but a str before). A nesting
  * too deep raises RecursionError, as the twin does, and the caller has json decide. */
 
-static int like_walk(PyObject *container);
+#define LIKE_WHERE " while checking an event's values"
 
 /* 1 if json writes ``x`` as orjson does, 0 if not, -1 with an exception set. */
 static int like_value(PyObject *x) {
@@ -97,35 +102,9 @@ static int like_value(PyObject *x) {
         return d - d == 0.0;            /* NaN for NaN and the infinities, as in the twin */
     }
     if (PyDict_CheckExact(x) || PyList_CheckExact(x) || PyTuple_CheckExact(x)) {
-        return like_walk(x);
+        return each_value(x, like_value, LIKE_WHERE);
     }
     return 0;
-}
-
-/* ``container`` is an exact dict, list or tuple. */
-static int like_walk(PyObject *container) {
-    if (Py_EnterRecursiveCall(" while checking an event's values")) {
-        return -1;
-    }
-    int ok = 1;
-    if (PyDict_CheckExact(container)) {
-        Py_ssize_t pos = 0;
-        PyObject *key;
-        PyObject *value;
-        while (ok == 1 && PyDict_Next(container, &pos, &key, &value)) {
-            ok = like_value(value);
-        }
-    } else {
-        /* Neither is changed while this runs (nothing here calls back into Python). */
-        int list = PyList_CheckExact(container);
-        Py_ssize_t n = list ? PyList_Size(container) : PyTuple_Size(container);
-        for (Py_ssize_t i = 0; ok == 1 && i < n; i++) {
-            PyObject *item = list ? PyList_GetItem(container, i) : PyTuple_GetItem(container, i); /* borrowed */
-            ok = item == NULL ? -1 : like_value(item);
-        }
-    }
-    Py_LeaveRecursiveCall();
-    return ok;
 }
 
 /* json_like(value) -> bool, ``value`` an exact dict, list or tuple. */
@@ -135,7 +114,7 @@ static PyObject *json_like(PyObject *self, PyObject *value) {
         PyErr_SetString(PyExc_TypeError, "json_like takes a dict, a list or a tuple (of exact type)");
         return NULL;
     }
-    int ok = like_walk(value);
+    int ok = each_value(value, like_value, LIKE_WHERE);
     if (ok < 0) {
         return NULL;
     }
@@ -149,7 +128,7 @@ static PyObject *no_big_float(PyObject *self, PyObject *value) {
         PyErr_SetString(PyExc_TypeError, "no_big_float takes a dict or a list (of exact type)");
         return NULL;
     }
-    int ok = walk(value);
+    int ok = each_value(value, value_ok, FLOATS_WHERE);
     if (ok < 0) {
         return NULL;
     }
