@@ -44,6 +44,8 @@ TEXT = b'{"type":"tool_result","content":"session log line ls -la /work","ok":tr
 
 
 def _module() -> Any:
+    if native.forced_pure():  # the module imports, but the engine writes through the twin
+        pytest.skip("JOURNAL_PURE=1: lone frames go through the twin; the C call is the shipped pass's to test")
     return compiled("journal.engine._zstd_held", "the lone frame's one-call append")
 
 
