@@ -27,24 +27,18 @@ from journal.engine import format as fmt
 from journal.engine.dictionary import Dictionary, DictionaryUse
 from journal.engine.options import Options
 from journal.engine.verify import verify
-from tests.native_modules import compiled
+from tests import lone_frame
 
 LLONG_MAX = 2**63 - 1
 TEXT = [b'{"type":"tool_result","content":"', b"session log line ", b"ls -la /work", b'","ok":true}', b"\n  "]
 
 
-def _module() -> Any:
-    if native.forced_pure():  # the module imports, but the engine writes through the twin
-        pytest.skip("JOURNAL_PURE=1: lone frames go through the twin; the C call is the shipped pass's to test")
-    return compiled("journal.engine._zstd_held", "the lone frame's one-call append")
+_module = lone_frame.module
 
 
 @pytest.fixture(scope="module")
 def trained() -> bytes:
-    import zstandard
-
-    samples = [b'{"i":%d,"text":"%s"}' % (i, (b"tool output line %d " % i) * (i % 30 + 1)) for i in range(400)]
-    return zstandard.train_dictionary(4096, samples).as_bytes()
+    return lone_frame.trained_dictionary()
 
 
 def _twin(raw: bytes, seq: int, flags: int, salt: int, options: Options) -> bytes:

@@ -37,24 +37,19 @@ from journal.engine.dictionary import Dictionary, DictionaryUse
 from journal.engine.options import Options
 from journal.engine.verify import verify
 from journal.errors import InvariantError
+from tests import lone_frame
 from tests.native_modules import compiled
 
 U64_MAX = 2**64 - 1
 TEXT = b'{"type":"tool_result","content":"session log line ls -la /work","ok":true}'
 
 
-def _module() -> Any:
-    if native.forced_pure():  # the module imports, but the engine writes through the twin
-        pytest.skip("JOURNAL_PURE=1: lone frames go through the twin; the C call is the shipped pass's to test")
-    return compiled("journal.engine._zstd_held", "the lone frame's one-call append")
+_module = lone_frame.module
 
 
 @pytest.fixture(scope="module")
 def trained() -> bytes:
-    import zstandard
-
-    samples = [b'{"i":%d,"text":"%s"}' % (i, (b"tool output line %d " % i) * (i % 30 + 1)) for i in range(400)]
-    return zstandard.train_dictionary(4096, samples).as_bytes()
+    return lone_frame.trained_dictionary()
 
 
 def _options(kind: str, trained: bytes) -> Options:
