@@ -601,6 +601,35 @@ def test_buffered_records_are_written_by_flush_read_and_close(pg: PostgresBacken
         assert sum(1 for _ in j.read()) == 2005  # in pages
 
 
+def test_the_writer_lock_is_let_go_when_close_returns(pg: PostgresBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ends a closed connection's session, and with it the session's advisory locks,
+    after the client's close has returned: a writer opening in between must not find the lock
+    held. That moment is held open here: every connection closed during the test stays open
+    (its server session alive) until the test ends."""
+    import psycopg
+
+    target = pg.target()
+    lingering: list[psycopg.Connection[Any]] = []
+    real_close = psycopg.Connection.close
+    monkeypatch.setattr(psycopg.Connection, "close", lambda self: lingering.append(self))
+    try:
+        with journal.open(target, create=True) as first:
+            first.append({"n": 1}, durability="flush")
+            pid = first.backend_pid
+        assert pid in {c.info.backend_pid for c in lingering}  # its server session lives on
+        with journal.open(target) as second:
+            assert second.append({"n": 2}, durability="flush") == Committed(2, "flush")
+        # A shared writer's lock too (writer="shared" holds it in shared mode).
+        with journal.open(target, writer="shared") as third:
+            third.append({"n": 3}, durability="flush")
+        with journal.open(target) as fourth:
+            assert fourth.last_seq == 3
+    finally:
+        monkeypatch.undo()
+        for c in lingering:
+            real_close(c)
+
+
 def test_a_reader_connection_left_inside_a_command_is_made_again(pg: PostgresBackend,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """libpq can be left inside a command after an error, on a connection it calls OK (seen once

@@ -2,9 +2,11 @@
 
 An exclusive writer holds a session-level advisory lock (a 64-bit hash of schema and name,
 connection.writer_lock_key) on the one connection it writes through, for the life of the
-handle; the server releases it when that connection ends, so a writer whose connection was
-lost can never write again (nothing it sends reaches the table), and the ``(journal, seq)`` key
-refuses a row at a seq that exists. ``writer="shared"``: each handle holds the same lock in
+handle, and lets go of it before it closes that connection (commit.py, ``_Writer.close``: the
+server ends a closed session only after the client's close returned); the server releases it
+when that connection ends, so a writer whose connection was lost can never write again
+(nothing it sends reaches the table), and the ``(journal, seq)`` key refuses a row at a seq
+that exists. ``writer="shared"``: each handle holds the same lock in
 share mode (so shared writers exclude an exclusive one and the reverse), and every transaction
 takes a second, transaction-level advisory lock (commit.py, ``_Writer._begin``).
 

@@ -202,9 +202,20 @@ class _Writer:
     def close(self) -> None:
         self.gc.wait_idle()
         try:
-            self.conn.close()
+            # The server lets go of a session's advisory locks when its backend exits, and it
+            # exits after the client's close has returned: a writer opening just after this
+            # close could find the lock still held (JournalLockedError). Let go of them before
+            # the close returns. A connection that is not idle (a failed writer's) is left to
+            # the backend's exit, as before.
+            if reusable(self.conn):
+                self.conn.execute("SELECT pg_advisory_unlock_all()")
         except psycopg.Error:
             pass
+        finally:
+            try:
+                self.conn.close()
+            except psycopg.Error:
+                pass
 
     # --- the leader's side: one batch, one transaction (journal/remote/group.py calls this) --
 

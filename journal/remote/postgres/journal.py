@@ -163,8 +163,8 @@ class PostgresJournal(DictionaryPart, RetentionPart, ClaimPart):
     # --- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write buffered records (at "flush"), end the connections (the writer lock goes with
-        the writer's). Idempotent. Raises JournalFailStoppedError if the final write failed."""
+        """Write buffered records (at "flush"), let go of the writer lock, end the connections.
+        Idempotent. Raises JournalFailStoppedError if the final write failed."""
         with self._mu:
             if self._closed:
                 return
