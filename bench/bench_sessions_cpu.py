@@ -6,7 +6,7 @@ per session, per round, with CPU per event, and the floor of the journal's file 
     .venv/bin/python bench/bench_sessions_cpu.py --dir /dev/shm   # syncs free: CPU alone
     .venv/bin/python bench/bench_sessions_cpu.py --callgrind --events 2000   # Ir per event, each side
 
-Each round runs the five sides of ``journal.benchmark.sessions.run_side`` (the workload of
+Each round runs the six sides of ``journal.benchmark.sessions.run_side`` (the workload of
 ``journal bench``: ``min(N, 64)`` threads, each appending to its share of the sessions in turn,
 every append durable before the next) in an order that rotates, and prints each side's events/s,
 its CPU per event (user + system of the process over the events, and each of the two), the bytes
@@ -16,7 +16,9 @@ the CPU per event; ``compress=False`` shows what compression costs on top (bench
 "Compression with the GIL held"), a trained dictionary (DICT_BYTES, one for every session,
 trained on other events of the mix) what it saves of that and of the bytes, and the reserved
 file per session (``pwrite`` into space set aside ahead, then ``fdatasync``, nothing else) what
-the kernel costs the journal's file layout before any of the journal's own work.
+the kernel costs the journal's file layout before any of the journal's own work; the same
+files synced together (one ``syncfs`` for the events written meanwhile) what sharing the syncs
+of a store's sessions would leave of that.
 """
 
 from __future__ import annotations
@@ -150,12 +152,14 @@ def main(argv: list[str]) -> int:
     if args.callgrind:
         return ir_report(args.sessions, args.events, args.dir)
     events = make_events(20000)
-    ratios: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.RESERVED: []}
+    ratios: dict[str, list[float]] = {
+        sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.RESERVED: [], sess.RESERVED_TOGETHER: []
+    }
     stored: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.JSONL: []}
     base = tempfile.mkdtemp(prefix="sessions-cpu-", dir=args.dir)
     try:
         dictionary = trained_dictionary(base)
-        sides = [sess.JOURNAL, UNCOMPRESSED, DICTIONARY, sess.RESERVED, sess.JSONL]
+        sides = [sess.JOURNAL, UNCOMPRESSED, DICTIONARY, sess.RESERVED, sess.RESERVED_TOGETHER, sess.JSONL]
         for r in range(args.rounds):
             got: dict[str, sess.Side] = {}
             for side in sides[r % len(sides) :] + sides[: r % len(sides)]:

@@ -11,11 +11,16 @@ disk, is what bounds.
 A third kind, RESERVED, is no store a user would pick but the floor of the journal's own file
 layout: each event's JSON written with ``pwrite`` into space set aside ahead by ``ftruncate`` (as
 a journal's live segment reserves it), then ``fdatasync``: what the kernel costs a journal's
-durable append, with no framing, compression or bookkeeping in Python.
+durable append, with no framing, compression or bookkeeping in Python. A fourth,
+RESERVED_TOGETHER (bench/bench_sessions_cpu.py only, Linux), is the same floor with the sessions'
+syncs shared: each event's pwrite, then one ``syncfs`` for every event written meanwhile, by
+whichever thread leads (a group commit across the files): what sharing the syncs of a store's
+sessions could give at best.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import tempfile
@@ -33,6 +38,7 @@ SESSION_THREADS_MAX = 64
 JOURNAL = "journal, a journal per session"
 JSONL = "JSONL, a file per session (write+fdatasync)"
 RESERVED = "a reserved file per session (pwrite+fdatasync)"
+RESERVED_TOGETHER = "a reserved file per session, synced together (syncfs)"
 
 
 @dataclass
@@ -99,6 +105,50 @@ class _ReservedFiles:
             os.close(fd)
 
 
+class _ReservedFilesSyncedTogether(_ReservedFiles):
+    """_ReservedFiles whose appends share their syncs: a thread whose event is written waits
+    for a ``syncfs`` begun after its write; the first to find none under way leads one for
+    every event written so far."""
+
+    def __init__(self, root: str, n: int) -> None:
+        super().__init__(root, n)
+        self._syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+        self._cv = threading.Condition()
+        self._written = 0  # events written (their pwrite returned)
+        self._synced = 0  # events a finished syncfs covers
+        self._leading = False
+
+    def append(self, i: int, event: Event) -> None:
+        fd, data, at = self.fds[i], dumps(event) + b"\n", self.ends[i]
+        if at + len(data) > self.reserved[i]:
+            self.reserved[i] = at + len(data) + fmt.RESERVE_BYTES_DEFAULT
+            os.ftruncate(fd, self.reserved[i])
+        if os.pwrite(fd, data, at) != len(data):
+            raise OSError(f"short pwrite to session {i}")
+        self.ends[i] = at + len(data)
+        with self._cv:
+            self._written += 1
+            mine = self._written
+            while self._synced < mine:
+                if self._leading:
+                    self._cv.wait()
+                    continue
+                self._leading, covers = True, self._written
+                self._cv.release()
+                err = 0
+                try:
+                    if self._syncfs(fd) != 0:
+                        err = ctypes.get_errno()
+                finally:
+                    self._cv.acquire()
+                    self._leading = False
+                    if not err:
+                        self._synced = max(self._synced, covers)
+                    self._cv.notify_all()
+                if err:
+                    raise OSError(err, f"syncfs failed: {os.strerror(err)}")
+
+
 def run_side(
     kind: str,
     base: str,
@@ -108,7 +158,7 @@ def run_side(
     compress: bool = True,
     dictionary: Dictionary | None = None,
 ) -> Side:
-    """One side (JOURNAL, JSONL or RESERVED) for one round: ``events_total`` appends over
+    """One side (JOURNAL, JSONL, RESERVED or RESERVED_TOGETHER) for one round: ``events_total`` appends over
     ``sessions`` (``compress``, ``dictionary``: the journals' options of those names; every
     session is opened with the one dictionary, as a store's sessions share theirs)."""
     root = tempfile.mkdtemp(prefix="sessions-", dir=base)
@@ -120,8 +170,10 @@ def run_side(
             store = _JsonlFiles(root, sessions)
         elif kind == RESERVED:
             store = _ReservedFiles(root, sessions)
+        elif kind == RESERVED_TOGETHER:
+            store = _ReservedFilesSyncedTogether(root, sessions)
         else:
-            raise ValueError(f"no side {kind!r}: {JOURNAL!r}, {JSONL!r} or {RESERVED!r}")
+            raise ValueError(f"no side {kind!r}: {JOURNAL!r}, {JSONL!r}, {RESERVED!r} or {RESERVED_TOGETHER!r}")
         threads = min(sessions, SESSION_THREADS_MAX)
         per_session = max(1, events_total // sessions)
         share = [list(range(t, sessions, threads)) for t in range(threads)]
@@ -172,4 +224,4 @@ def _stored_bytes(root: str) -> int:
     return total
 
 
-__all__ = ["JOURNAL", "JSONL", "RESERVED", "SESSION_THREADS_MAX", "Side", "run_side"]
+__all__ = ["JOURNAL", "JSONL", "RESERVED", "RESERVED_TOGETHER", "SESSION_THREADS_MAX", "Side", "run_side"]
