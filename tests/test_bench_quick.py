@@ -141,12 +141,13 @@ def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
         "bench_sessions_cpu.py", "--sessions", "4", "--events", "40", "--rounds", "1", "--dir", str(tmp_path)
     )
     rounds = [ln for ln in out.splitlines() if ln.startswith("round 1:")]
-    assert len(rounds) == 5 and all("(user " in ln and ", system " in ln for ln in rounds), out
+    assert len(rounds) == 6 and all("(user " in ln and ", system " in ln for ln in rounds), out
     assert [ln.split(":")[0] for ln in out.splitlines() if "median ÷ JSONL" in ln] == [
         "journal, a journal per session",
         "journal, compress=False",
         "journal, a trained dictionary",
         "a reserved file per session (pwrite+fdatasync)",
+        "a reserved file per session, synced together (syncfs)",
     ], out
     # The bytes each side's files hold: the dictionary's sessions hold the fewest, and a journal
     # without compression holds about what JSONL does (a frame header per event more, a newline less).
@@ -159,3 +160,66 @@ def test_sessions_cpu_reports_user_and_system_apart(tmp_path: Path) -> None:
     jsonl = stored["JSONL, a file per session (write+fdatasync)"]
     assert stored["journal, a trained dictionary"] < stored["journal, a journal per session"] < jsonl, out
     assert jsonl < stored["journal, compress=False"] < jsonl * 1.5, out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="syncfs is Linux's")
+def test_reserved_files_synced_together_share_their_syncs(tmp_path: Path) -> None:
+    """The floor with shared syncs (bench/README.md's bound for 1,000 sessions): every event is
+    in its session's file, an append returns only after a syncfs begun after its write, the
+    events written while one syncfs runs share the next, and a failed syncfs raises."""
+    import ctypes
+    import errno
+    import threading
+
+    from journal.benchmark import sessions as sess
+    from journal.benchmark.stores import dumps
+
+    store = sess._ReservedFilesSyncedTogether(str(tmp_path), 4)
+    real = store._syncfs
+    calls: list[int] = []  # events written when each syncfs began
+    first_running = threading.Event()
+    release = threading.Event()
+
+    def syncfs(fd: int) -> int:
+        calls.append(store._written)
+        if len(calls) == 1:
+            first_running.set()
+            assert release.wait(60)  # the others write while the first sync runs
+        return int(real(fd))
+
+    store._syncfs = syncfs
+    returned: list[int] = []
+    events = [{"n": t, "text": "x" * (10 + t)} for t in range(4)]
+
+    def append(t: int) -> None:
+        store.append(t, events[t])
+        returned.append(t)
+
+    first = threading.Thread(target=append, args=(0,))
+    first.start()
+    assert first_running.wait(60)
+    others = [threading.Thread(target=append, args=(t,)) for t in (1, 2, 3)]
+    for th in others:
+        th.start()
+    with store._cv:  # all three written, each waiting for a sync begun after its write
+        assert store._cv.wait_for(lambda: store._written == 4, 60)
+    assert returned == []
+    release.set()
+    for th in (first, *others):
+        th.join(60)
+    assert sorted(returned) == [0, 1, 2, 3]
+    assert calls == [1, 4]  # one sync for the first event, one for the three written meanwhile
+    for t in range(4):
+        line = dumps(events[t]) + b"\n"
+        with open(tmp_path / f"s{t}.floor", "rb") as f:
+            assert f.read(len(line)) == line
+
+    def failing(fd: int) -> int:
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    store._syncfs = failing
+    with pytest.raises(OSError, match="syncfs failed") as err:
+        store.append(0, events[0])
+    assert err.value.errno == errno.EIO
+    store.close()
