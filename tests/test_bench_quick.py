@@ -223,3 +223,17 @@ def test_reserved_files_synced_together_share_their_syncs(tmp_path: Path) -> Non
         store.append(0, events[0])
     assert err.value.errno == errno.EIO
     store.close()
+
+
+def test_cold_reads_report_bytes_and_reads_by_block_size(tmp_path: Path) -> None:
+    """bench_cold_reads.py (bench/README.md's bound for point reads with the block cache off):
+    a row per block size and dictionary, and a frame each reads faster than the biggest blocks."""
+    out = run_bench(
+        "bench_cold_reads.py", "--sizes", "0,131072", "--events", "3000", "--reads", "300", "--rounds", "1",
+        "--dir", str(tmp_path),
+    )
+    rows = [ln for ln in out.splitlines() if "cold point read" in ln]
+    assert len(rows) == 4, out
+    read = {ln.split(":")[0].strip(): float(ln.split("cold point read")[1].split("µs")[0]) for ln in rows}
+    assert read["no dictionary, block_bytes       0"] < read["no dictionary, block_bytes 131,072"], out
+    assert os.listdir(tmp_path) == []
