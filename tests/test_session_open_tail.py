@@ -215,6 +215,65 @@ def test_other_reducer_version(tmp_path: Path) -> None:
     _falls_back(p, "replaying with journal.session", tmp_path)
 
 
+def test_a_snapshot_without_its_registry_recorded(tmp_path: Path) -> None:
+    """Saved before snapshots recorded their registry: not used, the open replays."""
+    p = _session(tmp_path)
+    _rewrite(p, registry=None)
+    _falls_back(p, "before snapshots recorded the event-type registry", tmp_path)
+
+
+def test_a_snapshot_folded_with_another_registry_is_not_used(tmp_path: Path) -> None:
+    """A type a reader skipped as unknown (ignorable) when the snapshot was saved is folded by a
+    reader that has registered it since: the saved state and counts are not what a replay with
+    the new registry makes, so that open replays (and the next one uses its new snapshot)."""
+    cache_hit = session.EventType("myrt.cache_hit", session.DurabilityClass.ORDINARY, ignorable=True)
+    writer = session.Registry()
+    writer.register(cache_hit)
+    p = tmp_path / "s"
+    with session.open(p, create=True, registry=writer, clock=lambda: FIXED_TIME) as s:
+        for i in range(SNAPSHOT_AT_CLOSE_MIN_EVENTS):
+            s.append("myrt.cache_hit", {"n": i})
+    with session.open(p, clock=lambda: FIXED_TIME) as s:  # a reader without the runtime's types
+        assert s.skipped == SNAPSHOT_AT_CLOSE_MIN_EVENTS
+        s.save_snapshot()
+    with session.open(p, readonly=True, clock=lambda: FIXED_TIME) as s:
+        assert s.snapshot_seq > 0 and s.skipped == SNAPSHOT_AT_CLOSE_MIN_EVENTS  # the same registry uses it
+    with session.open(p, registry=writer, clock=lambda: FIXED_TIME) as s:
+        assert s.snapshot_seq == 0 and "another event-type registry" in (s.snapshot_reason or ""), s.snapshot_reason
+        assert s.skipped == 0  # what a full replay with this registry counts
+        s.save_snapshot()
+    with session.open(p, registry=writer, readonly=True, clock=lambda: FIXED_TIME) as s:
+        assert s.snapshot_seq > 0 and s.skipped == 0
+
+
+def test_skipped_events_at_the_end_are_counted_once_across_opens_and_repairs(tmp_path: Path) -> None:
+    """Events of a type the reader does not know (marked ignorable) at the end of the log are
+    after the state's last seq: an open from a snapshot saved there, and the fold after a
+    repair's closers, read them again and must not count them again."""
+    cache_hit = session.EventType("myrt.cache_hit", session.DurabilityClass.ORDINARY, ignorable=True)
+    writer = session.Registry()
+    writer.register(cache_hit)
+    p = tmp_path / "s"
+    with session.open(p, create=True, registry=writer, clock=lambda: FIXED_TIME) as s:
+        s.append("turn.started", {}, turn_id="t1")  # left open: the next open's repair closes it
+        for i in range(5):
+            s.append("myrt.cache_hit", {"n": i})
+    with session.open(p, clock=lambda: FIXED_TIME) as s:  # repairs, then folds its closer
+        assert s.repair_report is not None and s.repair_report.changed
+        assert s.skipped == 5
+    with session.open(p, registry=writer, clock=lambda: FIXED_TIME) as s:  # the log ends with them again
+        for i in range(3):
+            s.append("myrt.cache_hit", {"n": 5 + i})
+    for _ in range(3):
+        with session.open(p, clock=lambda: FIXED_TIME) as s:
+            assert s.skipped == 8, (s.snapshot_seq, s.skipped)
+            s.save_snapshot()
+    with session.open(p, readonly=True, clock=lambda: FIXED_TIME) as s:
+        assert s.snapshot_seq > 0 and s.skipped == 8
+    with session.open(p, snapshot=False, clock=lambda: FIXED_TIME) as s:
+        assert s.skipped == 8  # what a full replay counts
+
+
 def test_damaged_checksum(tmp_path: Path) -> None:
     p = _session(tmp_path)
     data = bytearray(snap_file(p).read_bytes())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import random
@@ -16,7 +17,7 @@ from journal.fs import File, OsFileSystem
 from journal.session import branch, snapshot
 from journal.session import fork as forking
 from journal.session.reducer import SessionReducer
-from journal.session.registry import Registry
+from journal.session.registry import DurabilityClass, EventType, Registry
 from tests.session_gen import add_turns, write_session
 
 REG = Registry()
@@ -75,6 +76,7 @@ def _bad_state(snap: str) -> None:
         saved.reducer,
         saved.reducer_version,
         {"turns": "not a map"},
+        saved.registry,
     )
     pathlib.Path(snap).write_bytes(snapshot.encode(bad))
 
@@ -82,9 +84,25 @@ def _bad_state(snap: str) -> None:
 def _newer_reducer(snap: str) -> None:
     saved = snapshot.read(snap)
     bumped = snapshot.SavedSnapshot(
-        saved.session_id, saved.last_seq, saved.last_digest, saved.reducer, saved.reducer_version + 1, saved.state
+        saved.session_id, saved.last_seq, saved.last_digest, saved.reducer, saved.reducer_version + 1, saved.state,
+        saved.registry,
     )
     pathlib.Path(snap).write_bytes(snapshot.encode(bumped))
+
+
+def _registry(fingerprint: str | None) -> Callable[[str], None]:
+    def rewrite(snap: str) -> None:
+        saved = snapshot.read(snap)
+        pathlib.Path(snap).write_bytes(snapshot.encode(dataclasses.replace(saved, registry=fingerprint)))
+
+    return rewrite
+
+
+def _another_registry() -> str:
+    other = Registry()
+    other.register(EventType("myrt.cache_hit", DurabilityClass.ORDINARY, ignorable=True))
+    assert other.fingerprint() != REG.fingerprint()
+    return other.fingerprint()
 
 
 DAMAGE: dict[str, tuple[Callable[[str], object], str]] = {
@@ -94,6 +112,9 @@ DAMAGE: dict[str, tuple[Callable[[str], object], str]] = {
     "missing file": (os.unlink, "no snapshot"),
     "reducer version": (_newer_reducer, f"replaying with journal.session v{SessionReducer.version}"),
     "state does not load": (_bad_state, "does not load"),
+    "another registry": (_registry(_another_registry()), "another event-type registry"),
+    "no registry recorded": (_registry(None), "before snapshots recorded the event-type registry"),
+    "registry not hex": (_registry("not-a-fingerprint"), "fields out of range"),
 }
 
 

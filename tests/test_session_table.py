@@ -206,6 +206,15 @@ def test_snapshot_behind_is_tailed_and_a_bad_one_is_rebuilt(tmp_path: Path) -> N
     assert "not the one" in (s.replay(snapshot=foreign).rebuild_reason or "")
     old = S.Snapshot(snap.last_seq, snap.last_digest, snap.reducer, 0, snap.checksum, snap.state)
     assert "reducer" in (s.replay(snapshot=old).rebuild_reason or "")
+    # Made with a registry: used with a registry of the same fingerprint, rebuilt with another.
+    same = S.make_snapshot(s.journal, full, reducer, s.registry)
+    assert same.registry == s.registry.fingerprint() and S.Snapshot.from_json(same.to_json()) == same
+    assert s.replay(snapshot=same).from_snapshot
+    other = s.registry.copy()
+    other.register(S.EventType("myrt.cache_hit", S.DurabilityClass.ORDINARY, ignorable=True))
+    theirs = S.make_snapshot(s.journal, full, reducer, other)
+    rebuilt = s.replay(snapshot=theirs)
+    assert not rebuilt.from_snapshot and "another event-type registry" in (rebuilt.rebuild_reason or "")
     s.close()
 
 

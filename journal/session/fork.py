@@ -414,7 +414,7 @@ def fork(
                 if spec is None:
                     raise SessionError(f"the registry no longer knows {header.type}; nothing was forked")
                 state = reducer.apply(copy.deepcopy(plan.state), header.with_seq(out.seq, False), spec)
-                save(cj, Replayed(state, out.seq, 1, 0, 0, reducer.name, reducer.version), reducer,
+                save(cj, Replayed(state, out.seq, 1, 0, 0, reducer.name, reducer.version), reducer, registry,
                      os.path.join(tmp, FORK_SNAPSHOT_NAME), fs)
             fs.rename(tmp, child_path)
         except BaseException:

@@ -9,8 +9,11 @@ opens or closes structure, or changes what the model sees, can never be ignorabl
 from __future__ import annotations
 
 import enum
+import json
 import re
 from dataclasses import dataclass
+
+import xxhash
 
 from journal.outcomes import Durability
 
@@ -147,6 +150,18 @@ class Registry:
 
     def copy(self) -> Registry:
         return Registry(tuple(self._types.values()))
+
+    def fingerprint(self) -> str:
+        """16 hex digits that change when what a replay does with the log changes: a type
+        registered, or a type's durability, role, ignorability or model visibility (its doc
+        does not count). A snapshot records it, and is used only by a registry with the same
+        one: a type a reader skipped as unknown when the snapshot was saved is folded by a
+        reader that registered it since, so the saved state is not the one a replay makes."""
+        rows = [
+            [t.name, t.durability.value, t.role.value, t.ignorable, t.model_visible]
+            for t in sorted(self._types.values(), key=lambda t: t.name)
+        ]
+        return f"{xxhash.xxh64_intdigest(json.dumps(rows, separators=(',', ':')).encode('utf-8')):016x}"
 
 
 def default_registry() -> Registry:

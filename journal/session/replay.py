@@ -39,15 +39,21 @@ class Snapshot:
     reducer_version: int
     checksum: int  # xxh64 of the canonical JSON of ``state``
     state: dict[str, Any]
+    # Registry.fingerprint of the registry the state was folded with (make_snapshot's
+    # ``registry``): replay then uses the snapshot only with a registry of the same fingerprint.
+    # None: not recorded, not checked.
+    registry: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({"lastSeq": self.last_seq, "lastDigest": self.last_digest, "reducer": self.reducer,
-                           "reducerVersion": self.reducer_version, "checksum": self.checksum, "state": self.state})
+                           "reducerVersion": self.reducer_version, "checksum": self.checksum, "state": self.state,
+                           "registry": self.registry})
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
         d = json.loads(text)
-        return cls(d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"], d["checksum"], d["state"])
+        return cls(d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"], d["checksum"], d["state"],
+                   d.get("registry"))
 
 
 @dataclass
@@ -62,10 +68,11 @@ class Replayed(Generic[S]):
     from_snapshot: bool = False
     rebuild_reason: str | None = None  # why a given snapshot was not used
 
-    def snapshot(self, reducer: Reducer[S], last_digest: int) -> Snapshot:
+    def snapshot(self, reducer: Reducer[S], last_digest: int, registry: Registry | None = None) -> Snapshot:
         dumped = json.loads(_canonical(reducer.dump(self.state)))
         return Snapshot(self.last_seq, last_digest, reducer.name, reducer.version,
-                        xxhash.xxh64_intdigest(_canonical(dumped)), dumped)
+                        xxhash.xxh64_intdigest(_canonical(dumped)), dumped,
+                        None if registry is None else registry.fingerprint())
 
 
 def fold(
@@ -114,11 +121,14 @@ def record_digest(j: Journal, seq: int) -> int | None:
     return None if rec is None else xxhash.xxh64_intdigest(rec.payload)
 
 
-def check_snapshot(j: Journal, snap: Snapshot, reducer: Reducer[Any]) -> str | None:
+def check_snapshot(j: Journal, snap: Snapshot, reducer: Reducer[Any], registry: Registry) -> str | None:
     """None when the snapshot can be trusted for ``j``; otherwise why not."""
     if snap.reducer != reducer.name or snap.reducer_version != reducer.version:
         return (f"snapshot made by reducer {snap.reducer} v{snap.reducer_version}, "
                 f"replaying with {reducer.name} v{reducer.version}")
+    if snap.registry is not None and snap.registry != registry.fingerprint():
+        return (f"snapshot folded with another event-type registry (fingerprint {snap.registry}, this one's "
+                f"{registry.fingerprint()}): a type was registered, or defined otherwise, since")
     if xxhash.xxh64_intdigest(_canonical(snap.state)) != snap.checksum:
         return "snapshot checksum does not match its state"
     if snap.last_seq > j.last_seq:
@@ -133,7 +143,7 @@ def replay(j: Journal, registry: Registry, reducer: Reducer[S], snapshot: Snapsh
     """Replay the session in ``j``: from ``snapshot`` when it matches the log, else from seq 1."""
     reason = None
     if snapshot is not None:
-        reason = check_snapshot(j, snapshot, reducer)
+        reason = check_snapshot(j, snapshot, reducer, registry)
         if reason is None:
             try:
                 state = reducer.load(snapshot.state)
@@ -148,8 +158,10 @@ def replay(j: Journal, registry: Registry, reducer: Reducer[S], snapshot: Snapsh
     return out
 
 
-def make_snapshot(j: Journal, result: Replayed[S], reducer: Reducer[S]) -> Snapshot:
+def make_snapshot(j: Journal, result: Replayed[S], reducer: Reducer[S], registry: Registry | None = None) -> Snapshot:
+    """An in-memory snapshot of ``result`` (folded by ``reducer`` from ``j``); with ``registry``,
+    the one it was folded with, which replay then checks (Registry.fingerprint)."""
     digest = record_digest(j, result.last_seq)
     if digest is None:
         raise ValueError(f"the journal holds no record at seq {result.last_seq}; replay it again")
-    return result.snapshot(reducer, digest)
+    return result.snapshot(reducer, digest, registry)

@@ -182,6 +182,11 @@ class Session:
         self.repair_report: RepairReport | None = None
         self.session_id = ""
         self.skipped = 0
+        # The skipped events up to the state's last seq, which is the last event folded: those
+        # after it (unknown ignorable types at the end of the log) are read again by a fold from
+        # there, so a snapshot saved at that seq counts only these (or an open would count the
+        # later ones twice).
+        self._skipped_at_state = 0
         self._reducer = SessionReducer()
         self._state = self._reducer.initial()
         self._dangling = Dangling()  # the open structures, folded with the state (repair needs them)
@@ -265,7 +270,7 @@ class Session:
             self.repair_report = repair_dangling(self.journal, self._dangling, policy)
             if self.repair_report.changed:
                 self._fold(self._decoded(self._state.last_seq), self._state, self._dangling, self._state.last_seq,
-                           self.skipped)
+                           self._skipped_at_state)
         if self._state.session_id is None:
             if self.journal.last_seq > 0:
                 raise NotASessionError(path, "its first events hold no session.started header")
@@ -293,15 +298,22 @@ class Session:
     def _fold(self, items: Items, state: SessionState, dangling: Dangling, after_seq: int, skipped: int) -> None:
         """Fold ``items`` (the records after ``after_seq``) into the state and the open structures."""
 
+        trailing = 0  # skipped events after the last one folded
+
         def both() -> Items:
+            nonlocal trailing
             for seq, item in items:
-                if item is not None:
+                if item is None:
+                    trailing += 1
+                else:
+                    trailing = 0
                     dangling.apply(*item)
                 yield seq, item
 
         out = fold(both(), self._reducer, state, after_seq)
         self._state, self._dangling = out.state, dangling
         self.skipped = skipped + out.skipped
+        self._skipped_at_state = self.skipped - trailing
         self._since_snapshot += out.last_seq - after_seq
 
     def _resume(self) -> None:
@@ -332,7 +344,7 @@ class Session:
 
     def _resume_from(self, saved: SavedSession, parts: Parts) -> str | None:
         head = saved.as_saved()
-        reason = check_snapshot(self.journal, head, self._reducer, digest=False)
+        reason = check_snapshot(self.journal, head, self._reducer, self.registry, digest=False)
         if reason is not None:
             return reason
         try:
@@ -381,8 +393,9 @@ class Session:
             sid = ev.get("sessionId") if isinstance(ev, dict) else None
             dump = self._state.dump_split()
             saved = SavedSession(sid if isinstance(sid, str) else None, seq, xxhash.xxh64_intdigest(rec.payload),
-                                 self._reducer.name, self._reducer.version, self.skipped, self._dangling.dump(),
-                                 dump.core)
+                                 self._reducer.name, self._reducer.version, self._skipped_at_state,
+                                 self._dangling.dump(),
+                                 dump.core, self.registry.fingerprint())
             save_session(self._snapshot_fs, target, saved, dump.parts)
         except (OSError, JournalError, SessionError, ValueError, TypeError) as exc:
             self.snapshot_error = exc
@@ -456,6 +469,7 @@ class Session:
             if not out.duplicate:
                 self._state = self._reducer.apply(self._state, event, spec)
                 self._dangling.apply(event, spec)
+                self._skipped_at_state = self.skipped  # the state's last seq is this event's now
                 self._since_snapshot += 1
                 if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS and self._saves_snapshots():
                     self.save_snapshot()

@@ -9,6 +9,7 @@ holds, as one canonical JSON object:
     lastDigest       XXH64 of the stored payload of the record at lastSeq
     reducer          the reducer's name
     reducerVersion   the version of its folding rules
+    registry         the event-type registry's fingerprint (Registry.fingerprint)
     state            reducer.dump(state)
 
 between a first line ``journal-snapshot 1`` and a last line ``xxh64 <16 hex digits>``, the
@@ -22,7 +23,8 @@ bytes, replaced atomically by the slot.
 
 ``resume`` uses the snapshot only if all of these hold, and otherwise replays from seq 1 and
 says why in ``rebuild_reason``: the file is readable and its checksum matches; the reducer name
-and version are the caller's; the journal still holds lastSeq and the record there has the
+and version are the caller's, and so is the registry's fingerprint (a file without one was saved
+before snapshots recorded it, and is not used); the journal still holds lastSeq and the record there has the
 digest the snapshot was made after; the state loads; and every event after lastSeq belongs to
 the same session (a fork's child starts a new session after the shared prefix, so a parent's
 snapshot is never taken for the child's state, nor the other way round).
@@ -76,6 +78,7 @@ class SavedSnapshot:
     reducer: str
     reducer_version: int
     state: dict[str, Any]
+    registry: str | None = None  # Registry.fingerprint of the saver's registry; None: not recorded
 
 
 @dataclass
@@ -111,6 +114,7 @@ def encode(saved: SavedSnapshot) -> bytes:
             "lastDigest": saved.last_digest,
             "reducer": saved.reducer,
             "reducerVersion": saved.reducer_version,
+            "registry": saved.registry,
             "state": saved.state,
         },
         sort_keys=True,
@@ -139,13 +143,22 @@ def decode_file(data: bytes, path: str = "<bytes>") -> SavedSnapshot:
     try:
         d = json.loads(data[len(MAGIC) : cut - 1])
         saved = SavedSnapshot(
-            d["sessionId"], d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"], d["state"]
+            d["sessionId"], d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"], d["state"],
+            d.get("registry"),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SnapshotDamagedError(path, f"body does not parse: {exc}") from None
-    if not isinstance(saved.last_seq, int) or saved.last_seq < 0 or not isinstance(saved.state, dict):
+    if not isinstance(saved.last_seq, int) or saved.last_seq < 0 or not isinstance(saved.state, dict) \
+            or not _is_fingerprint(saved.registry):
         raise SnapshotDamagedError(path, "fields out of range")
     return saved
+
+
+def _is_fingerprint(value: object) -> bool:
+    """None (a file saved before snapshots recorded it) or Registry.fingerprint's 16 hex digits."""
+    if value is None:
+        return True
+    return isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value)
 
 
 @runtime_checkable
@@ -205,9 +218,14 @@ def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
 
 
 def save(
-    j: Journal, replayed: Replayed[S], reducer: Reducer[S], path: SnapshotSource, fs: FileSystem | None = None
+    j: Journal,
+    replayed: Replayed[S],
+    reducer: Reducer[S],
+    registry: Registry,
+    path: SnapshotSource,
+    fs: FileSystem | None = None,
 ) -> SavedSnapshot:
-    """Save ``replayed.state`` (folded by ``reducer`` up to ``replayed.last_seq`` of ``j``)."""
+    """Save ``replayed.state`` (folded by ``reducer`` with ``registry`` up to ``replayed.last_seq`` of ``j``)."""
     seq = replayed.last_seq
     session_id: str | None = None
     digest = 0
@@ -218,7 +236,8 @@ def save(
         digest = xxhash.xxh64_intdigest(rec.payload)
         ev = rec.event if not rec.is_bytes else None
         session_id = ev.get("sessionId") if isinstance(ev, dict) else None
-    saved = SavedSnapshot(session_id, seq, digest, reducer.name, reducer.version, reducer.dump(replayed.state))
+    saved = SavedSnapshot(session_id, seq, digest, reducer.name, reducer.version, reducer.dump(replayed.state),
+                          registry.fingerprint())
     if isinstance(path, SnapshotSlot):
         path.store(encode(saved))
     else:
@@ -263,9 +282,14 @@ def _items(
 
 
 def check(
-    j: Journal, saved: SavedSnapshot, reducer: Reducer[Any], upto_seq: int | None = None, digest: bool = True
+    j: Journal,
+    saved: SavedSnapshot,
+    reducer: Reducer[Any],
+    registry: Registry,
+    upto_seq: int | None = None,
+    digest: bool = True,
 ) -> str | None:
-    """None when ``saved`` can be trusted for ``j`` and ``reducer``; otherwise why not.
+    """None when ``saved`` can be trusted for ``j``, ``reducer`` and ``registry``; otherwise why not.
 
     ``digest=False`` leaves the record digest to the caller (``resume`` checks it while tailing).
     """
@@ -273,6 +297,13 @@ def check(
         return (
             f"snapshot made by reducer {saved.reducer} v{saved.reducer_version}, "
             f"replaying with {reducer.name} v{reducer.version}"
+        )
+    if saved.registry is None:
+        return "snapshot saved before snapshots recorded the event-type registry they were folded with"
+    if saved.registry != registry.fingerprint():
+        return (
+            f"snapshot folded with another event-type registry (fingerprint {saved.registry}, this one's "
+            f"{registry.fingerprint()}): a type was registered, or defined otherwise, since"
         )
     if upto_seq is not None and saved.last_seq > upto_seq:
         return f"snapshot is at seq {saved.last_seq}, past the wanted seq {upto_seq}"
@@ -332,7 +363,7 @@ def resume(
         except OSError as exc:
             reason = f"snapshot unreadable: {exc}"
     if saved is not None:
-        reason = check(j, saved, reducer, upto_seq, digest=False)
+        reason = check(j, saved, reducer, registry, upto_seq, digest=False)
         if reason is None:
             try:
                 with no_cyclic_gc():
@@ -358,7 +389,7 @@ def take(
 ) -> Resumed[S]:
     """Bring the snapshot at ``path`` up to the end of ``j`` (from itself when it matches)."""
     got = resume(j, registry, reducer, path, fs)
-    save(j, got.replayed, reducer, path, fs)
+    save(j, got.replayed, reducer, registry, path, fs)
     return got
 
 
@@ -370,7 +401,8 @@ def take(
 #
 #     journal-session-snapshot 2
 #     one line of canonical JSON: sessionId, lastSeq, lastDigest, reducer, reducerVersion,
-#         skipped, dangling (Dangling.dump), core (SessionState.dump_split: all but the history),
+#         registry (Registry.fingerprint; a file without it is not used), skipped, dangling
+#         (Dangling.dump), core (SessionState.dump_split: all but the history),
 #         parts: [[length, xxh64], ...] of the history parts that follow
 #     xxh64 <16 hex digits>       the checksum of the two lines above
 #     the history parts, back to back: (keys, rows) pairs of canonical JSON
@@ -397,11 +429,12 @@ class SavedSession:
     skipped: int
     dangling: dict[str, Any]
     core: dict[str, Any]
+    registry: str | None = None  # Registry.fingerprint of the saver's registry; None: not recorded
 
     def as_saved(self) -> SavedSnapshot:
         """The fields ``check`` looks at."""
         return SavedSnapshot(self.session_id, self.last_seq, self.last_digest, self.reducer, self.reducer_version,
-                             self.core)
+                             self.core, self.registry)
 
 
 class HistoryPartError(SnapshotDamagedError, ValueError):
@@ -445,7 +478,7 @@ def encode_session(saved: SavedSession, parts: list[bytes]) -> bytes:
     head = json.dumps(
         {"sessionId": saved.session_id, "lastSeq": saved.last_seq, "lastDigest": saved.last_digest,
          "reducer": saved.reducer, "reducerVersion": saved.reducer_version, "skipped": saved.skipped,
-         "dangling": saved.dangling, "core": saved.core,
+         "dangling": saved.dangling, "core": saved.core, "registry": saved.registry,
          "parts": [[len(p), xxhash.xxh64_intdigest(p)] for p in parts]},
         sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
     ).encode("utf-8")
@@ -469,14 +502,15 @@ def _decode_head(data: bytes, size: int, path: str) -> tuple[SavedSession, list[
     try:
         d = json.loads(data[len(SESSION_MAGIC) : end])
         saved = SavedSession(d["sessionId"], d["lastSeq"], d["lastDigest"], d["reducer"], d["reducerVersion"],
-                             d["skipped"], d["dangling"], d["core"])
+                             d["skipped"], d["dangling"], d["core"], d.get("registry"))
         listed = d["parts"]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SnapshotDamagedError(path, f"body does not parse: {exc}") from None
     ints = (saved.last_seq, saved.last_digest, saved.skipped, saved.reducer_version)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints) \
             or not isinstance(saved.dangling, dict) or not isinstance(saved.core, dict) \
             or not (saved.session_id is None or isinstance(saved.session_id, str)) \
+            or not _is_fingerprint(saved.registry) \
             or not isinstance(listed, list) or len(listed) > PARTS_MAX:
         raise SnapshotDamagedError(path, "fields out of range")
     spans: list[tuple[int, int, int]] = []
