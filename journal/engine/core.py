@@ -194,6 +194,10 @@ class Journal(Writer):
         # what its open's recovery fdatasync'd. LIVE.hint names a frame no later than this, or
         # than _synced_at.
         self._open_durable: tuple[File, int] | None = None
+        # The last seq when this writer last found its dictionary's file in the directory (at
+        # open, at a roll-over): a close with records written since checks it again, one
+        # without does not (a store's build is closed after its directory was renamed).
+        self._dict_checked_seq = 0
         # (that file, the offset and seq of its last record frame) as the open found them: a close
         # with nothing written since finds LIVE.hint naming them, and leaves it as it is.
         self._open_last: tuple[File, int, int] | None = None
@@ -274,6 +278,7 @@ class Journal(Writer):
                     # Durable (directory fsync'd) before any frame naming its id is written.
                     dict_id = install_dictionary(j._fs, j.path, dictionary)
                     j.options = dataclasses.replace(j.options, dictionary=DictionaryUse(dict_id, dictionary))
+                    j._dict_checked_seq = j._last_seq
                 if j.shared:
                     # Recovered and synced with the lock held; from now on it is taken per batch.
                     lock = present(j._lock, "a writer's open holds the lock")
@@ -1157,6 +1162,7 @@ class Journal(Writer):
         if self._closed:
             return
         failed_before = self._failed
+        dictionary_lost: OSError | JournalError | None = None
         try:
             if not self.readonly and self._failed is None:
                 self._submit([], "flush")
@@ -1171,6 +1177,13 @@ class Journal(Writer):
                 except (OSError, JournalError):
                     pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
                 try:
+                    if self._last_seq > self._dict_checked_seq:
+                        self._keep_dictionary_file()
+                except (OSError, JournalError) as exc:
+                    # The live segment's frames may name a dictionary the directory no longer
+                    # holds as written: the caller must know, as for a failed final flush.
+                    dictionary_lost = exc
+                try:
                     self._write_live_hint()
                 except (OSError, JournalError, live_hint.HintError):
                     pass  # no hint, or the old one: a read-only open scans more, nothing else
@@ -1178,6 +1191,10 @@ class Journal(Writer):
         if self._failed is not None and failed_before is None:
             # The final flush of buffered records failed: they are lost, and the caller must know.
             raise JournalFailStoppedError(self._failed)
+        if dictionary_lost is not None:
+            if isinstance(dictionary_lost, JournalError):
+                raise dictionary_lost
+            raise JournalIOError(self.path, dictionary_lost) from dictionary_lost
 
     def _write_live_hint(self) -> None:
         """Write LIVE.hint (journal/engine/live_hint.py) naming the last record frame of the live

@@ -214,6 +214,30 @@ def install_dictionary(fs: FileSystem, journal_dir: str, d: Dictionary) -> int:
     return target
 
 
+def keep_dictionary_file(fs: FileSystem, journal_dir: str, dict_id: int, d: Dictionary) -> bool:
+    """Make sure the file of dictionary ``dict_id`` in the journal in ``journal_dir`` holds ``d``,
+    the dictionary a writer's frames name with that id: a file removed since the writer
+    installed it (by hand, by a clean-up) is written again from ``d``, durable when this returns
+    (True). A file there that is not ``d`` raises CorruptionError (other bytes, damaged) or
+    UnexpectedLinkError (a link): frames written on would name a dictionary no reader can use.
+    A writer calls it before a new segment takes frames and at close, so that the journal's
+    directory holds every dictionary its frames name (it reads back on its own)."""
+    path = os.path.join(journal_dir, dictionary_file_name(dict_id))
+    try:
+        found = read_dictionary_file(fs, path)
+    except FileNotFoundError:
+        write_atomic(fs, path, encode_dictionary_file(Dictionary(dict_id, d.data)))
+        return True
+    if found.digest != d.digest:
+        raise _corrupt(
+            path,
+            "holds another dictionary than the one this writer's frames name with its id (replaced since the "
+            "journal was opened); the writer stops: put the dictionary back (a store keeps it in its "
+            "dictionaries/ folder) and reopen the journal",
+        )
+    return False
+
+
 def _links(fs: FileSystem, d: Dictionary, path: str) -> bool:
     """Hard-link ``d.path`` to ``path`` if that file holds ``d`` (same id and bytes): True if
     linked. Another file system (EXDEV), a file system without links, or a file that changed or

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from journal.api import LOCK_FILE
 from journal.engine import format as fmt
 from journal.engine import shared
+from journal.engine.dictionary import keep_dictionary_file
 from journal.engine.encoding import (
     FRAME_WRITE_SYNC,
     Encoded,
@@ -27,6 +28,7 @@ from journal.engine.encoding import (
 from journal.engine.options import Options
 from journal.engine.segment import create_segment, header_padding, new_header
 from journal.errors import (
+    CorruptionError,
     IdempotencyConflictError,
     InvariantError,
     JournalClosedError,
@@ -727,11 +729,14 @@ class Writer:
             ):
                 self._seal_active()
             if self._active is None:
+                self._keep_dictionary_file()
                 self._start_segment(first_seq)
         except OSError as exc:
             # Nothing of this batch was written, but a seal or a new segment may be half done:
             # stop until recovery has looked at the files.
             return ("not_written", f"segment roll-over failed: {exc}", exc.errno)
+        except CorruptionError as exc:  # the dictionary file the frames name was replaced
+            return ("not_written", f"segment roll-over refused: {exc}", None)
         active = present(self._active, "a segment is live after roll-over")
         salt = present(self._active_header, "a live segment has a header").salt
         start = self._active_size
@@ -1000,6 +1005,15 @@ class Writer:
         self._active.close()
         self._active = None
         self._active_header = None
+
+    def _keep_dictionary_file(self) -> None:
+        """Before a new segment takes frames naming this writer's dictionary, and at close: the
+        journal's directory still holds that dictionary's file (dictionary.keep_dictionary_file:
+        written again if its name was removed; CorruptionError if other bytes are there)."""
+        use = self.options.dictionary
+        if use is not None:
+            keep_dictionary_file(self._fs, self.path, use.dict_id, use.dictionary)
+            self._dict_checked_seq = self._last_seq
 
     def _start_segment(self, base_seq: int) -> None:
         self._segment_number += 1
