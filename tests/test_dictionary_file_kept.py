@@ -192,3 +192,32 @@ def test_a_failed_rewrite_at_close_raises(tmp_path: Path, trained: Dictionary, o
     with jopen(path, dictionary=trained) as j:  # the next writer installs it
         assert j.last_seq == 5
     reads_back(path, 5)
+
+
+@pytest.mark.parametrize("planted", ["link", "damaged"])
+def test_a_link_or_a_damaged_file_at_the_name_is_refused_and_left_as_it_is(
+    tmp_path: Path, trained: Dictionary, planted: str
+) -> None:
+    """Neither written through (a link) nor overwritten (a damaged file: bytes are kept, and
+    verify reports them): the close raises, the thing at the name is as it was."""
+    path = tmp_path / "j"
+    dict_file = path / dictionary_file_name(1)
+    j = jopen(path, create=True, dictionary=trained)
+    j.append(event(0))
+    kept = dict_file.read_bytes()
+    dict_file.unlink()
+    target = tmp_path / "elsewhere"
+    if planted == "link":
+        target.write_bytes(b"not to be touched")
+        dict_file.symlink_to(target)
+    else:
+        dict_file.write_bytes(kept[:100] + bytes([kept[100] ^ 1]) + kept[101:])
+    before = dict_file.read_bytes()
+    with pytest.raises(journal.JournalError):
+        j.close()
+    assert dict_file.read_bytes() == before and dict_file.is_symlink() == (planted == "link")
+    if planted == "link":
+        assert target.read_bytes() == b"not to be touched"
+    dict_file.unlink()
+    dict_file.write_bytes(kept)
+    reads_back(path, 1)
