@@ -288,6 +288,35 @@ def test_catches_swallowed_fdatasync_error(ignores_fdatasync_errors: None) -> No
     assert bad, "a journal that ignores fdatasync errors passed the fault sweep"
 
 
+def test_an_append_after_an_acklost_is_held_to_refusal_on_its_own_handle_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload of several lives reopens the journal after each: the appends of the handle
+    opened after a fail-stop (recovery ran) are its own, not appends the failed handle let
+    through. Seed 35's fdatasync #5 of the dictionary workload fails the last append of a life
+    (the sweep flagged the next life's appends once); an engine that does not fail-stop after
+    an AckLost is still caught on the same workload."""
+    wl = WORKLOADS["dictionary"]
+    fs, inner, ledger = faultsweep._run(wl, 35, [("fdatasync", errno.EIO, 5)])
+    acklost = [a for a in ledger.attempts if type(a.outcome).__name__ == "AckLost"]
+    assert acklost and len(ledger.opens) >= 2
+    assert any(b.t0 > acklost[0].t1 and not ledger.same_handle(acklost[0], b) for b in ledger.attempts)
+    assert faultsweep.check_site(wl, fs, inner, ledger, "fdatasync") == []
+
+    original = Journal._settle_batch
+
+    def forgets_the_failure(self: Journal, batch: Any, results: Any) -> None:
+        original(self, batch, results)
+        if results[0] == "failed":
+            self._failed = None  # broken: AckLost reported, appends go on
+
+    monkeypatch.setattr(Journal, "_settle_batch", forgets_the_failure)
+    counts = faultsweep.call_counts(wl, 35)
+    flagged = []
+    for n in range(counts["fdatasync"]):
+        fs, inner, ledger = faultsweep._run(wl, 35, [("fdatasync", errno.EIO, n)])
+        flagged += [v for v in faultsweep.check_site(wl, fs, inner, ledger, "fdatasync") if "not refused" in v]
+    assert flagged, "an engine that goes on after an AckLost passed the sweep"
+
+
 def test_catches_lost_flush_after_kill(tmp_path: pathlib.Path) -> None:
     def forgetful_child(path: str, seed: int, report: killtest.Report, options: dict[str, Any]) -> None:
         # Claims "flush" but keeps the records in memory (buffered): a kill loses them.

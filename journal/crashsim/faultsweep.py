@@ -8,8 +8,8 @@ by a failing truncate or fdatasync), and checks:
 * failed write (EIO, ENOSPC, short write) -> the records of that write are NotCommitted and
   nothing of them is readable after reopening; the journal carries on;
 * failed fdatasync/fsync -> never Committed: the records are AckLost (or NotCommitted when they
-  were never written) and the journal is fail-stopped (every later append raises
-  JournalFailStoppedError);
+  were never written) and the journal is fail-stopped (every later append on that handle raises
+  JournalFailStoppedError; a workload that reopens it gets a new handle);
 * failed rename, directory fsync, truncate -> NotCommitted or AckLost, then fail-stop;
 * after any of these, reopening succeeds, every Committed record is there (sync ones even on the
   image a power loss would leave right after the fault), no NotCommitted record is, and
@@ -113,7 +113,9 @@ def check_site(wl: Workload, fs: FaultyFileSystem, inner: MemFileSystem, ledger:
     if injected and op in SYNC_OPS:
         for a in attempts:
             if isinstance(a.outcome, AckLost):
-                later = [b for b in attempts if b.t0 > a.t1]
+                # Later calls on the same handle: one reopened after the fail-stop is a new
+                # handle (recovery ran), whose appends are its own.
+                later = [b for b in attempts if b.t0 > a.t1 and ledger.same_handle(a, b)]
                 for b in later:
                     refused = bool(b.error and "JournalFailStoppedError" in b.error)
                     if not refused and not isinstance(b.outcome, NotCommitted):

@@ -82,6 +82,10 @@ class Ledger:
     ticks: int = 0
     errors: list[str] = field(default_factory=list)  # exceptions that ended the workload early
     drops: list[Drop] = field(default_factory=list)
+    # Ledger ticks at which a handle was opened (Ctx.open): an attempt belongs to the handle of
+    # the last open before it. A workload of several lives reopens after a fail-stop, as a user
+    # does (recovery runs), and the new handle's appends are its own.
+    opens: list[int] = field(default_factory=list)
 
     def add(self, a: Attempt) -> None:
         with self.mu:
@@ -103,7 +107,12 @@ class Ledger:
             drops = [d if 0 <= d.end <= point else dataclasses.replace(d, end=-1)
                      for d in self.drops if d.start < point]
         created = self.created_at if 0 <= self.created_at <= point else -1
-        return Ledger(attempts, created, ticks=self.ticks, errors=list(self.errors), drops=drops)
+        return Ledger(attempts, created, ticks=self.ticks, errors=list(self.errors), drops=drops,
+                      opens=list(self.opens))
+
+    def same_handle(self, a: Attempt, b: Attempt) -> bool:
+        """Whether ``b``, called after ``a`` returned, went to the handle ``a`` did (no open between)."""
+        return not any(a.t1 < o < b.t0 for o in self.opens)
 
 
 class RecordingJournal:
@@ -184,6 +193,7 @@ class Ctx:
         self._n_mu = threading.Lock()
 
     def open(self, create: bool = True, **kw: Any) -> RecordingJournal:
+        self.ledger.opens.append(self.ledger.tick())
         j = Journal.open(self.path, create=create, fs=self.fs, **{**self.options, **kw})
         if self.ledger.created_at < 0:
             self.ledger.created_at = self.clock()
