@@ -441,9 +441,6 @@ def test_a_store_build_with_a_dictionary_opens_and_reads_back(tmp_path: Path, tr
     reads_back(tmp_path / "store" / "a", 5)
 
 
-@pytest.mark.xfail(strict=True, reason="copy_prefix by a writer whose dictionary file was removed copies "
-                   "no dictionary file: the copy (a fork) does not read back; the writer only keeps "
-                   "the file at roll-over and close")
 def test_a_copy_taken_by_the_writer_reads_back_on_its_own(tmp_path: Path, trained: Dictionary) -> None:
     path = tmp_path / "j"
     with jopen(path, create=True, dictionary=trained) as j:
@@ -457,8 +454,6 @@ def test_a_copy_taken_by_the_writer_reads_back_on_its_own(tmp_path: Path, traine
         assert [r.event for r in c.read()] == [event(i) for i in range(5)]
 
 
-@pytest.mark.xfail(strict=True, reason="close checks the dictionary file only when a segment is live: "
-                   "records written, then seal() (Retention), then close leaves frames naming a removed file")
 def test_a_close_after_a_seal_keeps_the_dictionary_file(tmp_path: Path, trained: Dictionary) -> None:
     path = tmp_path / "j"
     j = jopen(path, create=True, dictionary=trained)

@@ -198,6 +198,7 @@ class Journal(Writer):
         # open, at a roll-over): a close with records written since checks it again, one
         # without does not (a store's build is closed after its directory was renamed).
         self._dict_checked_seq = 0
+        self._dict_file_mu = threading.Lock()  # one check (and rewrite) of the file at a time
         # (that file, the offset and seq of its last record frame) as the open found them: a close
         # with nothing written since finds LIVE.hint naming them, and leaves it as it is.
         self._open_last: tuple[File, int, int] | None = None
@@ -1155,6 +1156,9 @@ class Journal(Writer):
         self._check_open()
         if not self.readonly:
             self.flush()  # records still buffered in this handle are part of its prefix
+            # The copy carries the dictionary files it finds: the one this writer's frames name
+            # is put back first if its name was removed (Writer._keep_dictionary_file).
+            self._keep_dictionary_file()
         return prefix_copy.copy_prefix(self._fs, self.path, os.fspath(dst), at_seq, link=link)
 
     def close(self) -> None:
@@ -1176,13 +1180,15 @@ class Journal(Writer):
                     self._close_cut()
                 except (OSError, JournalError):
                     pass  # the reserved zeros stay; the next writer's open cuts them (nothing lost)
+            if not self.readonly and self._failed is None and self._last_seq > self._dict_checked_seq:
+                # Records written since the last check (in the live segment, or in one a seal
+                # closed) may name a dictionary the directory no longer holds as written: the
+                # caller must know, as for a failed final flush.
                 try:
-                    if self._last_seq > self._dict_checked_seq:
-                        self._keep_dictionary_file()
+                    self._keep_dictionary_file()
                 except (OSError, JournalError) as exc:
-                    # The live segment's frames may name a dictionary the directory no longer
-                    # holds as written: the caller must know, as for a failed final flush.
                     dictionary_lost = exc
+            if self._active is not None and not self.readonly and self._failed is None:
                 try:
                     self._write_live_hint()
                 except (OSError, JournalError, live_hint.HintError):

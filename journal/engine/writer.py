@@ -166,6 +166,8 @@ class Writer:
     _pending_keys: dict[str, tuple[Request, int]]
     _key_digests: dict[str, tuple[int, int]]  # key -> (seq, payload digest) where known here
     _request_bytes_max: int  # what one request carries at most: a batch, and no more than a new segment holds
+    _dict_checked_seq: int  # the last seq when the dictionary's file was last found whole (Journal.__init__)
+    _dict_file_mu: threading.Lock  # one check (and rewrite) of that file at a time
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1007,13 +1009,17 @@ class Writer:
         self._active_header = None
 
     def _keep_dictionary_file(self) -> None:
-        """Before a new segment takes frames naming this writer's dictionary, and at close: the
+        """Before a new segment takes frames naming this writer's dictionary, before a copy and at
+        close: the
         journal's directory still holds that dictionary's file (dictionary.keep_dictionary_file:
         written again if its name was removed; CorruptionError if other bytes are there)."""
         use = self.options.dictionary
         if use is not None:
-            keep_dictionary_file(self._fs, self.path, use.dict_id, use.dictionary)
-            self._dict_checked_seq = self._last_seq
+            # A copy (copy_prefix) checks from the caller's thread while the leader may roll
+            # over: two rewrites would share the temp file's name.
+            with self._dict_file_mu:
+                keep_dictionary_file(self._fs, self.path, use.dict_id, use.dictionary)
+                self._dict_checked_seq = self._last_seq
 
     def _start_segment(self, base_seq: int) -> None:
         self._segment_number += 1
