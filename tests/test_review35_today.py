@@ -269,9 +269,6 @@ def test_a_fork_snapshot_saved_with_a_custom_registry_is_used_by_a_fork_of_the_c
     assert got2.checked_from_seq == 0 and "another event-type registry" in (got2.snapshot_reason or ""), got2
 
 
-@pytest.mark.xfail(strict=True, reason="a child forked before snapshots recorded their registry keeps a "
-                   "journal.fork.snap without one, which nothing saves again: every fork of it replays the "
-                   "whole chain from seq 1 (48.6k events: 2.0-2.5 s instead of 25 ms)")
 def test_a_fork_of_a_child_forked_before_fingerprints_still_uses_its_fork_snapshot(tmp_path: Path) -> None:
     parent, child = tmp_path / "parent", tmp_path / "child"
     write_session(str(parent), 5, 6).close()

@@ -113,7 +113,6 @@ DAMAGE: dict[str, tuple[Callable[[str], object], str]] = {
     "reducer version": (_newer_reducer, f"replaying with journal.session v{SessionReducer.version}"),
     "state does not load": (_bad_state, "does not load"),
     "another registry": (_registry(_another_registry()), "another event-type registry"),
-    "no registry recorded": (_registry(None), "before snapshots recorded the event-type registry"),
     "registry not hex": (_registry("not-a-fingerprint"), "fields out of range"),
 }
 
@@ -235,3 +234,23 @@ def test_branch_tree_switching_appends_and_replays_the_path(tmp_path: pathlib.Pa
         ]
         with pytest.raises(branch.UnknownEntryError):
             tree.switch("nope")
+
+
+def test_a_snapshot_saved_before_registries_were_recorded_is_taken_as_the_built_in_ones(
+    session_with_snapshot: tuple[str, str, int],
+) -> None:
+    """Used by a reader with the built-in registry, as before (nothing saves a fork's snapshot
+    again: refusing it would replay a chain at every fork), replayed past by any other."""
+    path, snap, at = session_with_snapshot
+    _registry(None)(snap)
+    got = resume(path, snap)
+    assert got.from_snapshot and got.snapshot_seq == at
+    custom = Registry()
+    custom.register(EventType("myrt.cache_hit", DurabilityClass.ORDINARY, ignorable=True))
+    red = SessionReducer()
+    with journal.open(path, readonly=True) as j:
+        other = snapshot.resume(j, custom, red, snap)
+    assert not other.from_snapshot and "before snapshots recorded the event-type registry" in (
+        other.rebuild_reason or ""
+    )
+    assert red.dump(other.state) == full(path)

@@ -166,3 +166,13 @@ class Registry:
 
 def default_registry() -> Registry:
     return Registry()
+
+
+_builtin_fingerprint: list[str] = []
+
+
+def builtin_fingerprint() -> str:
+    """Registry().fingerprint(): the registry of the built-in types alone, made once."""
+    if not _builtin_fingerprint:
+        _builtin_fingerprint.append(Registry().fingerprint())
+    return _builtin_fingerprint[0]

@@ -344,7 +344,8 @@ class Session:
 
     def _resume_from(self, saved: SavedSession, parts: Parts) -> str | None:
         head = saved.as_saved()
-        reason = check_snapshot(self.journal, head, self._reducer, self.registry, digest=False)
+        reason = check_snapshot(self.journal, head, self._reducer, self.registry, digest=False,
+                                unrecorded_as_builtin=False)
         if reason is not None:
             return reason
         try:

@@ -24,10 +24,11 @@ bytes, replaced atomically by the slot.
 ``resume`` uses the snapshot only if all of these hold, and otherwise replays from seq 1 and
 says why in ``rebuild_reason``: the file is readable and its checksum matches; the reducer name
 and version are the caller's, and so is the registry's fingerprint (a file without one was saved
-before snapshots recorded it, and is not used); the journal still holds lastSeq and the record there has the
-digest the snapshot was made after; the state loads; and every event after lastSeq belongs to
-the same session (a fork's child starts a new session after the shared prefix, so a parent's
-snapshot is never taken for the child's state, nor the other way round).
+before snapshots recorded it: it is taken as folded with the built-in types); the journal
+still holds lastSeq and the record there has the digest the snapshot was made after; the state
+loads; and every event after lastSeq belongs to the same session (a fork's child starts a new
+session after the shared prefix, so a parent's snapshot is never taken for the child's state,
+nor the other way round).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from journal.fs import write_atomic as fs_write_atomic
 from journal.session.envelope import Event, decode
 from journal.session.errors import SessionError
 from journal.session.reducer import Reducer
-from journal.session.registry import EventType, Registry
+from journal.session.registry import EventType, Registry, builtin_fingerprint
 from journal.session.replay import Replayed, fold
 
 S = TypeVar("S")
@@ -288,10 +289,17 @@ def check(
     registry: Registry,
     upto_seq: int | None = None,
     digest: bool = True,
+    unrecorded_as_builtin: bool = True,
 ) -> str | None:
     """None when ``saved`` can be trusted for ``j``, ``reducer`` and ``registry``; otherwise why not.
 
     ``digest=False`` leaves the record digest to the caller (``resume`` checks it while tailing).
+    A snapshot saved before snapshots recorded their registry is taken as folded with the
+    built-in types (``unrecorded_as_builtin``): used by a reader with the built-in registry, as
+    it was before, and replayed past by any other. Nothing saves a fork's snapshot again, so
+    refusing those would make every later fork of an older child replay its whole chain. The
+    session snapshot passes False: an older one may hold a wrong ``skipped`` count, and the
+    session's writer saves a new one.
     """
     if saved.reducer != reducer.name or saved.reducer_version != reducer.version:
         return (
@@ -299,8 +307,9 @@ def check(
             f"replaying with {reducer.name} v{reducer.version}"
         )
     if saved.registry is None:
-        return "snapshot saved before snapshots recorded the event-type registry they were folded with"
-    if saved.registry != registry.fingerprint():
+        if not unrecorded_as_builtin or registry.fingerprint() != builtin_fingerprint():
+            return "snapshot saved before snapshots recorded the event-type registry they were folded with"
+    elif saved.registry != registry.fingerprint():
         return (
             f"snapshot folded with another event-type registry (fingerprint {saved.registry}, this one's "
             f"{registry.fingerprint()}): a type was registered, or defined otherwise, since"
