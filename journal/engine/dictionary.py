@@ -220,8 +220,8 @@ def keep_dictionary_file(fs: FileSystem, journal_dir: str, dict_id: int, d: Dict
     installed it (by hand, by a clean-up) is written again from ``d``, durable when this returns
     (True). A file there that is not ``d`` raises CorruptionError (other bytes, damaged) or
     UnexpectedLinkError (a link): frames written on would name a dictionary no reader can use.
-    A writer calls it before a new segment takes frames and at close, so that the journal's
-    directory holds every dictionary its frames name (it reads back on its own)."""
+    A writer calls it before a new segment takes frames, before a copy and at close, so that
+    the journal's directory holds every dictionary its frames name (it reads back on its own)."""
     path = os.path.join(journal_dir, dictionary_file_name(dict_id))
     # What the file holds when it is ``d``: compared byte for byte, a read and a memcmp (a full
     # verify hashes the data twice and loads it into zstd: ~0.2 ms for 64 KiB, at every close).

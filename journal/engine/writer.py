@@ -1010,9 +1010,9 @@ class Writer:
 
     def _keep_dictionary_file(self) -> None:
         """Before a new segment takes frames naming this writer's dictionary, before a copy and at
-        close: the
-        journal's directory still holds that dictionary's file (dictionary.keep_dictionary_file:
-        written again if its name was removed; CorruptionError if other bytes are there)."""
+        close: the journal's directory still holds that dictionary's file
+        (dictionary.keep_dictionary_file: written again if its name was removed; CorruptionError
+        if other bytes are there)."""
         use = self.options.dictionary
         if use is not None:
             # A copy (copy_prefix) checks from the caller's thread while the leader may roll

@@ -40,11 +40,11 @@ from journal.remote.postgres.client import psycopg
 from journal.remote.postgres.connection import _BEGIN, _SET_COMMIT, Conn, _Queries, _unusable, reusable
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
 
-# Buffered records kept in the client before they are written (at "flush") without being asked.
 # How long close waits for the server to answer pg_advisory_unlock_all before it closes the
 # connection anyway: a server (or a path to it) that stopped answering must not hang close, and
 # the lock then goes when the server ends the session, as it did before close let go of it.
 UNLOCK_WAIT_S: Final = 2.0
+# Buffered records kept in the client before they are written (at "flush") without being asked.
 BUFFER_BYTES_MAX: Final = 1024 * 1024
 BUFFER_RECORDS_MAX: Final = 4096
 BATCH_RECORDS_MAX: Final = BATCH_RECORDS_MAX_DEFAULT  # one transaction; an unkeyed append_many is cut to fit
