@@ -204,9 +204,9 @@ def test_pg_close_does_not_wait_on_a_server_that_stopped_answering(
     closes the connection anyway."""
     from urllib.parse import urlsplit
 
-    from journal.remote.postgres import commit
+    from journal.remote.postgres import connection
 
-    monkeypatch.setattr(commit, "UNLOCK_WAIT_S", 0.2)
+    monkeypatch.setattr(connection, "UNLOCK_WAIT_S", 0.2)
 
     u = urlsplit(PG_URL)
     proxy = _StallingProxy(u.hostname or "127.0.0.1", u.port or 5432)

@@ -19,9 +19,7 @@ journal's state (state.py declares it; a PostgresJournal is one).
 
 from __future__ import annotations
 
-import select
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -37,13 +35,9 @@ from journal.remote import records
 from journal.remote.batching import BARRIER, DUP, NEW, Fate, Held, Step, outcomes_of, plan_group
 from journal.remote.group import BATCH_BYTES_MAX_DEFAULT, BATCH_RECORDS_MAX_DEFAULT, GroupCommit
 from journal.remote.postgres.client import psycopg
-from journal.remote.postgres.connection import _BEGIN, _SET_COMMIT, Conn, _Queries, _unusable, reusable
+from journal.remote.postgres.connection import _BEGIN, _SET_COMMIT, Conn, _Queries, _unusable, reusable, unlock_all
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
 
-# How long close waits for the server to answer pg_advisory_unlock_all before it closes the
-# connection anyway: a server (or a path to it) that stopped answering must not hang close, and
-# the lock then goes when the server ends the session, as it did before close let go of it.
-UNLOCK_WAIT_S: Final = 2.0
 # Buffered records kept in the client before they are written (at "flush") without being asked.
 BUFFER_BYTES_MAX: Final = 1024 * 1024
 BUFFER_RECORDS_MAX: Final = 4096
@@ -214,7 +208,7 @@ class _Writer:
             # the close returns. A connection that is not idle (a failed writer's) is left to
             # the backend's exit, as before.
             if reusable(self.conn):
-                _unlock_all_within(self.conn, UNLOCK_WAIT_S)
+                unlock_all(self.conn)
         except (psycopg.Error, OSError, ValueError):
             pass
         finally:
@@ -583,26 +577,3 @@ def _raise_planned(outcomes: list[Outcome]) -> None:
         if isinstance(out, _Raised) and out.error is not None:
             raise out.error
 
-
-def _unlock_all_within(conn: Conn, wait_s: float) -> bool:
-    """Send ``pg_advisory_unlock_all()`` on ``conn`` and wait at most ``wait_s`` for its answer
-    (libpq's asynchronous calls: a blocking execute would wait for a server that no longer
-    answers as long as the socket lives). True when the server answered; the connection is
-    closed right after either way, so psycopg's view of it does not matter."""
-    pg = conn.pgconn
-    deadline = time.monotonic() + wait_s
-    pg.send_query(b"SELECT pg_advisory_unlock_all()")
-    while pg.flush() != 0:  # the query is still in the client's buffer
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([], [pg.socket], [], left)[1]:
-            return False
-    while True:
-        pg.consume_input()
-        if not pg.is_busy():
-            break
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([pg.socket], [], [], left)[0]:
-            return False
-    while pg.get_result() is not None:  # the answer, then the end of it
-        pass
-    return True

@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import select
 import socket
 import sys
+import time
 from typing import Any, Final
 
 if sys.version_info >= (3, 11):
@@ -25,6 +27,10 @@ else:  # Python 3.10's typing has none; it is the type checker's word (mypy read
 from journal.remote.postgres.client import psycopg, sql
 from journal.remote.postgres.errors import CONNECT_ADVICE, ServerIOError, _words
 
+# How long a writer's close waits for the server to answer pg_advisory_unlock_all before it
+# closes the connection anyway: a server (or a path to it) that stopped answering must not hang
+# close, and the lock then goes when the server ends the session, as it did before close let go.
+UNLOCK_WAIT_S: Final = 2.0
 # A dead server or network is noticed by TCP, not only when the OS gives up (libpq settings).
 KEEPALIVES_IDLE_S: Final = 10
 KEEPALIVES_INTERVAL_S: Final = 5
@@ -145,3 +151,28 @@ def _unusable(conn: Conn, exc: BaseException) -> str:
         return f"the connection to the server was lost, and this writer's lock with it ({_words(exc)})"
     return (f"the connection was left inside a transaction or a command ({_words(exc)}): nothing more can be "
             "committed on it")
+
+
+def unlock_all(conn: Conn) -> bool:
+    """Send ``pg_advisory_unlock_all()`` on ``conn`` and wait at most UNLOCK_WAIT_S for its answer
+    (libpq's asynchronous calls: a blocking execute would wait for a server that no longer
+    answers as long as the socket lives). True when the server answered. For a connection about
+    to be closed (a writer's close): psycopg does not see these calls, so nothing else may run
+    on it after them."""
+    pg = conn.pgconn
+    deadline = time.monotonic() + UNLOCK_WAIT_S
+    pg.send_query(b"SELECT pg_advisory_unlock_all()")
+    while pg.flush() != 0:  # the query is still in the client's buffer
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [pg.socket], [], left)[1]:
+            return False
+    while True:
+        pg.consume_input()
+        if not pg.is_busy():
+            break
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([pg.socket], [], [], left)[0]:
+            return False
+    while pg.get_result() is not None:  # the answer, then the end of it
+        pass
+    return True
