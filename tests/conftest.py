@@ -14,6 +14,7 @@ from hypothesis import settings
 from journal.engine import format as fmt
 
 if TYPE_CHECKING:
+    from tests.backend_postgres import PostgresBackend
     from tests.nats_cluster import Cluster
 
 # No example has a deadline: timing is never asserted in tests (it belongs in benchmarks), and the
@@ -93,6 +94,19 @@ def nats() -> Iterator[Cluster]:
             pytest.fail(f"JOURNAL_REQUIRE_SERVICES=1 but {why}")
         pytest.skip(why)
     yield cluster()
+
+
+@pytest.fixture
+def pg() -> Iterator[PostgresBackend]:
+    """A scratch schema on the test server (tests/backend_postgres.py), dropped afterwards; the
+    module using it skips itself when the server is unreachable."""
+    from tests.backend_postgres import PostgresBackend  # not at the top: psycopg is an extra
+
+    backend = PostgresBackend()
+    try:
+        yield backend
+    finally:
+        backend.close()
 
 
 @pytest.fixture

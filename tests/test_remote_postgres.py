@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,15 +50,6 @@ if _why is not None:
     if require_services():
         raise RuntimeError(f"JOURNAL_REQUIRE_SERVICES=1 but {_why}")
     pytestmark = pytest.mark.skip(reason=_why)
-
-
-@pytest.fixture
-def pg() -> Iterator[PostgresBackend]:
-    backend = PostgresBackend()
-    try:
-        yield backend
-    finally:
-        backend.close()
 
 
 # --- the ledger and the checker --------------------------------------------------------------

@@ -23,7 +23,6 @@ import select
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +46,6 @@ from tests.test_session_open_tail import _falls_back, _rewrite, _session
 
 _pg_why = unreachable()
 needs_pg = pytest.mark.skipif(_pg_why is not None, reason=_pg_why or "")
-
-
-@pytest.fixture
-def pg() -> Iterator[PostgresBackend]:
-    backend = PostgresBackend()
-    try:
-        yield backend
-    finally:
-        backend.close()
 
 
 def _holds_lock(target: str) -> bool:
