@@ -3,10 +3,11 @@ per session, per round, with CPU per event, and the floor of the journal's file 
 
     .venv/bin/python bench/bench_sessions_cpu.py                  # 64 sessions, 6,400 events, 3 rounds
     .venv/bin/python bench/bench_sessions_cpu.py --sessions 1000 --events 4000 --rounds 4
+    .venv/bin/python bench/bench_sessions_cpu.py --sessions 1000 --events 4000 --shared-syncs --dir /tmp/w
     .venv/bin/python bench/bench_sessions_cpu.py --dir /dev/shm   # syncs free: CPU alone
     .venv/bin/python bench/bench_sessions_cpu.py --callgrind --events 2000   # Ir per event, each side
 
-Each round runs the six sides of ``journal.benchmark.sessions.run_side`` (the workload of
+Each round runs the five sides of ``journal.benchmark.sessions.run_side`` (the workload of
 ``journal bench``: ``min(N, 64)`` threads, each appending to its share of the sessions in turn,
 every append durable before the next) in an order that rotates, and prints each side's events/s,
 its CPU per event (user + system of the process over the events, and each of the two), the bytes
@@ -16,9 +17,9 @@ the CPU per event; ``compress=False`` shows what compression costs on top (bench
 "Compression with the GIL held"), a trained dictionary (DICT_BYTES, one for every session,
 trained on other events of the mix) what it saves of that and of the bytes, and the reserved
 file per session (``pwrite`` into space set aside ahead, then ``fdatasync``, nothing else) what
-the kernel costs the journal's file layout before any of the journal's own work; the same
-files synced together (one ``syncfs`` for the events written meanwhile) what sharing the syncs
-of a store's sessions would leave of that.
+the kernel costs the journal's file layout before any of the journal's own work. With
+``--shared-syncs``, a sixth: the same files synced together (one ``syncfs`` for the events
+written meanwhile), what sharing the syncs of a store's sessions would leave of that.
 """
 
 from __future__ import annotations
@@ -141,6 +142,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where the scratch sessions go (default: a temp dir)")
     ap.add_argument("--callgrind", action="store_true", help="instructions per event of each side instead")
+    ap.add_argument(
+        "--shared-syncs",
+        action="store_true",
+        help="add the floor with the sessions' syncs shared (syncfs: it flushes the whole file system "
+        "the scratch directory is on, so run it on a machine otherwise idle)",
+    )
     ap.add_argument("--side", choices=IR_SIDES, default=None, help=argparse.SUPPRESS)  # one run under callgrind
     ap.add_argument("--ops", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--dict-file", default="", help=argparse.SUPPRESS)
@@ -152,14 +159,16 @@ def main(argv: list[str]) -> int:
     if args.callgrind:
         return ir_report(args.sessions, args.events, args.dir)
     events = make_events(20000)
-    ratios: dict[str, list[float]] = {
-        sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.RESERVED: [], sess.RESERVED_TOGETHER: []
-    }
+    ratios: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.RESERVED: []}
+    if args.shared_syncs:
+        ratios[sess.RESERVED_TOGETHER] = []
     stored: dict[str, list[float]] = {sess.JOURNAL: [], UNCOMPRESSED: [], DICTIONARY: [], sess.JSONL: []}
     base = tempfile.mkdtemp(prefix="sessions-cpu-", dir=args.dir)
     try:
         dictionary = trained_dictionary(base)
-        sides = [sess.JOURNAL, UNCOMPRESSED, DICTIONARY, sess.RESERVED, sess.RESERVED_TOGETHER, sess.JSONL]
+        sides = [sess.JOURNAL, UNCOMPRESSED, DICTIONARY, sess.RESERVED, sess.JSONL]
+        if args.shared_syncs:
+            sides.insert(-1, sess.RESERVED_TOGETHER)
         for r in range(args.rounds):
             got: dict[str, sess.Side] = {}
             for side in sides[r % len(sides) :] + sides[: r % len(sides)]:

@@ -135,14 +135,16 @@ class _ReservedFilesSyncedTogether(_ReservedFiles):
                     continue
                 self._leading, covers = True, self._written
                 self._cv.release()
-                err = 0
+                err, synced = 0, False
                 try:
                     if self._syncfs(fd) != 0:
                         err = ctypes.get_errno()
+                    else:
+                        synced = True  # only a call that returned 0 covers the events
                 finally:
                     self._cv.acquire()
                     self._leading = False
-                    if not err:
+                    if synced:
                         self._synced = max(self._synced, covers)
                     self._cv.notify_all()
                 if err:
