@@ -91,14 +91,18 @@ class _ReservedFiles:
         self.reserved = [0] * n  # the file's size, set ahead of what is written
 
     def append(self, i: int, event: Event) -> None:
+        os.fdatasync(self._write(i, event))
+
+    def _write(self, i: int, event: Event) -> int:
+        """The event's line written at session ``i``'s end (reserving ahead); its fd."""
         fd, data, at = self.fds[i], dumps(event) + b"\n", self.ends[i]
         if at + len(data) > self.reserved[i]:  # a journal's first append reserves, as here
             self.reserved[i] = at + len(data) + fmt.RESERVE_BYTES_DEFAULT
             os.ftruncate(fd, self.reserved[i])
         if os.pwrite(fd, data, at) != len(data):
             raise OSError(f"short pwrite to session {i}")
-        os.fdatasync(fd)
         self.ends[i] = at + len(data)
+        return fd
 
     def close(self) -> None:
         for fd in self.fds:
@@ -119,13 +123,7 @@ class _ReservedFilesSyncedTogether(_ReservedFiles):
         self._leading = False
 
     def append(self, i: int, event: Event) -> None:
-        fd, data, at = self.fds[i], dumps(event) + b"\n", self.ends[i]
-        if at + len(data) > self.reserved[i]:
-            self.reserved[i] = at + len(data) + fmt.RESERVE_BYTES_DEFAULT
-            os.ftruncate(fd, self.reserved[i])
-        if os.pwrite(fd, data, at) != len(data):
-            raise OSError(f"short pwrite to session {i}")
-        self.ends[i] = at + len(data)
+        fd = self._write(i, event)
         with self._cv:
             self._written += 1
             mine = self._written

@@ -102,7 +102,12 @@ class Dictionary:
 
 
 def encode_dictionary_file(d: Dictionary) -> bytes:
-    body = _HEAD.pack(DICTIONARY_FILE_MAGIC, DICTIONARY_FILE_VERSION, d.id, len(d.data), d.digest) + d.data
+    return _file_bytes(d.id, d.data, d.digest)
+
+
+def _file_bytes(dict_id: int, data: bytes, digest: bytes) -> bytes:
+    """The file of dictionary ``data`` (its ``digest`` given: computing it hashes the data) as ``dict_id``."""
+    body = _HEAD.pack(DICTIONARY_FILE_MAGIC, DICTIONARY_FILE_VERSION, dict_id, len(data), digest) + data
     return body + _TAIL.pack(xxhash.xxh64_intdigest(body, seed=0))
 
 
@@ -210,7 +215,7 @@ def install_dictionary(fs: FileSystem, journal_dir: str, d: Dictionary) -> int:
     if target == d.id and d.path is not None and _links(fs, d, path):
         fs.fsync_dir(journal_dir)
         return target
-    write_atomic(fs, path, encode_dictionary_file(Dictionary(target, d.data)))
+    write_atomic(fs, path, _file_bytes(target, d.data, d.digest))
     return target
 
 
@@ -225,8 +230,7 @@ def keep_dictionary_file(fs: FileSystem, journal_dir: str, dict_id: int, d: Dict
     path = os.path.join(journal_dir, dictionary_file_name(dict_id))
     # What the file holds when it is ``d``: compared byte for byte, a read and a memcmp (a full
     # verify hashes the data twice and loads it into zstd: ~0.2 ms for 64 KiB, at every close).
-    body = _HEAD.pack(DICTIONARY_FILE_MAGIC, DICTIONARY_FILE_VERSION, dict_id, len(d.data), d.digest) + d.data
-    want = body + _TAIL.pack(xxhash.xxh64_intdigest(body, seed=0))
+    want = _file_bytes(dict_id, d.data, d.digest)
     try:
         f = fs.open_read(path)  # never through a link, never a FIFO (the file layer's open)
     except FileNotFoundError:
